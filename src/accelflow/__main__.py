@@ -1,0 +1,3 @@
+from accelflow.cli import main
+
+main()

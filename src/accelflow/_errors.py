@@ -1,0 +1,170 @@
+"""The one error tree of accelflow.
+
+Every error a user can meet is an :class:`AccelflowError`; the CLI turns it into a one-line
+message and a non-zero exit code, without a traceback::
+
+    AccelflowError
+    ├── ConfigError              a config key, file, CLI argument or env var is wrong
+    │                            (carries every problem found, one per key)
+    ├── DriverLoadError          a driver factory cannot be imported or built
+    ├── DiscoveryError           a driver ran but could not discover the devices it was asked for
+    ├── CoordinationError        the host coordination file is unusable
+    ├── AllocationError          a resource request cannot be met (names the culprit per device)
+    ├── DataFormatError          an input file (e.g. IDX) is malformed; names the file
+    ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
+    │   └── JobCancelledError    the job was cancelled on request
+    ├── DeploymentError          a Kubernetes/YARN/Ray request cannot be rendered or placed
+    ├── MissingDependencyError   an optional extra is needed; names the ``pip install`` to run
+    └── AccelflowInternalError   a bug in accelflow itself: please report it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class AccelflowError(Exception):
+    """Base class of every error accelflow raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One problem with one config key (or argument), e.g. ``external-resource.gpu.amount``."""
+
+    key: str
+    message: str
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = f" (from {self.source})" if self.source else ""
+        return f"{self.key}{where}: {self.message}"
+
+
+class ConfigError(AccelflowError):
+    """One or more config problems, reported together, one line per key.
+
+    Attributes:
+        problems: every problem found, in key order.
+    """
+
+    def __init__(self, problems: Iterable[ConfigProblem] | str, key: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [ConfigProblem(key or "config", problems)]
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.key for p in self.problems)
+
+
+class DriverLoadError(AccelflowError):
+    """A driver factory could not be imported, found or built.
+
+    Attributes:
+        resource: the external resource name, e.g. ``gpu``.
+        key: the config key naming the factory.
+    """
+
+    def __init__(self, message: str, *, resource: str, key: str) -> None:
+        self.resource = resource
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+class DiscoveryError(AccelflowError):
+    """A driver could not discover the devices it was asked for.
+
+    Attributes:
+        resource: the external resource name (may be ``None`` when raised inside a driver; the
+            provider fills it in).
+    """
+
+    def __init__(self, message: str, *, resource: str | None = None) -> None:
+        self.resource = resource
+        super().__init__(message)
+
+
+class CoordinationError(AccelflowError):
+    """The coordination file that keeps co-located TaskExecutors apart is unusable.
+
+    Attributes:
+        path: the coordination file.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+class AllocationError(AccelflowError):
+    """A resource request cannot be satisfied.
+
+    Attributes:
+        reasons: one line per TaskExecutor/device saying why it does not fit.
+    """
+
+    def __init__(self, message: str, reasons: Sequence[str] = ()) -> None:
+        self.reasons = tuple(reasons)
+        text = message if not self.reasons else message + "\n" + "\n".join(
+            f"  {r}" for r in self.reasons
+        )
+        super().__init__(text)
+
+
+class DataFormatError(AccelflowError):
+    """An input data file is malformed.
+
+    Attributes:
+        path: the offending file.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+class JobError(AccelflowError):
+    """A job failed while running; the message says which subtask and why."""
+
+
+class JobCancelledError(JobError):
+    """The job was cancelled on request."""
+
+
+class DeploymentError(AccelflowError):
+    """A request to a cluster manager (Kubernetes, YARN, Ray) cannot be rendered or placed."""
+
+
+class MissingDependencyError(AccelflowError, ImportError):
+    """An optional dependency is missing.
+
+    Attributes:
+        extra: the accelflow extra that provides it, e.g. ``nvml``.
+    """
+
+    def __init__(self, what: str, *, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs an optional dependency: pip install 'accelflow[{extra}]'")
+
+
+class AccelflowInternalError(AccelflowError):
+    """A bug in accelflow itself. Please report it with the message and traceback."""
+
+
+__all__ = [
+    "AccelflowError",
+    "AccelflowInternalError",
+    "AllocationError",
+    "ConfigError",
+    "ConfigProblem",
+    "CoordinationError",
+    "DataFormatError",
+    "DeploymentError",
+    "DiscoveryError",
+    "DriverLoadError",
+    "JobCancelledError",
+    "JobError",
+    "MissingDependencyError",
+]

@@ -1,0 +1,41 @@
+"""Options every command shares: ``--conf FILE`` and ``-D key=value``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rich.console import Console
+
+from accelflow.config import Configuration, config_from
+from accelflow.config._keys import ACCELFLOW_CONF_ENV_VAR
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--conf",
+        metavar="FILE",
+        help=f"YAML file of flat config keys (default: ${ACCELFLOW_CONF_ENV_VAR} if set)",
+    )
+    parser.add_argument(
+        "-D",
+        dest="definitions",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key; wins over --conf; repeatable",
+    )
+
+
+def load_cli_config(args: argparse.Namespace) -> Configuration:
+    """The config the user gave: ``--conf`` (or ``$ACCELFLOW_CONF``), then ``-D``."""
+    conf = args.conf or os.environ.get(ACCELFLOW_CONF_ENV_VAR) or None
+    config = config_from(conf_file=conf, definitions=args.definitions)
+    for warning in config.warnings:
+        stderr().print(f"[yellow]warning:[/] {warning}", highlight=False)
+    return config
+
+
+def stderr() -> Console:
+    return Console(file=sys.stderr, soft_wrap=True)

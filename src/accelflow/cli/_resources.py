@@ -1,0 +1,85 @@
+"""``accelflow resources``: validate the config and run the drivers as a TaskExecutor would."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from accelflow.cli._common import add_config_options, load_cli_config
+from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
+from accelflow.resources._registry import list_driver_entry_points
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "resources",
+        help="validate the config and discover external resources as a TaskExecutor would",
+        description="Validate the config, run each configured driver with its amount, and show "
+        "what a TaskExecutor would see. Exits non-zero on a config error or, under "
+        "on-discovery-failure: fail, a discovery failure.",
+    )
+    add_config_options(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--drivers", action="store_true", help="list the installed driver entry points and exit"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.drivers:
+        return _list_drivers(args.json)
+    config = load_cli_config(args)
+    with ExternalResourceInfoProvider.from_config(config) as provider:
+        statuses = list(provider.statuses.values())
+        if args.json:
+            print(json.dumps({"resources": [s.to_dict() for s in statuses]}, indent=2))
+        else:
+            _print_table(statuses)
+    return 0
+
+
+def _list_drivers(as_json: bool) -> int:
+    entries = list_driver_entry_points()
+    if as_json:
+        print(json.dumps([_ep(e) for e in entries], indent=2))
+        return 0
+    table = Table("name", "factory", "package")
+    for e in entries:
+        table.add_row(e.name, e.value, f"{e.distribution or '?'} {e.version or ''}".strip())
+    Console().print(table)
+    return 0
+
+
+def _ep(e: Any) -> dict[str, Any]:
+    return {"name": e.name, "value": e.value, "distribution": e.distribution, "version": e.version}
+
+
+def _print_table(statuses: list[ResourceStatus]) -> None:
+    console = Console()
+    if not statuses:
+        console.print("No external resources configured (external-resources is empty or 'none').")
+        return
+    for status in statuses:
+        spec = status.spec
+        color = {"ok": "green", "no-driver": "yellow", "degraded": "red"}[status.status]
+        console.print(
+            f"[bold]{spec.name}[/]  amount {spec.amount}  driver {spec.driver_factory or '-'}  "
+            f"status [{color}]{status.status}[/]"
+            f"  kubernetes {spec.kubernetes_config_key or '-'}  yarn {spec.yarn_config_key or '-'}",
+            highlight=False,
+        )
+        if status.message:
+            console.print(f"  {status.message}", style=color, highlight=False)
+        for warning in status.warnings:
+            console.print(f"  warning: {warning}", style="yellow", highlight=False)
+        if status.infos:
+            keys = sorted({key for info in status.infos for key in info.get_keys()})
+            table = Table(*keys)
+            for info in status.infos:
+                table.add_row(*(info.get_property(key) or "" for key in keys))
+            console.print(table)

@@ -1,0 +1,26 @@
+"""Configuration: flat Flink-style keys from YAML files, ``-D`` overrides and dicts."""
+
+from accelflow.config._keys import KEYS, RESOURCE_SUFFIXES, Key
+from accelflow.config._load import (
+    config_from,
+    kubernetes_extended_resource_problem,
+    load_config,
+    parse_definitions,
+    read_yaml,
+    yarn_resource_type_problem,
+)
+from accelflow.config._model import Configuration, ExternalResourceSpec
+
+__all__ = [
+    "KEYS",
+    "RESOURCE_SUFFIXES",
+    "Configuration",
+    "ExternalResourceSpec",
+    "Key",
+    "config_from",
+    "kubernetes_extended_resource_problem",
+    "load_config",
+    "parse_definitions",
+    "read_yaml",
+    "yarn_resource_type_problem",
+]

@@ -1,0 +1,179 @@
+"""Every config key and environment variable accelflow reads, with its parser, default and help.
+
+This table is the single source for validation, ``docs/configuration.md`` and the CLI. Keys
+follow Flink's names where Flink has one. Per-resource keys are ``external-resource.<name>.``
+followed by one of :data:`RESOURCE_SUFFIXES` (``param.<p>`` is free-form).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from accelflow.config import _parse as p
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Key(Generic[T]):
+    """One config key: its name, how its value is parsed, its default and a one-line help."""
+
+    name: str
+    parse: Callable[[object], T]
+    default: T | None
+    help: str
+
+
+KEYS: dict[str, Key[Any]] = {}
+RESOURCE_SUFFIXES: dict[str, Key[Any]] = {}
+
+
+def _key(name: str, parse: Callable[[object], T], default: T | None, help: str) -> Key[T]:
+    key = Key(name, parse, default, help)
+    KEYS[name] = key
+    return key
+
+
+def _suffix(name: str, parse: Callable[[object], T], default: T | None, help: str) -> Key[T]:
+    key = Key(name, parse, default, help)
+    RESOURCE_SUFFIXES[name] = key
+    return key
+
+
+# -- external resources (issue: framework) -----------------------------------------------------
+EXTERNAL_RESOURCES = _key(
+    "external-resources", p.string, None,
+    "';'-separated names of the external resources, e.g. 'gpu;fpga'; 'none' for none.",
+)
+RESOURCE_PREFIX = "external-resource."
+AMOUNT = _suffix("amount", p.positive_int, None, "Devices per TaskExecutor (a positive integer).")
+DRIVER_FACTORY = _suffix(
+    "driver-factory.class", p.string, None,
+    "Driver factory: 'package.module:Class', 'package.module.Class' or an entry point name "
+    "in the group 'accelflow.external_resources' (e.g. 'gpu').",
+)
+ON_DISCOVERY_FAILURE = _suffix(
+    "on-discovery-failure", p.choice("fail", "degrade"), "fail",
+    "'fail': the TaskExecutor refuses to start; 'degrade': start with no infos and report it.",
+)
+KUBERNETES_CONFIG_KEY = _suffix(
+    "kubernetes.config-key", p.string, None,
+    "Kubernetes extended resource to request, e.g. 'nvidia.com/gpu'.",
+)
+YARN_CONFIG_KEY = _suffix(
+    "yarn.config-key", p.string, None, "YARN resource type to request, e.g. 'yarn.io/gpu'."
+)
+VENDOR = _suffix(
+    "vendor", p.string, None,
+    "Spark's shorthand: vendor 'nvidia.com' means the Kubernetes key 'nvidia.com/<name>'.",
+)
+KUBERNETES_NODE_SELECTOR = _suffix(
+    "kubernetes.node-selector", p.string_map, None,
+    "Node labels the TaskExecutor pod must match: 'k=v,k2=v2' or a mapping.",
+)
+KUBERNETES_GPU_PRODUCT = _suffix(
+    "kubernetes.gpu-product", p.string, None,
+    "Shorthand for the node selector 'nvidia.com/gpu.product=<value>', e.g. 'NVIDIA-A100-SXM4-80GB'.",
+)
+KUBERNETES_TOLERATIONS = _suffix(
+    "kubernetes.tolerations", p.json_list, None,
+    "Pod tolerations as a JSON list of V1Toleration objects.",
+)
+RAY_RESOURCE_NAME = _suffix(
+    "ray.resource-name", p.string, None,
+    "Ray custom resource that stands for this resource (default: the resource name).",
+)
+PARAM_PREFIX = "param."
+
+# -- local cluster and scheduling (issue: runtime) ---------------------------------------------
+NUMBER_TASKMANAGER = _key(
+    "local.number-taskmanager", p.positive_int, 1,
+    "TaskExecutor processes of the embedded local cluster.",
+)
+NUMBER_OF_TASK_SLOTS = _key(
+    "taskmanager.numberOfTaskSlots", p.positive_int, 1, "Slots per TaskExecutor."
+)
+PARALLELISM_DEFAULT = _key(
+    "parallelism.default", p.positive_int, 1, "Parallelism of operators that set none."
+)
+PLACEMENT_POLICY = _key(
+    "scheduler.placement-policy", p.choice("pack", "spread"), "pack",
+    "'pack' fills a TaskExecutor and a device before the next; 'spread' balances them.",
+)
+DEVICE_ISOLATION = _key(
+    "scheduler.device-isolation", p.boolean, True,
+    "Set CUDA_VISIBLE_DEVICES (and the like) per subtask to exactly its devices.",
+)
+BATCH_SIZE = _key(
+    "pipeline.batch-size", p.positive_int, 1024, "Default batch size of map_batches."
+)
+RESTART_STRATEGY = _key(
+    "restart-strategy", p.choice("none", "fixed-delay"), "none",
+    "What to do when a subtask or TaskExecutor fails: 'none' fails the job.",
+)
+RESTART_ATTEMPTS = _key(
+    "restart-strategy.fixed-delay.attempts", p.positive_int, 3,
+    "Restarts before the job fails (fixed-delay).",
+)
+RESTART_DELAY = _key(
+    "restart-strategy.fixed-delay.delay", p.seconds, 1.0, "Delay between restarts (fixed-delay)."
+)
+STARTUP_TIMEOUT = _key(
+    "taskmanager.registration.timeout", p.seconds, 60.0,
+    "How long the JobManager waits for TaskExecutors to start and register.",
+)
+EXECUTION_TARGET = _key(
+    "execution.target", p.choice("local", "ray"), "local",
+    "Where TaskExecutors run: 'local' processes or 'ray' actors.",
+)
+
+# -- REST API (issue: observability) -----------------------------------------------------------
+REST_ENABLED = _key(
+    "rest.enabled", p.boolean, False, "Serve the REST API and web UI while a job runs."
+)
+REST_ADDRESS = _key("rest.address", p.string, "127.0.0.1", "Address the REST API binds to.")
+REST_PORT = _key("rest.port", p.port, 8081, "Port of the REST API; 0 picks a free one.")
+REST_TOKEN = _key("rest.token", p.string, None, "Bearer token required by the REST API.")
+
+# -- Ray (issue: scale-out) --------------------------------------------------------------------
+RAY_ADDRESS = _key("ray.address", p.string, None, "Ray cluster to join: 'auto' or 'ray://host:port'.")
+RAY_NUMBER_TASKMANAGER = _key(
+    "ray.number-taskmanager", p.positive_int, 1, "TaskExecutor actors to start on Ray."
+)
+RAY_LOCAL_NUM_CPUS = _key("ray.local.num-cpus", p.positive_int, None, "CPUs of a local Ray instance.")
+RAY_LOCAL_NUM_GPUS = _key(
+    "ray.local.num-gpus", p.non_negative_int, None, "GPUs of a local Ray instance."
+)
+RAY_LOCAL_RESOURCES = _key(
+    "ray.local.resources", p.json_object, None, "Custom resources of a local Ray instance (JSON)."
+)
+RAY_PLACEMENT_TIMEOUT = _key(
+    "ray.placement-timeout", p.seconds, 60.0, "How long to wait for Ray to place an actor."
+)
+
+# -- Kubernetes and YARN (issue: deployment) ---------------------------------------------------
+KUBERNETES_POD_TEMPLATE_FILE = _key(
+    "kubernetes.pod-template-file", p.string, None, "A pod template merged into rendered pods."
+)
+KUBERNETES_IMAGE = _key(
+    "kubernetes.container.image", p.string, None, "Container image that has accelflow installed."
+)
+KUBERNETES_NAMESPACE = _key("kubernetes.namespace", p.string, None, "Namespace of rendered objects.")
+KUBERNETES_JOB_NAME = _key("kubernetes.job-name", p.string, None, "Name of the rendered Job.")
+TASKMANAGER_CPU = _key(
+    "taskmanager.cpu.cores", p.positive_number, None, "CPU cores per TaskExecutor (cluster requests)."
+)
+TASKMANAGER_MEMORY = _key(
+    "taskmanager.memory.process.size", p.string, "1Gi", "Memory per TaskExecutor, e.g. '2Gi'."
+)
+YARN_APPLICATION_NAME = _key("yarn.application.name", p.string, None, "YARN service name.")
+YARN_QUEUE = _key("yarn.application.queue", p.string, None, "YARN queue.")
+
+# -- environment variables ---------------------------------------------------------------------
+ACCELFLOW_HOME_ENV_VAR = "ACCELFLOW_HOME"
+"""Base directory for relative discovery-script paths (like ``FLINK_HOME``)."""
+ACCELFLOW_CONF_ENV_VAR = "ACCELFLOW_CONF"
+"""A YAML config file read before ``--conf`` and ``-D`` (lowest precedence after defaults)."""
+ENTRY_POINT_GROUP = "accelflow.external_resources"

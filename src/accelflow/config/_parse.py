@@ -1,0 +1,156 @@
+"""Value parsers for config keys. Each takes the raw value and returns the typed value or
+raises ``ValueError`` whose message states the rule (the caller adds the key)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from typing import Any
+
+_INT = re.compile(r"[+-]?\d+")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?")
+_DURATION_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 0.001, "min": 60.0, "m": 60.0, "h": 3600.0}
+
+
+def _describe(value: object) -> str:
+    return repr(value) if isinstance(value, str) else f"{value!r} ({type(value).__name__})"
+
+
+def positive_int(value: object) -> int:
+    """A whole number >= 1: ``2`` or ``"2"``; not ``1.5``, ``0``, ``-1``, ``true``."""
+    try:
+        number = _int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"expected a positive integer, got {_describe(value)}")
+    return number
+
+
+def non_negative_int(value: object) -> int:
+    number = _int(value)
+    if number < 0:
+        raise ValueError(f"expected an integer >= 0, got {_describe(value)}")
+    return number
+
+
+def port(value: object) -> int:
+    number = _int(value)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"expected a port number 0..65535, got {_describe(value)}")
+    return number
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {_describe(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _INT.fullmatch(value.strip()):
+        return int(value.strip())
+    raise ValueError(f"expected an integer, got {_describe(value)}")
+
+
+def positive_number(value: object) -> Fraction:
+    """An exact positive amount: ``2``, ``"0.25"``, ``"1/3"``; parsed without floats."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a positive number, got {_describe(value)}")
+    try:
+        number = Fraction(str(value).strip()) if not isinstance(value, Fraction) else value
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"expected a positive number, got {_describe(value)}") from None
+    if number <= 0:
+        raise ValueError(f"expected a positive number, got {_describe(value)}")
+    return number
+
+
+def seconds(value: object) -> float:
+    """A duration: ``10`` (seconds), ``"2.5 s"``, ``"500 ms"``, ``"1 min"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as '10 s' or '500 ms', got {_describe(value)}")
+    if isinstance(value, int | float):
+        result = float(value)
+    else:
+        match = _DURATION.fullmatch(str(value).strip().lower())
+        if not match:
+            raise ValueError(f"expected a duration such as '10 s' or '500 ms', got {_describe(value)}")
+        result = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if result <= 0:
+        raise ValueError(f"expected a positive duration, got {_describe(value)}")
+    return result
+
+
+def boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {_describe(value)}")
+
+
+def string(value: object) -> str:
+    if isinstance(value, dict | list | tuple | set):
+        raise ValueError(f"expected a string, got {_describe(value)}")
+    text = str(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def choice(*options: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}; got {_describe(value)}")
+        return text
+
+    parse.__doc__ = f"one of {', '.join(options)}"
+    return parse
+
+
+def json_object(value: object) -> Mapping[str, Any]:
+    """A JSON object given as text (``'{"a": 1}'``) or, in YAML, as a mapping."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        parsed = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"expected a JSON object, got {_describe(value)} ({exc.msg})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"expected a JSON object, got {_describe(value)}")
+    return parsed
+
+
+def string_map(value: object) -> Mapping[str, str]:
+    """``"k1=v1,k2=v2"``, a JSON object, or a YAML mapping of strings."""
+    if isinstance(value, Mapping):
+        items = {str(k): str(v) for k, v in value.items()}
+    else:
+        text = str(value).strip()
+        if text.startswith("{"):
+            return {str(k): str(v) for k, v in json_object(text).items()}
+        items = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, val = part.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"expected key=value pairs separated by commas, got {part!r}")
+            items[key.strip()] = val.strip()
+    return items
+
+
+def json_list(value: object) -> list[Any]:
+    """A JSON list given as text or, in YAML, as a sequence."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    try:
+        parsed = json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"expected a JSON list, got {_describe(value)} ({exc.msg})") from None
+    if not isinstance(parsed, list):
+        raise ValueError(f"expected a JSON list, got {_describe(value)}")
+    return parsed

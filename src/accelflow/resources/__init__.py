@@ -1,0 +1,52 @@
+"""The driver SDK. Third-party drivers import from here only.
+
+Example: a driver for one FPGA per TaskExecutor::
+
+    from accelflow.resources import (
+        ExternalResourceDriver, ExternalResourceDriverFactory, ExternalResourceInfo)
+
+    class FPGADriver(ExternalResourceDriver):
+        def retrieve_resource_info(self, amount):
+            return {ExternalResourceInfo(index=str(i), vendor="xilinx") for i in range(amount)}
+
+    class FPGADriverFactory(ExternalResourceDriverFactory):
+        def create_external_resource_driver(self, params):
+            return FPGADriver()
+
+registered in ``pyproject.toml`` as::
+
+    [project.entry-points."accelflow.external_resources"]
+    fpga = "my_fpga:FPGADriverFactory"
+"""
+
+from accelflow._errors import ConfigError, DiscoveryError
+from accelflow.resources._api import (
+    ExternalResourceDriver,
+    ExternalResourceDriverFactory,
+    ExternalResourceInfo,
+    KubernetesResourceDecorator,
+    KubernetesResources,
+    YarnResourceDecorator,
+)
+from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
+from accelflow.resources._registry import (
+    DriverEntryPoint,
+    list_driver_entry_points,
+    load_driver_factory,
+)
+
+__all__ = [
+    "ConfigError",
+    "DiscoveryError",
+    "DriverEntryPoint",
+    "ExternalResourceDriver",
+    "ExternalResourceDriverFactory",
+    "ExternalResourceInfo",
+    "ExternalResourceInfoProvider",
+    "KubernetesResourceDecorator",
+    "KubernetesResources",
+    "ResourceStatus",
+    "YarnResourceDecorator",
+    "list_driver_entry_points",
+    "load_driver_factory",
+]

@@ -1,0 +1,194 @@
+"""The per-TaskExecutor info provider: build each driver once, run it once, hold the infos."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from accelflow._errors import AccelflowError, ConfigError, DiscoveryError
+from accelflow.config._model import Configuration, ExternalResourceSpec
+from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
+from accelflow.resources._registry import load_driver_factory
+
+log = logging.getLogger("accelflow.resources")
+
+Status = Literal["ok", "no-driver", "degraded"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceStatus:
+    """The outcome of discovery for one resource on one TaskExecutor.
+
+    Attributes:
+        spec: the resource's config.
+        status: ``ok``; ``no-driver`` (none configured: requested from cluster managers only,
+            no infos, as in Flink); or ``degraded`` (discovery failed under
+            ``on-discovery-failure: degrade``; ``message`` says why).
+        infos: the discovered devices, sorted.
+        message: the discovery error or warning, if any.
+    """
+
+    spec: ExternalResourceSpec
+    status: Status
+    infos: tuple[ExternalResourceInfo, ...] = ()
+    message: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready view (used by ``accelflow resources --json`` and the REST API)."""
+        return {
+            "name": self.spec.name,
+            "amount": self.spec.amount,
+            "driver": self.spec.driver_factory,
+            "status": self.status,
+            "message": self.message,
+            "warnings": list(self.warnings),
+            "infos": [info.to_dict() for info in self.infos],
+            "kubernetes_config_key": self.spec.kubernetes_config_key,
+            "yarn_config_key": self.spec.yarn_config_key,
+        }
+
+
+class ExternalResourceInfoProvider:
+    """Holds the discovered infos of one TaskExecutor, by resource name.
+
+    Build it with :meth:`from_config` once per TaskExecutor; :meth:`close` gives every device
+    back (drivers' ``release`` then ``close``). Usable as a context manager.
+    """
+
+    def __init__(
+        self,
+        statuses: Collection[ResourceStatus] = (),
+        drivers: Mapping[str, ExternalResourceDriver] | None = None,
+    ) -> None:
+        self._statuses = {s.spec.name: s for s in statuses}
+        self._infos = {name: frozenset(s.infos) for name, s in self._statuses.items()}
+        self._drivers = dict(drivers or {})
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ExternalResourceInfoProvider:
+        """Run every configured driver once with its amount.
+
+        Raises:
+            DriverLoadError: a factory cannot be loaded (always fatal: it is a config error).
+            ConfigError: a factory rejected its ``param.*`` keys.
+            DiscoveryError: a driver failed and its resource says ``on-discovery-failure: fail``.
+        """
+        statuses: list[ResourceStatus] = []
+        drivers: dict[str, ExternalResourceDriver] = {}
+        provider = cls()
+        try:
+            for spec in config.external_resources.values():
+                status, driver = _discover(spec)
+                statuses.append(status)
+                if driver is not None:
+                    drivers[spec.name] = driver
+                    provider._drivers = drivers
+        except BaseException:
+            provider.close()
+            raise
+        return cls(statuses, drivers)
+
+    def get_external_resource_infos(self, name: str) -> frozenset[ExternalResourceInfo]:
+        """The devices of resource ``name``; empty for unknown or degraded resources."""
+        return self._infos.get(name, frozenset())
+
+    @property
+    def statuses(self) -> Mapping[str, ResourceStatus]:
+        return MappingProxyType(self._statuses)
+
+    def isolation_env(self, assigned: Mapping[str, Collection[ExternalResourceInfo]]) -> dict[str, str]:
+        """The environment that restricts a subtask to its ``assigned`` devices, from the drivers."""
+        env: dict[str, str] = {}
+        for name, infos in assigned.items():
+            driver = self._drivers.get(name)
+            if driver is not None and infos:
+                env.update(driver.isolation_env(infos))
+        return env
+
+    def close(self) -> None:
+        """Release every device and close every driver; safe to call twice. Errors are logged."""
+        if self._closed:
+            return
+        self._closed = True
+        for name, driver in self._drivers.items():
+            for step in (lambda: driver.release(self._infos.get(name, frozenset())), driver.close):
+                try:
+                    step()
+                except Exception:  # a failing driver must not keep others from releasing
+                    log.exception("releasing external resource %r failed", name)
+
+    def __enter__(self) -> ExternalResourceInfoProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResourceDriver | None]:
+    if spec.driver_factory is None:
+        return ResourceStatus(spec=spec, status="no-driver"), None
+    key = spec.key("driver-factory.class")
+    factory = load_driver_factory(spec.driver_factory, resource=spec.name, key=key)
+    try:
+        driver = factory.create_external_resource_driver(MappingProxyType(dict(spec.params)))
+    except AccelflowError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"driver factory {spec.driver_factory!r} rejected its parameters: "
+            f"{type(exc).__name__}: {exc}",
+            key=key,
+        ) from exc
+    if not isinstance(driver, ExternalResourceDriver):
+        raise ConfigError(
+            f"{spec.driver_factory!r} returned {type(driver).__name__}, not an ExternalResourceDriver",
+            key=key,
+        )
+    try:
+        infos, warnings = _retrieve(driver, spec)
+    except Exception as exc:
+        message = f"discovery of {spec.name!r} failed: {_describe(exc)}"
+        if spec.on_discovery_failure == "fail":
+            raise DiscoveryError(
+                f"{message} (set {spec.key('on-discovery-failure')}: degrade to start without it)",
+                resource=spec.name,
+            ) from exc
+        log.warning("%s; continuing without it (on-discovery-failure: degrade)", message)
+        return ResourceStatus(spec=spec, status="degraded", message=message), driver
+    for warning in warnings:
+        log.warning("%s", warning)
+    return ResourceStatus(spec=spec, status="ok", infos=infos, warnings=warnings), driver
+
+
+def _retrieve(
+    driver: ExternalResourceDriver, spec: ExternalResourceSpec
+) -> tuple[tuple[ExternalResourceInfo, ...], tuple[str, ...]]:
+    found = driver.retrieve_resource_info(spec.amount)
+    if not all(isinstance(info, ExternalResourceInfo) for info in found):
+        raise DiscoveryError("the driver returned something that is not an ExternalResourceInfo")
+    infos = tuple(sorted(set(found)))
+    addresses = [info.address for info in infos]
+    if len(set(addresses)) != len(addresses):
+        raise DiscoveryError(f"the driver returned duplicate addresses: {addresses}")
+    if len(infos) < spec.amount:
+        raise DiscoveryError(
+            f"found {len(infos)} device(s) {addresses}, but {spec.key('amount')} is {spec.amount}"
+        )
+    if len(infos) > spec.amount:
+        warning = (
+            f"{spec.name}: the driver returned {len(infos)} devices, keeping the first "
+            f"{spec.amount} ({', '.join(addresses[: spec.amount])}) per {spec.key('amount')}"
+        )
+        return infos[: spec.amount], (warning,)
+    return infos, ()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, AccelflowError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

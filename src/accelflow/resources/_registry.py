@@ -1,0 +1,125 @@
+"""Find driver factories: by import path or by entry point name.
+
+``external-resource.<name>.driver-factory.class`` may be ``package.module:Class``,
+``package.module.Class`` or the name of an entry point in the group
+``accelflow.external_resources`` (the built-in GPU driver registers as ``gpu`` like any
+third-party driver). Only the factories a config names are ever imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from accelflow._errors import DriverLoadError
+from accelflow.config._keys import ENTRY_POINT_GROUP
+from accelflow.resources._api import ExternalResourceDriverFactory
+
+
+@dataclass(frozen=True, slots=True)
+class DriverEntryPoint:
+    """A registered driver factory, e.g. ``gpu -> accelflow.resources.gpu:GPUDriverFactory``."""
+
+    name: str
+    value: str
+    distribution: str | None
+    version: str | None
+
+
+def list_driver_entry_points() -> list[DriverEntryPoint]:
+    """Every factory registered in the entry-point group, with the package that provides it."""
+    found = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        found.append(
+            DriverEntryPoint(
+                ep.name,
+                ep.value,
+                dist.metadata["Name"] if dist is not None else None,
+                dist.version if dist is not None else None,
+            )
+        )
+    return sorted(found, key=lambda e: e.name)
+
+
+def load_driver_factory(reference: str, *, resource: str, key: str) -> ExternalResourceDriverFactory:
+    """Import and instantiate the factory ``reference`` names.
+
+    Args:
+        reference: an import path or an entry point name.
+        resource: the resource name (for errors).
+        key: the config key that named it (for errors).
+
+    Raises:
+        DriverLoadError: no such module, attribute or entry point; not a factory; or its
+            constructor raised.
+    """
+    target = _import(reference, resource=resource, key=key)
+    if isinstance(target, type):
+        if not issubclass(target, ExternalResourceDriverFactory):
+            raise DriverLoadError(
+                f"{reference!r} is not a subclass of accelflow.resources.ExternalResourceDriverFactory",
+                resource=resource,
+                key=key,
+            )
+        try:
+            return target()
+        except Exception as exc:
+            raise DriverLoadError(
+                f"building {reference!r} failed: {type(exc).__name__}: {exc}",
+                resource=resource,
+                key=key,
+            ) from exc
+    if isinstance(target, ExternalResourceDriverFactory):
+        return target
+    raise DriverLoadError(
+        f"{reference!r} is a {type(target).__name__}, not an ExternalResourceDriverFactory class",
+        resource=resource,
+        key=key,
+    )
+
+
+def _import(reference: str, *, resource: str, key: str) -> object:
+    if ":" in reference:
+        module_name, _, attr = reference.partition(":")
+    elif "." in reference:
+        module_name, _, attr = reference.rpartition(".")
+    else:
+        return _load_entry_point(reference, resource=resource, key=key)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DriverLoadError(
+            f"cannot import module {module_name!r}: {exc}", resource=resource, key=key
+        ) from exc
+    target: object = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise DriverLoadError(
+                f"module {module_name!r} has no attribute {attr!r}", resource=resource, key=key
+            ) from None
+    return target
+
+
+def _load_entry_point(name: str, *, resource: str, key: str) -> object:
+    matches = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if not matches:
+        known = ", ".join(e.name for e in list_driver_entry_points()) or "none"
+        raise DriverLoadError(
+            f"no driver named {name!r} in the entry-point group {ENTRY_POINT_GROUP!r} "
+            f"(registered: {known}); give an import path such as 'package.module:Factory' "
+            "or install the package that provides it",
+            resource=resource,
+            key=key,
+        )
+    try:
+        return matches[0].load()
+    except Exception as exc:
+        raise DriverLoadError(
+            f"loading entry point {name!r} ({matches[0].value}) failed: {type(exc).__name__}: {exc}",
+            resource=resource,
+            key=key,
+        ) from exc
