@@ -1,7 +1,8 @@
 """accelflow: stream and batch processing whose scheduler understands accelerators.
 
-The public API is re-exported here from private modules; driver authors use
-:mod:`accelflow.resources`, test authors :mod:`accelflow.testing`.
+Layout: the public API is re-exported here from private modules (``_errors``, ``api._*``,
+``runtime._*``); driver authors use :mod:`accelflow.resources`, test authors
+:mod:`accelflow.testing`. ``tests/test_public_api.py`` pins this surface.
 """
 
 from accelflow._errors import (
@@ -18,7 +19,21 @@ from accelflow._errors import (
     JobError,
     MissingDependencyError,
 )
+from accelflow.api._context import RuntimeContext
+from accelflow.api._functions import (
+    RichFilterFunction,
+    RichFlatMapFunction,
+    RichFunction,
+    RichMapBatchesFunction,
+    RichMapFunction,
+    RichReduceFunction,
+    SinkFunction,
+    Source,
+)
+from accelflow.api._stream import DataStream, Environment, KeyedStream
 from accelflow.resources._api import ExternalResourceInfo
+from accelflow.runtime._client import JobClient
+from accelflow.runtime._jobmanager import JobResult
 
 __version__ = "0.1.0"
 
@@ -29,17 +44,31 @@ __all__ = [
     "ConfigError",
     "CoordinationError",
     "DataFormatError",
+    "DataStream",
     "DeploymentError",
     "DiscoveryError",
     "DriverLoadError",
+    "Environment",
     "ExternalResourceInfo",
     "JobCancelledError",
+    "JobClient",
     "JobError",
+    "JobResult",
+    "KeyedStream",
     "MissingDependencyError",
+    "RichFilterFunction",
+    "RichFlatMapFunction",
+    "RichFunction",
+    "RichMapBatchesFunction",
+    "RichMapFunction",
+    "RichReduceFunction",
+    "RuntimeContext",
+    "SinkFunction",
+    "Source",
 ]
 
 for _name in __all__:
     _obj = globals()[_name]
-    if hasattr(_obj, "__module__"):
+    if isinstance(_obj, type):
         _obj.__module__ = "accelflow"
 del _name, _obj

@@ -124,6 +124,11 @@ STARTUP_TIMEOUT = _key(
     "taskmanager.registration.timeout", p.seconds, 60.0,
     "How long the JobManager waits for TaskExecutors to start and register.",
 )
+RUNTIME_MODE = _key(
+    "execution.runtime-mode", p.choice("automatic", "streaming", "batch"), "automatic",
+    "'batch': keyed reduce emits final values; 'streaming': running values; 'automatic': "
+    "batch when every source is bounded.",
+)
 EXECUTION_TARGET = _key(
     "execution.target", p.choice("local", "ray"), "local",
     "Where TaskExecutors run: 'local' processes or 'ray' actors.",

@@ -1,0 +1,1 @@
+"""The dataflow API (re-exported from :mod:`accelflow`)."""

@@ -1,0 +1,70 @@
+"""The ``RuntimeContext`` an operator's ``open(ctx)`` receives."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from fractions import Fraction
+from types import MappingProxyType
+
+from accelflow.resources._api import ExternalResourceInfo
+
+
+class RuntimeContext:
+    """What a running subtask knows about itself and its devices.
+
+    ``get_external_resource_infos(name)`` returns exactly the devices assigned to this subtask
+    when its operator requested ``name`` (e.g. ``resources={"gpu": 1}``), and the
+    TaskExecutor's whole set otherwise (Flink's behaviour).
+
+    Example:
+        >>> class Classify(RichMapFunction):
+        ...     def open(self, ctx):
+        ...         gpu = min(ctx.get_external_resource_infos("gpu"))
+        ...         self.device = int(gpu.get_property("index"))
+    """
+
+    def __init__(
+        self,
+        *,
+        task_name: str,
+        index_of_this_subtask: int,
+        number_of_parallel_subtasks: int,
+        attempt_number: int,
+        assigned: Mapping[str, Mapping[ExternalResourceInfo, Fraction]],
+        taskexecutor_infos: Mapping[str, frozenset[ExternalResourceInfo]],
+        taskexecutor_id: str,
+        cancelled: threading.Event | None = None,
+    ) -> None:
+        self.task_name = task_name
+        self.index_of_this_subtask = index_of_this_subtask
+        self.number_of_parallel_subtasks = number_of_parallel_subtasks
+        self.attempt_number = attempt_number
+        self.taskexecutor_id = taskexecutor_id
+        self._assigned = {name: MappingProxyType(dict(shares)) for name, shares in assigned.items()}
+        self._all = dict(taskexecutor_infos)
+        self._cancelled = cancelled or threading.Event()
+
+    def get_external_resource_infos(self, name: str) -> frozenset[ExternalResourceInfo]:
+        """The devices of resource ``name`` this subtask may use (see the class docs)."""
+        if name in self._assigned:
+            return frozenset(self._assigned[name])
+        return self._all.get(name, frozenset())
+
+    def get_resource_shares(self, name: str) -> Mapping[ExternalResourceInfo, Fraction]:
+        """This subtask's share of each assigned device of ``name`` (e.g. ``{gpu 0: 1/4}``).
+
+        Empty when the operator did not request ``name``.
+        """
+        return self._assigned.get(name, MappingProxyType({}))
+
+    def is_cancelled(self) -> bool:
+        """True once the job is being cancelled; unbounded sources should stop then."""
+        return self._cancelled.is_set()
+
+    def __repr__(self) -> str:
+        return (
+            f"RuntimeContext(task_name={self.task_name!r}, "
+            f"subtask={self.index_of_this_subtask}/{self.number_of_parallel_subtasks}, "
+            f"attempt={self.attempt_number})"
+        )

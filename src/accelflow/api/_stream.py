@@ -1,0 +1,254 @@
+"""The dataflow API: ``Environment``, ``DataStream`` and ``KeyedStream``.
+
+Example:
+    >>> env = Environment({"parallelism.default": 2})
+    >>> env.from_sequence(1, 10).map(lambda x: x * x).filter(lambda x: x % 2).execute_and_collect()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelflow._errors import ConfigError
+from accelflow.api._functions import Source
+from accelflow.api._sources import ArraySource, CollectionSource, SequenceSource
+from accelflow.config import Configuration, config_from
+from accelflow.config import _keys as k
+from accelflow.runtime._graph import Kind, Partitioning, Transformation
+from accelflow.scheduling._amounts import Amount, ResourceProfile
+
+#: Layers that ``accelflow run`` adds around a job script's own config:
+#: (conf file or None, -D definitions). The script's dict sits between them.
+_CLI_LAYERS: list[tuple[str | None, list[str]]] = []
+
+
+class Environment:
+    """Builds and runs a job.
+
+    Args:
+        config: flat config keys (as in a YAML file), e.g. ``{"external-resources": "gpu",
+            "external-resource.gpu.amount": 2, ...}``. Under ``accelflow run``, ``--conf``
+            sits below this dict and ``-D`` above it.
+
+    Raises:
+        ConfigError: every problem in the config, one per key.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        conf_file, definitions = _CLI_LAYERS[-1] if _CLI_LAYERS else (None, [])
+        self.config: Configuration = config_from(
+            conf_file=conf_file, values=dict(config or {}), definitions=definitions
+        )
+        self._transformations: list[Transformation] = []
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
+        """An environment configured by a YAML file of flat keys."""
+        from accelflow.config import read_yaml
+
+        return cls(read_yaml(path))
+
+    # -- sources ----------------------------------------------------------------------------
+    def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], *, name: str = "collection",
+                        parallelism: int | None = None) -> DataStream:
+        """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
+        with the subtasks through a memory-mapped file rather than pickled."""
+        if isinstance(items, np.ndarray):
+            if items.ndim == 0:
+                raise ConfigError("from_collection needs at least one dimension", key=name)
+            source: Source[Any] = ArraySource([items])
+        else:
+            source = CollectionSource(list(items))
+        return self._add("source", name, source, parallelism or 1, None)
+
+    def from_sequence(self, start: int, end: int, *, name: str = "sequence",
+                      parallelism: int | None = None) -> DataStream:
+        """The integers ``start..end`` inclusive, split across the source's subtasks."""
+        if end < start:
+            raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
+        return self._add("source", name, SequenceSource(start, end), parallelism, None)
+
+    def from_source(self, source: Source[Any], *, name: str | None = None,
+                    parallelism: int | None = None) -> DataStream:
+        """A user :class:`Source` (bounded or unbounded)."""
+        if not isinstance(source, Source):
+            raise ConfigError(
+                f"from_source needs an accelflow.Source, got {type(source).__name__}",
+                key=name or "from_source",
+            )
+        return self._add("source", name or type(source).__name__, source, parallelism, None)
+
+    # -- running ----------------------------------------------------------------------------
+    def execute(self, name: str = "accelflow job") -> Any:
+        """Run the job to completion on the embedded cluster and return its ``JobResult``.
+
+        Raises:
+            JobError: a subtask failed (after restarts, if any) or a TaskExecutor died.
+            AllocationError: a resource request cannot be met; says why per device.
+        """
+        return self.execute_async(name).wait()
+
+    def execute_async(self, name: str = "accelflow job") -> Any:
+        """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""
+        from accelflow.runtime._client import submit
+
+        return submit(self, name)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _add(self, kind: Kind, name: str, fn: Any, parallelism: int | None,
+             upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None,
+             partitioning: Partitioning = "forward", key_fn: Any = None,
+             **options: Any) -> DataStream:
+        if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1):
+            raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=f"operator {name!r}")
+        if parallelism is None:
+            parallelism = upstream.parallelism if upstream is not None and kind.startswith("sink") \
+                else self.config.get(k.PARALLELISM_DEFAULT)
+        profile = ResourceProfile.parse(resources, operator=name)
+        t = Transformation(
+            id=len(self._transformations), kind=kind, name=name, fn=fn, parallelism=parallelism,
+            resources=profile, input=None if upstream is None else upstream._id,
+            partitioning=partitioning, key_fn=key_fn, options=options,
+        )
+        self._transformations.append(t)
+        return DataStream(self, t.id)
+
+
+class DataStream:
+    """A stream of records; every transformation returns a new ``DataStream``.
+
+    Every transformation takes ``name=``, ``parallelism=`` and ``resources=`` (e.g.
+    ``{"gpu": 1}``, ``{"gpu": 0.25}``, ``{"fpga": 2}``).
+    """
+
+    def __init__(self, env: Environment, transformation_id: int,
+                 partitioning: Partitioning = "forward", key_fn: Any = None) -> None:
+        self._env = env
+        self._id = transformation_id
+        self._partitioning: Partitioning = partitioning
+        self._key_fn = key_fn
+
+    @property
+    def parallelism(self) -> int:
+        return self._env._transformations[self._id].parallelism
+
+    def _then(self, kind: Kind, fn: Any, name: str | None, parallelism: int | None,
+              resources: Mapping[str, Amount] | None, **options: Any) -> DataStream:
+        _check_callable(fn, kind, name)
+        return self._env._add(kind, name or kind, fn, parallelism, self, resources=resources,
+                              partitioning=self._partitioning, key_fn=self._key_fn, **options)
+
+    def map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
+            resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """One output per record: ``fn(x)`` or a ``RichMapFunction``."""
+        return self._then("map", fn, name, parallelism, resources)
+
+    def flat_map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
+                 resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """Zero or more outputs per record: ``fn(x)`` returns an iterable."""
+        return self._then("flat_map", fn, name, parallelism, resources)
+
+    def filter(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
+               resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """Keep records for which ``fn(x)`` is true."""
+        return self._then("filter", fn, name, parallelism, resources)
+
+    def map_batches(self, fn: Any, *, batch_size: int | None = None, name: str | None = None,
+                    parallelism: int | None = None,
+                    resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
+        array of rows, a tuple of column arrays for tuple records, or a list) and returns a
+        batch of outputs (array, tuple of arrays, or list)."""
+        size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}",
+                              key=f"operator {name or 'map_batches'!r}")
+        return self._then("map_batches", fn, name, parallelism, resources, batch_size=size)
+
+    def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
+        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``."""
+        _check_callable(key_fn, "key_by", None)
+        return KeyedStream(self._env, self._id, "hash", key_fn)
+
+    def rebalance(self) -> DataStream:
+        """Spread records round-robin over the next operator's subtasks."""
+        return DataStream(self._env, self._id, "rebalance")
+
+    # -- sinks ------------------------------------------------------------------------------
+    def print(self, *, name: str = "print") -> None:
+        """Print every record to stdout (prefixed ``i> `` when parallel, as Flink)."""
+        self._env._add("sink_print", name, None, None, self,
+                       partitioning=self._partitioning, key_fn=self._key_fn)
+
+    def sink_to_file(self, path: str | os.PathLike[str], *, name: str = "file sink",
+                     parallelism: int | None = None) -> None:
+        """Write one line per record (``str(record)``) to ``path``, atomically: the file is
+        complete when the job succeeds and absent (or unchanged) when it fails."""
+        target = Path(path).absolute()
+        if not target.parent.is_dir():
+            raise ConfigError(f"directory {str(target.parent)!r} does not exist",
+                              key=f"sink_to_file({str(path)!r})")
+        if target.is_dir():
+            raise ConfigError("is a directory; give a file path", key=f"sink_to_file({str(path)!r})")
+        self._env._add("sink_file", name, str(target), parallelism, self,
+                       partitioning=self._partitioning, key_fn=self._key_fn)
+
+    def add_sink(self, sink: Any, *, name: str = "sink", parallelism: int | None = None) -> None:
+        """A user sink: a ``SinkFunction`` (``invoke(x)``) or a plain callable."""
+        _check_callable(sink, "sink_user", name)
+        self._env._add("sink_user", name, sink, parallelism, self,
+                       partitioning=self._partitioning, key_fn=self._key_fn)
+
+    def execute_and_collect(self, job_name: str = "accelflow job") -> list[Any]:
+        """Run the job and return this stream's records (in subtask order)."""
+        self._env._add("sink_collect", "collect", None, None, self,
+                       partitioning=self._partitioning, key_fn=self._key_fn)
+        result = self._env.execute(job_name)
+        return list(result.collected)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key. ``reduce`` and ``sum`` keep one value per key.
+
+    With only bounded sources (``execution.runtime-mode: automatic`` or ``batch``) they emit
+    one final value per key at the end; in streaming mode they emit the running value for
+    every record, as Flink does.
+    """
+
+    def reduce(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
+               resources: Mapping[str, Amount] | None = None) -> DataStream:
+        return self._then("reduce", fn, name, parallelism, resources)
+
+    def sum(self, field: int | None = None, *, name: str | None = None,
+            parallelism: int | None = None) -> DataStream:
+        """Sum records (numbers), or field ``field`` of tuple records keeping the others
+        from the first record of the key."""
+        return self._then("reduce", _Sum(field), name or "sum", parallelism, None)
+
+
+class _Sum:
+    def __init__(self, field: int | None) -> None:
+        self.field = field
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        if self.field is None:
+            return a + b
+        out = list(a)
+        out[self.field] = a[self.field] + b[self.field]
+        return tuple(out)
+
+
+def _check_callable(fn: Any, kind: str, name: str | None) -> None:
+    method = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
+              "map_batches": "map_batch", "sink_user": "invoke"}.get(kind)
+    if callable(fn) or (method and hasattr(fn, method)):
+        return
+    raise ConfigError(
+        f"expected a function or an object with a {method}() method, got {type(fn).__name__}",
+        key=f"{kind}({name or ''})",
+    )

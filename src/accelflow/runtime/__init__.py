@@ -1,0 +1,1 @@
+"""The runtime: JobManager, TaskExecutors, subtasks and launchers (private modules)."""

@@ -1,0 +1,115 @@
+"""Submitting a job: start the embedded cluster, run the job in a background thread, stop.
+
+``JobClient`` is what ``Environment.execute_async`` returns. The cluster lives exactly as long
+as the job; Ctrl-C (or any exception) in the caller cancels the job and stops the cluster.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from accelflow._errors import AccelflowError, JobCancelledError, JobError
+from accelflow.config import _keys as k
+from accelflow.runtime._graph import build_job_graph
+from accelflow.runtime._jobmanager import JobManager, JobResult
+from accelflow.runtime.launchers._base import Launcher
+
+if TYPE_CHECKING:
+    from accelflow.api._stream import Environment
+
+#: Set by ``accelflow run`` to show a progress display: called with the JobManager.
+progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
+
+
+def make_launcher(env: Environment) -> Launcher:
+    target = env.config.get(k.EXECUTION_TARGET)
+    if target == "ray":
+        raise JobError(
+            "execution.target: ray is not implemented yet; use the default 'local' target"
+        )
+    from accelflow.runtime.launchers._local import LocalLauncher
+
+    return LocalLauncher(env.config)
+
+
+class JobClient:
+    """Handle of a running job: ``status()``, ``cancel()``, ``wait()``."""
+
+    def __init__(self, env: Environment, name: str) -> None:
+        if not env._transformations:
+            raise AccelflowError("the job has no operators: add a source and a sink first")
+        if not any(t.is_sink for t in env._transformations):
+            raise AccelflowError(
+                "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
+                "execute_and_collect()"
+            )
+        self.name = name
+        self.graph = build_job_graph(name, list(env._transformations))
+        env._transformations.clear()
+        self.launcher = make_launcher(env)
+        self.jobmanager = JobManager(env.config, self.launcher)
+        self._status = "CREATED"
+        self._result: JobResult | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._stop_progress: Callable[[], None] | None = None
+        if progress_hook is not None:
+            self._stop_progress = progress_hook(self.jobmanager, self.graph)
+        self._thread = threading.Thread(target=self._run, name="accelflow-jobmanager", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._status = "STARTING"
+            self.jobmanager.start_cluster()
+            self._status = "RUNNING"
+            self._result = self.jobmanager.run(self.graph)
+            self._status = "FINISHED"
+        except JobCancelledError as exc:
+            self._status, self._error = "CANCELED", exc
+        except BaseException as exc:  # reported to the waiting caller
+            self._status, self._error = "FAILED", exc
+        finally:
+            try:
+                self.jobmanager.cleanup_after_failure(self.graph) if self._error else None
+                self.launcher.stop()
+            finally:
+                self._done.set()
+
+    def status(self) -> str:
+        """``STARTING``, ``RUNNING``, ``FINISHED``, ``FAILED`` or ``CANCELED``."""
+        return self._status
+
+    def cancel(self) -> None:
+        """Ask the job to stop; ``wait()`` then raises ``JobCancelledError``."""
+        self.jobmanager.cancel_requested = True
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Wait for the end of the job and return its result.
+
+        Raises:
+            TimeoutError: still running after ``timeout`` seconds.
+            JobCancelledError: the job was cancelled.
+            JobError / AllocationError / ...: the job failed; the message says why.
+        """
+        try:
+            if not self._done.wait(timeout):
+                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
+        except KeyboardInterrupt:
+            self.cancel()
+            self._done.wait(30)
+            raise
+        finally:
+            if self._done.is_set() and self._stop_progress is not None:
+                self._stop_progress()
+                self._stop_progress = None
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def submit(env: Environment, name: str) -> JobClient:
+    return JobClient(env, name)

@@ -1,0 +1,120 @@
+"""The logical graph a job script builds, and its translation into chains of operators.
+
+Operators are chained into one task (one process per subtask) when data can flow between
+them without leaving the process: single producer and consumer, forward partitioning, equal
+parallelism and equal resource requests, as in Flink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from accelflow.scheduling._amounts import ResourceProfile
+
+Partitioning = Literal["forward", "rebalance", "hash"]
+Kind = Literal[
+    "source", "map", "flat_map", "filter", "map_batches", "reduce",
+    "sink_print", "sink_file", "sink_collect", "sink_user",
+]
+
+
+@dataclass(slots=True)
+class Transformation:
+    """One operator as the user declared it."""
+
+    id: int
+    kind: Kind
+    name: str
+    fn: Any
+    parallelism: int
+    resources: ResourceProfile
+    input: int | None = None
+    partitioning: Partitioning = "forward"
+    key_fn: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_sink(self) -> bool:
+        return self.kind.startswith("sink")
+
+
+@dataclass(slots=True)
+class Chain:
+    """Operators that run together in one subtask process, ``parallelism`` times."""
+
+    id: int
+    nodes: list[Transformation]
+    input: int | None = None  # upstream chain id
+    partitioning: Partitioning = "forward"
+    key_fn: Any = None
+    outputs: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return " -> ".join(n.name for n in self.nodes)
+
+    @property
+    def head(self) -> Transformation:
+        return self.nodes[0]
+
+    @property
+    def parallelism(self) -> int:
+        return self.nodes[0].parallelism
+
+    @property
+    def resources(self) -> ResourceProfile:
+        return self.nodes[0].resources
+
+
+@dataclass(slots=True)
+class JobGraph:
+    name: str
+    transformations: list[Transformation]
+    chains: list[Chain]
+
+    @property
+    def max_parallelism(self) -> int:
+        return max(c.parallelism for c in self.chains)
+
+    def upstream_senders(self, chain: Chain, index: int) -> int:
+        """How many upstream subtasks send to subtask ``index`` of ``chain``."""
+        if chain.input is None:
+            return 0
+        upstream = self.chains[chain.input]
+        if chain.partitioning == "forward":
+            return 1 if index < upstream.parallelism else 0
+        return upstream.parallelism
+
+
+def build_job_graph(name: str, transformations: list[Transformation]) -> JobGraph:
+    """Chain the transformations. Forward edges between different parallelisms become
+    rebalance edges (as in Flink)."""
+    consumers: dict[int, list[int]] = {t.id: [] for t in transformations}
+    for t in transformations:
+        if t.input is not None:
+            consumers[t.input].append(t.id)
+            if t.partitioning == "forward" and transformations[t.input].parallelism != t.parallelism:
+                t.partitioning = "rebalance"
+    chain_of: dict[int, int] = {}
+    chains: list[Chain] = []
+    for t in transformations:
+        up = t.input
+        if (
+            up is not None
+            and len(consumers[up]) == 1
+            and t.partitioning == "forward"
+            and transformations[up].resources == t.resources
+        ):
+            chain = chains[chain_of[up]]
+            chain.nodes.append(t)
+        else:
+            chain = Chain(len(chains), [t])
+            if up is not None:
+                chain.input = chain_of[up]
+                chain.partitioning = t.partitioning
+                chain.key_fn = t.key_fn
+                chains[chain.input].outputs.append(chain.id)
+            chains.append(chain)
+        chain_of[t.id] = chain.id
+    return JobGraph(name, transformations, chains)

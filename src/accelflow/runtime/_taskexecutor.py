@@ -1,0 +1,154 @@
+"""The TaskExecutor process: runs the external resource drivers once at start-up, registers
+its slots and devices with the JobManager, and forks one process per deployed subtask with
+that subtask's isolation environment (e.g. ``CUDA_VISIBLE_DEVICES``).
+
+It never outlives the JobManager: when the JobManager's connection drops (the client exited
+or crashed) it kills its subtasks, gives its devices back and exits.
+
+Run as ``python -m accelflow.runtime._taskexecutor ID JM_ADDRESS CONFIG_JSON`` with the
+authentication key in ``$ACCELFLOW_AUTHKEY`` (hex).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from multiprocessing import forkserver
+from multiprocessing.connection import Client, Connection, wait
+from typing import Any
+
+from accelflow._errors import AccelflowError
+from accelflow.config import config_from
+from accelflow.config import _keys as k
+from accelflow.resources._api import ExternalResourceInfo
+from accelflow.resources._provider import ExternalResourceInfoProvider
+from accelflow.runtime._protocol import Registration, SubtaskDescriptor, SubtaskKey
+from accelflow.runtime._subtask import die_with_parent, run_subtask
+
+AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
+_TERM_GRACE_S = 2.0
+
+
+class TaskExecutor:
+    def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
+                 slots: int) -> None:
+        self.id = te_id
+        self.jm = jm
+        self.provider = provider
+        self.slots = slots
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
+
+    def serve(self) -> None:
+        while True:
+            sources: list[Any] = [self.jm]
+            for proc, conn in self.children.values():
+                sources += [proc.sentinel, conn]
+            for ready in wait(sources):
+                if ready is self.jm:
+                    if not self._command():
+                        return
+                else:
+                    self._child_event(ready)
+
+    def _command(self) -> bool:
+        try:
+            msg = self.jm.recv()
+        except (EOFError, OSError):
+            return False
+        if msg[0] == "deploy":
+            self._deploy(msg[1])
+        elif msg[0] == "cancel":
+            self._terminate([key for key in self.children if key.job_id == msg[1]])
+        elif msg[0] == "shutdown":
+            return False
+        return True
+
+    def _deploy(self, desc: SubtaskDescriptor) -> None:
+        env: dict[str, str] = {}
+        if desc.isolate:
+            assigned = {
+                name: [ExternalResourceInfo(props) for props, _ in items]
+                for name, items in desc.assigned.items()
+            }
+            env = self.provider.isolation_env(assigned)
+        parent, child = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=run_subtask, args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
+            daemon=False,
+        )
+        proc.start()
+        child.close()
+        self.children[desc.key] = (proc, parent)
+
+    def _child_event(self, ready: Any) -> None:
+        for key, (proc, conn) in list(self.children.items()):
+            if ready is conn:
+                try:
+                    self.jm.send(conn.recv())
+                except EOFError:
+                    pass
+                return
+            if ready == proc.sentinel:
+                while conn.poll():  # relay what it said before exiting
+                    try:
+                        self.jm.send(conn.recv())
+                    except EOFError:
+                        break
+                proc.join()
+                conn.close()
+                del self.children[key]
+                self.jm.send(("subtask_exit", key, proc.exitcode))
+                return
+
+    def _terminate(self, keys: list[SubtaskKey]) -> None:
+        procs = [self.children[key][0] for key in keys if key in self.children]
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + _TERM_GRACE_S
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def shutdown(self) -> None:
+        self._terminate(list(self.children))
+        self.provider.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    te_id, address, config_path = (argv or sys.argv[1:])[:3]
+    die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["accelflow.runtime._subtask", "numpy", "cloudpickle"])
+    forkserver.ensure_running()
+    with open(config_path, encoding="utf-8") as f:
+        config = config_from(values=json.load(f))
+    jm = Client(address, "AF_UNIX", authkey=authkey)
+    try:
+        provider = ExternalResourceInfoProvider.from_config(config)
+    except AccelflowError as exc:
+        jm.send(("register_failed", te_id, type(exc).__name__, str(exc)))
+        return 1
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
+    try:
+        jm.send(("register", Registration(
+            te_id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
+        )))
+        te.serve()
+    finally:
+        te.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

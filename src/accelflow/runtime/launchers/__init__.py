@@ -1,0 +1,1 @@
+"""Launchers: where TaskExecutors run (local processes; Ray actors later)."""

@@ -1,0 +1,117 @@
+"""The embedded local cluster: TaskExecutors as OS processes on this machine."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from accelflow.config import Configuration
+from accelflow.runtime._taskexecutor import AUTHKEY_ENV_VAR
+from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+
+_STOP_TIMEOUT_S = 10.0
+
+
+class _LocalHandle(TaskExecutorHandle):
+    def __init__(self, te_id: str, conn: Connection) -> None:
+        self.id = te_id
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        try:
+            with self.lock:
+                self.conn.send(message)
+        except OSError:
+            pass  # its reader thread reports te_lost
+
+
+class LocalLauncher(Launcher):
+    def __init__(self, config: Configuration) -> None:
+        self.config = config
+        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
+        self.authkey = secrets.token_bytes(32)
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.listener = Listener(str(self.workdir / "jm.sock"), "AF_UNIX", authkey=self.authkey)
+        self.config_path = self.workdir / "config.json"
+        self.config_path.write_text(json.dumps(config.to_raw_dict(), default=str), encoding="utf-8")
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.handles: dict[str, _LocalHandle] = {}
+        self._stopped = False
+        threading.Thread(target=self._accept, daemon=True, name="accelflow-accept").start()
+        atexit.register(self.stop)
+
+    def start(self, ids: list[str]) -> None:
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        env[AUTHKEY_ENV_VAR] = self.authkey.hex()
+        for te_id in ids:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "accelflow.runtime._taskexecutor", te_id,
+                 str(self.workdir / "jm.sock"), str(self.config_path)],
+                env=env, stdin=subprocess.DEVNULL,
+            )
+            self.procs[te_id] = proc
+            threading.Thread(target=self._watch, args=(te_id, proc), daemon=True).start()
+
+    def handle(self, te_id: str) -> TaskExecutorHandle:
+        return self.handles[te_id]
+
+    def channel_address(self, name: str) -> str:
+        return str(self.workdir / f"{name}.sock")
+
+    def pid(self, te_id: str) -> int:
+        return self.procs[te_id].pid
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError):
+                if self._stopped:
+                    return
+                continue  # a failed handshake (wrong key) must not stop the cluster
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: Connection) -> None:
+        te_id = None
+        try:
+            while True:
+                msg = conn.recv()
+                if msg[0] == "register":
+                    te_id = msg[1].taskexecutor_id
+                    self.handles[te_id] = _LocalHandle(te_id, conn)
+                self.events.put((te_id or msg[1], msg))
+        except (EOFError, OSError):
+            if te_id is not None:
+                self.events.put((te_id, ("te_lost", te_id)))
+
+    def _watch(self, te_id: str, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.wait()
+        self.events.put((te_id, ("te_exit", te_id, code)))
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for handle in list(self.handles.values()):
+            handle.send(("shutdown",))
+        for proc in self.procs.values():
+            try:
+                proc.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.listener.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self.stop)

@@ -1,0 +1,25 @@
+"""Exact amounts, the device ledger and pure placement decisions."""
+
+from accelflow.scheduling._amounts import ResourceProfile, format_amount, parse_amount
+from accelflow.scheduling._assign import (
+    SlotAssignment,
+    SlotRequest,
+    SubtaskRequest,
+    TaskExecutorOffer,
+    natural_key,
+    place,
+)
+from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
+
+__all__ = [
+    "DeviceKey",
+    "DeviceLedger",
+    "ResourceProfile",
+    "SlotAssignment",
+    "SlotRequest",
+    "SubtaskRequest",
+    "TaskExecutorOffer",
+    "format_amount",
+    "natural_key",
+    "place",
+]

@@ -1,0 +1,97 @@
+"""Who holds which share of which device: the authoritative book of one cluster.
+
+Like trio's ``CapacityLimiter``: a holder takes shares, taking the same device twice or
+releasing what it does not hold is an error, and :meth:`DeviceLedger.statistics` lists the
+holders. Shares are exact fractions; a device's free share stays within ``[0, 1]``.
+
+Invariant: for every device, ``free + sum(holder shares) == 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accelflow._errors import AccelflowInternalError
+from accelflow.scheduling._amounts import ONE
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceKey:
+    """One device: TaskExecutor id, resource name, address (e.g. ``("te-1", "gpu", "0")``)."""
+
+    taskexecutor: str
+    resource: str
+    address: str
+
+    def __str__(self) -> str:
+        return f"{self.taskexecutor}: {self.resource} {self.address}"
+
+
+class DeviceLedger:
+    """Free shares and holders of every device in the cluster."""
+
+    def __init__(self) -> None:
+        self._holders: dict[DeviceKey, dict[Hashable, Fraction]] = {}
+
+    def add_devices(self, devices: Iterable[DeviceKey]) -> None:
+        for device in devices:
+            self._holders.setdefault(device, {})
+
+    def remove_taskexecutor(self, taskexecutor: str) -> None:
+        """Forget a TaskExecutor's devices (it died or stopped), holders included."""
+        for device in [d for d in self._holders if d.taskexecutor == taskexecutor]:
+            del self._holders[device]
+
+    def devices(self) -> list[DeviceKey]:
+        return sorted(self._holders)
+
+    def free(self, device: DeviceKey) -> Fraction:
+        return ONE - sum(self._holders[device].values(), Fraction(0))
+
+    def holders(self, device: DeviceKey) -> Mapping[Hashable, Fraction]:
+        return dict(self._holders[device])
+
+    def acquire(self, holder: Hashable, shares: Mapping[DeviceKey, Fraction]) -> None:
+        """Take ``shares`` for ``holder``, all or nothing.
+
+        Raises:
+            AccelflowInternalError: an unknown device, a share the device does not have free,
+                or a holder that already holds the device (the scheduler must never do this).
+        """
+        for device, share in shares.items():
+            if device not in self._holders:
+                raise AccelflowInternalError(f"acquire of unknown device {device}")
+            if holder in self._holders[device]:
+                raise AccelflowInternalError(f"{holder!r} already holds {device}")
+            if share <= 0 or share > self.free(device):
+                raise AccelflowInternalError(
+                    f"{holder!r} asked for {share} of {device}, which has {self.free(device)} free"
+                )
+        for device, share in shares.items():
+            self._holders[device][holder] = share
+
+    def release(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
+        """Give back everything ``holder`` holds; returns what it held (empty if nothing)."""
+        released = {}
+        for device, holders in self._holders.items():
+            if holder in holders:
+                released[device] = holders.pop(holder)
+        return released
+
+    def held_by(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
+        return {d: h[holder] for d, h in self._holders.items() if holder in h}
+
+    def statistics(self) -> list[dict[str, object]]:
+        """One row per device: its key, free share and holders with their shares."""
+        return [
+            {
+                "taskexecutor": d.taskexecutor,
+                "resource": d.resource,
+                "address": d.address,
+                "free": self.free(d),
+                "holders": dict(self._holders[d]),
+            }
+            for d in self.devices()
+        ]
