@@ -20,6 +20,7 @@ from accelflow._errors import (
     MissingDependencyError,
 )
 from accelflow.api._context import RuntimeContext
+from accelflow.api._idx_source import IdxSource
 from accelflow.api._functions import (
     RichFilterFunction,
     RichFlatMapFunction,
@@ -50,6 +51,7 @@ __all__ = [
     "DriverLoadError",
     "Environment",
     "ExternalResourceInfo",
+    "IdxSource",
     "JobCancelledError",
     "JobClient",
     "JobError",

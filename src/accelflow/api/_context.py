@@ -28,6 +28,7 @@ class RuntimeContext:
         self,
         *,
         task_name: str,
+        operator_name: str | None = None,
         index_of_this_subtask: int,
         number_of_parallel_subtasks: int,
         attempt_number: int,
@@ -37,6 +38,8 @@ class RuntimeContext:
         cancelled: threading.Event | None = None,
     ) -> None:
         self.task_name = task_name
+        #: the operator's own name (``task_name`` is the whole chain, e.g. "map -> sink")
+        self.operator_name = operator_name or task_name
         self.index_of_this_subtask = index_of_this_subtask
         self.number_of_parallel_subtasks = number_of_parallel_subtasks
         self.attempt_number = attempt_number

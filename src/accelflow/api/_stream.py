@@ -45,6 +45,8 @@ class Environment:
             conf_file=conf_file, values=dict(config or {}), definitions=definitions
         )
         self._transformations: list[Transformation] = []
+        #: the result of the last job this environment ran (set by ``execute``)
+        self.last_result: Any = None
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
@@ -91,7 +93,8 @@ class Environment:
             JobError: a subtask failed (after restarts, if any) or a TaskExecutor died.
             AllocationError: a resource request cannot be met; says why per device.
         """
-        return self.execute_async(name).wait()
+        self.last_result = self.execute_async(name).wait()
+        return self.last_result
 
     def execute_async(self, name: str = "accelflow job") -> Any:
         """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""

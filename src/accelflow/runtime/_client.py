@@ -7,6 +7,7 @@ as the job; Ctrl-C (or any exception) in the caller cancels the job and stops th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ class JobClient:
                 "execute_and_collect()"
             )
         self.name = name
+        self.submitted = time.monotonic()
         self.graph = build_job_graph(name, list(env._transformations))
         env._transformations.clear()
         self.launcher = make_launcher(env)
@@ -65,7 +67,7 @@ class JobClient:
             self._status = "STARTING"
             self.jobmanager.start_cluster()
             self._status = "RUNNING"
-            self._result = self.jobmanager.run(self.graph)
+            self._result = self.jobmanager.run(self.graph, self.submitted)
             self._status = "FINISHED"
         except JobCancelledError as exc:
             self._status, self._error = "CANCELED", exc

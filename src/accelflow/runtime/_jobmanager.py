@@ -134,15 +134,16 @@ class JobManager:
         for r in reg.resources:
             if r["status"] == "ok":
                 keys += [DeviceKey(reg.taskexecutor_id, r["name"], _address(i)) for i in r["infos"]]
-            elif r["status"] == "no-driver":
+            else:  # no driver, or degraded: counted by amount, no infos (as in Flink)
                 keys += [DeviceKey(reg.taskexecutor_id, r["name"], f"#{i}") for i in range(r["amount"])]
         return keys
 
     # -- jobs ----------------------------------------------------------------------------------
-    def run(self, graph: JobGraph) -> JobResult:
+    def run(self, graph: JobGraph, submitted: float | None = None) -> JobResult:
+        """Run ``graph`` to the end; times count from ``submitted`` (``time.monotonic()``)."""
         self._job_counter += 1
         job_id = f"job-{self._job_counter}"
-        started = time.monotonic()
+        started = submitted if submitted is not None else time.monotonic()
         self._prepare_sources(graph)
         strategy = self.config.get(k.RESTART_STRATEGY)
         attempts_left = self.config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
@@ -381,17 +382,22 @@ class JobManager:
                     for p in self.subtasks[SubtaskKey(job_id, attempt, chain.id, i)].parts
                 ]
                 tmp = f"{target}.tmp-{os.getpid()}"
-                with open(tmp, "wb") as out:
-                    for part in parts:
-                        with open(part, "rb") as f:
-                            while block := f.read(1 << 20):
-                                out.write(block)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, target)
+                try:
+                    with open(tmp, "wb") as out:
+                        for part in parts:
+                            with open(part, "rb") as f:
+                                while block := f.read(1 << 20):
+                                    out.write(block)
+                        out.flush()
+                        os.fsync(out.fileno())
+                    os.replace(tmp, target)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
                 for part in parts:
                     os.unlink(part)
-            self._remove_stale_parts(graph)
+        self._remove_stale_parts(graph)
 
     @staticmethod
     def _remove_stale_parts(graph: JobGraph) -> None:

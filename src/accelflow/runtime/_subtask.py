@@ -62,8 +62,11 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     except _Cancelled:
         os._exit(143)
     except BaseException:
-        status.send(("failed", desc.key, traceback.format_exc()))
-        os._exit(1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
+        try:
+            status.send(("failed", desc.key, traceback.format_exc()))
+        finally:
+            os._exit(1)
 
 
 class _Runner:
@@ -80,17 +83,16 @@ class _Runner:
         try:
             head = plan.nodes[0]
             self.ops: list[Operator] = [OPERATORS[n.kind](n) for n in plan.nodes if n.kind != "source"]
-            ctx = self._context(head.name)
             opened: list[Operator] = []
             try:
                 for op in self.ops:
-                    op.open(ctx)
+                    op.open(self._context(op.node.name))
                     opened.append(op)
                 self.routers = [_Router(edge, desc.key.index, desc.authkey) for edge in plan.outputs]
                 self.status.send(("running", desc.key))
                 if head.kind == "source":
                     self.source_out = 0
-                    self._run_source(head.fn, ctx)
+                    self._run_source(head.fn, self._context(head.name))
                 else:
                     self._run_inputs(listener)
                 self._finish()
@@ -113,7 +115,7 @@ class _Runner:
             for r, props in desc.taskexecutor_infos.items()
         }
         return RuntimeContext(
-            task_name=self.plan.name, index_of_this_subtask=desc.key.index,
+            task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,

@@ -188,7 +188,10 @@ def _describe_failure(request: SlotRequest, offers: Sequence[TaskExecutorOffer])
     where = f"any of {len(offers)} TaskExecutor(s) ({total} slots in all)"
     if not asking:
         names = ", ".join(s.description for s in request.subtasks)
-        return f"no free slot for {names} on {where}:"
+        return (
+            f"no free slot for {names} on {where}; raise taskmanager.numberOfTaskSlots or "
+            "local.number-taskmanager, or lower the parallelism:"
+        )
     asks = "; ".join(
         f"{s.description} asking for "
         + ", ".join(f"{k}: {format_amount(v)}" for k, v in s.profile.items())

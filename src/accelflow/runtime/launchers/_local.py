@@ -53,7 +53,10 @@ class LocalLauncher(Launcher):
         atexit.register(self.stop)
 
     def start(self, ids: list[str]) -> None:
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        # The client's import path travels, so modules next to the job script import in
+        # subtasks too; PYTHONHASHSEED makes hash() agree across processes.
+        path = [p for p in sys.path if p and os.path.isdir(p)]
+        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(path))
         env[AUTHKEY_ENV_VAR] = self.authkey.hex()
         for te_id in ids:
             proc = subprocess.Popen(

@@ -1,0 +1,68 @@
+"""``IdxSource``: the IDX files of (Fashion-)MNIST as a bounded, splittable source."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from accelflow._errors import ConfigError
+from accelflow.api._context import RuntimeContext
+from accelflow.api._functions import Source
+from accelflow.runtime._chunks import CHUNK_RECORDS, Columns
+
+
+class IdxSource(Source[Any]):
+    """Images (and optionally their labels) from IDX files, raw or gzip.
+
+    Records are ``(image, label)`` tuples (or images alone), delivered as column chunks, so a
+    ``map_batches`` downstream gets ``(images (N, 28, 28), labels (N,))`` without per-record
+    work. Headers are checked when the source is built, so a foreign or truncated file fails
+    at submission, naming the file.
+
+    Args:
+        images: path of the images file, e.g. ``t10k-images-idx3-ubyte.gz``.
+        labels: path of the labels file, or ``None``.
+        limit: read only the first ``limit`` records.
+    """
+
+    def __init__(self, images: str | os.PathLike[str], labels: str | os.PathLike[str] | None = None,
+                 *, limit: int | None = None) -> None:
+        from accelflow.io import open_idx, open_labeled_pair
+
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"expected a positive integer, got {limit!r}", key="IdxSource(limit=)")
+        self.images, self.labels = os.fspath(images), labels and os.fspath(labels)
+        if self.labels:
+            with open_labeled_pair(self.images, self.labels) as pair:
+                count = len(pair)
+        else:
+            with open_idx(self.images) as file:
+                count = len(file)
+        self.count = count if limit is None else min(limit, count)
+
+    def create_splits(self, parallelism: int) -> Sequence[Any]:
+        from accelflow.io import split_ranges
+
+        return split_ranges(self.count, parallelism)
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        for chunk in self.read_chunks(split, ctx):
+            yield from chunk.rows() if isinstance(chunk, Columns) else chunk
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        from accelflow.io import open_idx, open_labeled_pair
+
+        first, stop = split
+        if self.labels:
+            with open_labeled_pair(self.images, self.labels) as pair:
+                for start in range(first, stop, CHUNK_RECORDS):
+                    images, labels = pair.read_range(start, min(start + CHUNK_RECORDS, stop))
+                    yield Columns((images, labels))
+        else:
+            with open_idx(self.images) as file:
+                for start in range(first, stop, CHUNK_RECORDS):
+                    yield file.read_range(start, min(start + CHUNK_RECORDS, stop))
+
+    def size_hint(self) -> int:
+        return self.count

@@ -1,0 +1,75 @@
+"""``accelflow run job.py [--conf FILE] [-D k=v ...] [-- script args]``: run a job script (like
+``flink run``) with the CLI's config around the script's own: ``--conf`` below the script's
+``Environment({...})`` dict, ``-D`` above it. Shows a progress bar for bounded jobs and a
+live record count otherwise (on a terminal)."""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from accelflow._errors import ConfigError
+from accelflow.api import _stream
+from accelflow.cli._common import add_config_options, load_cli_config, stderr
+from accelflow.runtime import _client
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "run", help="run a job script on the embedded local cluster",
+        description="Run a Python job script. Config layers, lowest first: --conf (or "
+        "$ACCELFLOW_CONF), the script's own Environment({...}), then -D.",
+    )
+    add_config_options(parser)
+    parser.add_argument("script", help="the job script, e.g. examples/fashion_mnist_inference.py")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    parser.add_argument("--no-progress", action="store_true", help="do not show progress")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    script = Path(args.script)
+    if not script.is_file():
+        raise ConfigError("no such job script", key=f"accelflow run {args.script}")
+    load_cli_config(args)  # validate --conf/-D up front, one message for every problem
+    _stream._CLI_LAYERS.append((args.conf, list(args.definitions)))
+    show = not args.no_progress and sys.stderr.isatty()
+    previous = _client.progress_hook
+    _client.progress_hook = _progress_display if show else None
+    argv = sys.argv
+    sys.argv = [str(script), *[a for a in args.args if a != "--"]]
+    sys.path.insert(0, str(script.parent.absolute()))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+        sys.path.remove(str(script.parent.absolute()))
+        _client.progress_hook = previous
+        _stream._CLI_LAYERS.pop()
+    return 0
+
+
+def _progress_display(jobmanager: Any, graph: Any) -> Callable[[], None]:
+    progress = Progress(
+        SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+        TextColumn("{task.completed:,.0f}{task.fields[of]} records"), TimeElapsedColumn(),
+        console=stderr(), transient=True,
+    )
+    task = progress.add_task(graph.name, total=None, of="")
+    progress.start()
+
+    def update(snapshot: dict[str, Any]) -> None:
+        total = snapshot["total"]
+        progress.update(task, completed=snapshot["records"], total=total,
+                        of=f" / {total:,}" if total else "")
+
+    jobmanager.progress_listeners.append(update)
+    return progress.stop
