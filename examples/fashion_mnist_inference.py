@@ -20,7 +20,6 @@ Options (after the script): ``--data-dir DIR``, ``--limit N``, ``--parallelism P
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from accelflow.io import find_fashion_mnist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fashion_mnist_model import CLASS_NAMES, DEFAULT_MODEL_PATH, load_model  # noqa: E402
+from gpu_backend import pick_backend, to_numpy  # noqa: E402
 
 
 class Preprocess(RichMapBatchesFunction):
@@ -60,7 +60,7 @@ class Classify(RichMapBatchesFunction):
         self.model = load_model(self.model_path)
         gpus = sorted(ctx.get_external_resource_infos(self.resource)) if self.resource else []
         self.device = gpus[0] if gpus else None
-        self.xp, how = _backend(self.device, self.resource)
+        self.xp, how = pick_backend(self.device, self.resource)
         self.label = f"{ctx.operator_name} ({ctx.index_of_this_subtask + 1}/" \
                      f"{ctx.number_of_parallel_subtasks})"
         print(f"[{self.label}] {how}", flush=True)
@@ -68,59 +68,7 @@ class Classify(RichMapBatchesFunction):
     def map_batch(self, batch: Any) -> Any:
         x, labels = batch
         predictions = self.model.predict(x, xp=self.xp)
-        return _to_numpy(predictions).astype(np.int64), np.asarray(labels, dtype=np.int64)
-
-
-def _backend(device: Any, resource: str | None) -> tuple[Any, str]:
-    """Pick CuPy, then PyTorch, then NumPy, and say why."""
-    if device is None:
-        why = "no GPU resource configured" if resource is None else \
-            f"no '{resource}' device info (discovery found none or degraded)"
-        return np, f"NumPy on the CPU: {why}"
-    index = int(device.get_property("index") or 0)
-    # With device isolation the subtask sees only its GPU(s), renumbered from 0.
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    local = 0 if visible is not None else index
-    name = f"{resource} {device.address}" + (f" ({device.get_property('name')})" if device.get_property("name") else "")
-    problems = []
-    try:
-        import cupy
-
-        cupy.cuda.Device(local).use()
-        return cupy, f"CuPy on {name}, CUDA device {local} in this process"
-    except Exception as exc:  # ImportError, or no CUDA runtime: try the next backend
-        problems.append(f"CuPy: {type(exc).__name__}: {exc}".splitlines()[0])
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch.cuda.is_available() is False")
-        return _TorchXP(torch, torch.device(f"cuda:{local}")), f"PyTorch on {name}, cuda:{local}"
-    except Exception as exc:
-        problems.append(f"PyTorch: {type(exc).__name__}: {exc}".splitlines()[0])
-    return np, (f"NumPy on the CPU although {name} was assigned: " + "; ".join(problems)
-                + " (pip install 'accelflow[cuda]' for CuPy)")
-
-
-class _TorchXP:
-    """The few array functions the model needs, on a torch device."""
-
-    def __init__(self, torch: Any, device: Any) -> None:
-        self.torch, self.device = torch, device
-
-    def asarray(self, x: Any) -> Any:
-        return self.torch.as_tensor(np.asarray(x), device=self.device)
-
-    def argmax(self, x: Any, axis: int) -> Any:
-        return self.torch.argmax(x, dim=axis)
-
-
-def _to_numpy(array: Any) -> np.ndarray[Any, Any]:
-    if hasattr(array, "get"):  # CuPy
-        return np.asarray(array.get())
-    if hasattr(array, "cpu"):  # torch
-        return np.asarray(array.cpu().numpy())
-    return np.asarray(array)
+        return to_numpy(predictions).astype(np.int64), np.asarray(labels, dtype=np.int64)
 
 
 def _format(record: Any) -> str:
