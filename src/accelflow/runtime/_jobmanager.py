@@ -241,7 +241,7 @@ class JobManager:
                               self._free_devices(te.id))
             for te in sorted(self.taskexecutors.values(), key=lambda t: t.id)
         ]
-        assignments = place(requests, offers, self.config.get(k.PLACEMENT_POLICY))
+        assignments = place(requests, offers, self.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
         keys: list[SubtaskKey] = []
         slot_of: dict[SubtaskKey, str] = {}
         for assignment in assignments:

@@ -27,8 +27,8 @@ def _bind(fn: Any, kind: str) -> tuple[Any, Callable[..., Any]]:
     obj = fn() if inspect.isclass(fn) else fn
     method = _METHODS.get(kind)
     if method and hasattr(obj, method):
-        return obj, getattr(obj, method)
-    return obj, obj
+        return obj, getattr(obj, method)  # type: ignore[no-any-return]
+    return obj, obj  # type: ignore[return-value]
 
 
 class Operator:

@@ -27,7 +27,7 @@ class SubtaskKey(NamedTuple):
     job_id: str
     attempt: int
     chain: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose: the subtask index
 
 
 @dataclass(frozen=True, slots=True)
