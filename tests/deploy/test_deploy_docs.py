@@ -1,0 +1,67 @@
+"""``docs/deployment.md`` shows real output, and the deploy docstring examples hold."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from accelflow.cli._main import main
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
+_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+_FILE_HEADER = re.compile(r"# (\S+\.yaml)\n")
+
+
+def _examples() -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Config files the doc shows (first line ``# NAME.yaml``) and (command, output) pairs."""
+    blocks = _BLOCK.findall(DOC.read_text(encoding="utf-8"))
+    files = {m.group(1): body for _, body in blocks if (m := _FILE_HEADER.match(body))}
+    runs = []
+    for (_, body), (_, output) in zip(blocks, blocks[1:]):
+        lines = body.splitlines()
+        if len(lines) == 1 and lines[0].startswith("$ accelflow render") and "|" not in lines[0]:
+            runs.append((lines[0][2:], output))
+    return files, runs
+
+
+FILES, RUNS = _examples()
+
+
+def test_the_doc_has_generated_examples_for_both_managers() -> None:
+    managers = [shlex.split(command)[2] for command, _ in RUNS]
+    assert managers.count("kubernetes") >= 2 and managers.count("yarn") >= 2
+
+
+@pytest.mark.parametrize(("command", "expected"), RUNS, ids=[c[:60] for c, _ in RUNS])
+def test_each_example_is_the_commands_current_output(
+    command: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, body in FILES.items():
+        (tmp_path / name).write_text(body, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ACCELFLOW_CONF", raising=False)
+    assert main(shlex.split(command)[1:]) == 0
+    assert capsys.readouterr().out == expected
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "accelflow.deploy._kubernetes",
+        "accelflow.deploy._requests",
+        "accelflow.deploy._targets",
+        "accelflow.deploy._yarn",
+    ],
+)
+def test_docstring_examples(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
