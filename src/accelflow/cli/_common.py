@@ -7,6 +7,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.text import Text
 
 from accelflow.config import Configuration, config_from
 from accelflow.config._keys import ACCELFLOW_CONF_ENV_VAR
@@ -28,12 +29,16 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def conf_file(args: argparse.Namespace) -> str | None:
+    """The config file to read: ``--conf``, else ``$ACCELFLOW_CONF`` (not both), else none."""
+    return args.conf or os.environ.get(ACCELFLOW_CONF_ENV_VAR) or None
+
+
 def load_cli_config(args: argparse.Namespace) -> Configuration:
     """The config the user gave: ``--conf`` (or ``$ACCELFLOW_CONF``), then ``-D``."""
-    conf = args.conf or os.environ.get(ACCELFLOW_CONF_ENV_VAR) or None
-    config = config_from(conf_file=conf, definitions=args.definitions)
+    config = config_from(conf_file=conf_file(args), definitions=args.definitions)
     for warning in config.warnings:
-        stderr().print(f"[yellow]warning:[/] {warning}", highlight=False)
+        stderr().print(Text(f"warning: {warning}", style="yellow"))
     return config
 
 

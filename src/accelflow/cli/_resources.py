@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from accelflow.cli._common import add_config_options, load_cli_config
 from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
@@ -49,8 +51,9 @@ def _list_drivers(as_json: bool) -> int:
         print(json.dumps([_ep(e) for e in entries], indent=2))
         return 0
     table = Table("name", "factory", "package")
-    for e in entries:
-        table.add_row(e.name, e.value, f"{e.distribution or '?'} {e.version or ''}".strip())
+    for e in entries:  # Text: names come from installed packages, not from our markup
+        package = f"{e.distribution or '?'} {e.version or ''}".strip()
+        table.add_row(Text(e.name), Text(e.value), Text(package))
     Console().print(table)
     return 0
 
@@ -68,18 +71,22 @@ def _print_table(statuses: list[ResourceStatus]) -> None:
         spec = status.spec
         color = {"ok": "green", "no-driver": "yellow", "degraded": "red"}[status.status]
         console.print(
-            f"[bold]{spec.name}[/]  amount {spec.amount}  driver {spec.driver_factory or '-'}  "
-            f"status [{color}]{status.status}[/]"
-            f"  kubernetes {spec.kubernetes_config_key or '-'}  yarn {spec.yarn_config_key or '-'}",
+            f"[bold]{escape(spec.name)}[/]  amount {spec.amount}  "
+            f"driver {escape(spec.driver_factory or '-')}  status [{color}]{status.status}[/]"
+            f"  kubernetes {escape(spec.kubernetes_config_key or '-')}"
+            f"  yarn {escape(spec.yarn_config_key or '-')}",
             highlight=False,
         )
+        # driver messages and properties are printed as plain text, never as rich markup
         if status.message:
-            console.print(f"  {status.message}", style=color, highlight=False)
+            console.print(Text(f"  {status.message}", style=color))
         for warning in status.warnings:
-            console.print(f"  warning: {warning}", style="yellow", highlight=False)
+            console.print(Text(f"  warning: {warning}", style="yellow"))
         if status.infos:
             keys = sorted({key for info in status.infos for key in info.get_keys()})
-            table = Table(*keys)
+            table = Table()
+            for key in keys:
+                table.add_column(Text(key))
             for info in status.infos:
-                table.add_row(*(info.get_property(key) or "" for key in keys))
+                table.add_row(*(Text(info.get_property(key) or "") for key in keys))
             console.print(table)

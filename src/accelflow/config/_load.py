@@ -79,7 +79,7 @@ def parse_definitions(definitions: Sequence[str]) -> dict[str, str]:
     for item in definitions:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            problems.append(ConfigProblem(f"-D {item}", "expected -D key=value"))
+            problems.append(ConfigProblem(f"-D {_shown(item)}", "expected -D key=value"))
             continue
         values[key.strip()] = value.strip()
     if problems:
@@ -98,12 +98,19 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror}", key=str(file)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (byte {exc.start}); save the config file as UTF-8", key=str(file)
+        ) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", key=str(file)) from exc
+    except (ValueError, RecursionError) as exc:  # e.g. the timestamp 2024-13-01, deep nesting
+        raise ConfigError(f"not valid YAML: {exc}; quote values that are not meant as dates",
+                          key=str(file)) from exc
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
@@ -142,12 +149,23 @@ def config_from(
 ) -> Configuration:
     """The usual layering: YAML file, then a dict, then ``-D`` overrides."""
     layers: list[tuple[Mapping[str, Any], str]] = []
+    errors: list[ConfigError] = []
     if conf_file is not None:
-        layers.append((read_yaml(conf_file), str(conf_file)))
+        try:
+            layers.append((read_yaml(conf_file), str(conf_file)))
+        except ConfigError as exc:
+            errors.append(exc)
     if values:
         layers.append((dict(values), "dict"))
     if definitions:
-        layers.append((parse_definitions(definitions), "-D"))
+        try:
+            layers.append((parse_definitions(definitions), "-D"))
+        except ConfigError as exc:
+            errors.append(exc)
+    if len(errors) == 1:  # the keys cannot be checked while a layer is unreadable
+        raise errors[0]
+    if errors:
+        raise ConfigError([p for e in errors for p in e.problems]) from errors[0]
     return load_config(*layers)
 
 
@@ -158,9 +176,11 @@ class _Validator:
         self.problems: list[ConfigProblem] = []
         self.warnings: list[str] = []
         self.values: dict[str, Any] = {}
+        # suffix -> cluster key -> [(resource, config key that set it)], in listed order
+        self.cluster_keys: dict[str, dict[str, list[tuple[str, str]]]] = {}
 
     def problem(self, key: str, message: str) -> None:
-        self.problems.append(ConfigProblem(key, message, self.sources.get(key)))
+        self.problems.append(ConfigProblem(_shown(key), message, self.sources.get(key)))
 
     def parse(self, key: str, parser: Any) -> Any:
         try:
@@ -181,10 +201,16 @@ class _Validator:
                     self.parse(key, k.KEYS[key].parse)
             elif key.startswith(k.RESOURCE_PREFIX):
                 self._resource_key(key, listed, resource_keys)
+            elif isinstance(self.raw[key], Mapping):
+                self.problem(
+                    key,
+                    "unknown key; nested keys are not supported: write flat keys such as "
+                    "'external-resource.gpu.amount: 1'",
+                )
             else:
                 self._unknown(key, list(k.KEYS))
         specs = {name: spec for name in names if (spec := self._spec(name, resource_keys[name]))}
-        self._check_unique_cluster_keys(specs)
+        self._check_unique_cluster_keys()
         if self.problems:
             raise ConfigError(sorted(self.problems, key=lambda p: p.key))
         return Configuration(
@@ -200,24 +226,31 @@ class _Validator:
         if key not in self.raw:
             return []
         value = self.raw[key]
+        if value is None or isinstance(value, bool):
+            self.problem(
+                key,
+                f"expected ';'-separated names such as 'gpu;fpga' or 'none', got {value!r} "
+                "(YAML reads an empty value as null and no/off as false; quote it)",
+            )
+            return []
         items = [str(v) for v in value] if isinstance(value, list) else str(value).split(";")
         names = [item.strip() for item in items]
-        if names == ["none"]:
+        if len(names) == 1 and names[0].lower() == "none":
             self.values[key] = ()
             return []
         ok: list[str] = []
         for position, name in enumerate(names, 1):
             if not name:
                 self.problem(key, f"name {position} is empty (names are separated by ';')")
-            elif name == "none":
+            elif name.lower() == "none":
                 self.problem(key, "'none' alone means no resources; it cannot be a resource name")
             elif name in ok:
                 self.problem(key, f"{name!r} is listed twice")
             elif not _RESOURCE_NAME.fullmatch(name):
                 self.problem(
                     key,
-                    f"{name!r} is not a valid name: use letters, digits, '-' and '_' "
-                    "(no dots or whitespace)",
+                    f"{name!r} is not a valid name: use letters, digits, '-' and '_', "
+                    "starting with a letter or digit (no dots or whitespace)",
                 )
             else:
                 ok.append(name)
@@ -232,7 +265,7 @@ class _Validator:
         if suffix not in k.RESOURCE_SUFFIXES and not (
             suffix.startswith(k.PARAM_PREFIX) and len(suffix) > len(k.PARAM_PREFIX)
         ):
-            self._unknown(key, [f"external-resource.{name}.{s}" for s in k.RESOURCE_SUFFIXES])
+            self._unknown(key, list(k.RESOURCE_SUFFIXES), suffix, f"external-resource.{name}.")
             return
         if name not in listed:
             self.warnings.append(
@@ -241,9 +274,11 @@ class _Validator:
             return
         out[name][suffix] = key
 
-    def _unknown(self, key: str, known: list[str]) -> None:
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+    def _unknown(self, key: str, known: list[str], compared: str = "", prefix: str = "") -> None:
+        """Report ``key`` as unknown, suggesting the closest of ``known`` to ``compared``
+        (default: the key itself), e.g. a resource key's suffix against the known suffixes."""
+        close = difflib.get_close_matches(compared or key, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
         self.problem(key, f"unknown key{hint}")
 
     def _spec(self, name: str, keys: dict[str, str]) -> ExternalResourceSpec | None:
@@ -252,11 +287,7 @@ class _Validator:
         for suffix, key in keys.items():
             if not suffix.startswith(k.PARAM_PREFIX):
                 parsed[suffix] = self.parse(key, k.RESOURCE_SUFFIXES[suffix].parse)
-        params = {
-            suffix[len(k.PARAM_PREFIX):]: _param_text(self.raw[key])
-            for suffix, key in keys.items()
-            if suffix.startswith(k.PARAM_PREFIX)
-        }
+        params = self._params(keys)
         if "amount" not in keys:
             self.problem(prefix + "amount", f"resource {name!r} is listed but has no amount")
         amount = parsed.get("amount")
@@ -264,11 +295,18 @@ class _Validator:
         vendor = parsed.get("vendor")
         if vendor and not k8s_key:
             k8s_key = f"{vendor}/{name}"
-        if k8s_key and (why := kubernetes_extended_resource_problem(k8s_key)):
-            self.problem(keys.get("kubernetes.config-key", prefix + "vendor"), why)
+        if k8s_key:
+            k8s_origin = keys.get("kubernetes.config-key", prefix + "vendor")
+            if why := kubernetes_extended_resource_problem(k8s_key):
+                self.problem(k8s_origin, why)
+            else:
+                self._note_cluster_key("kubernetes.config-key", k8s_key, name, k8s_origin)
         yarn_key = parsed.get("yarn.config-key")
-        if yarn_key and (why := yarn_resource_type_problem(yarn_key)):
-            self.problem(keys["yarn.config-key"], why)
+        if yarn_key:
+            if why := yarn_resource_type_problem(yarn_key):
+                self.problem(keys["yarn.config-key"], why)
+            else:
+                self._note_cluster_key("yarn.config-key", yarn_key, name, keys["yarn.config-key"])
         selector = dict(parsed.get("kubernetes.node-selector") or {})
         if product := parsed.get("kubernetes.gpu-product"):
             selector["nvidia.com/gpu.product"] = product
@@ -287,24 +325,38 @@ class _Validator:
             ray_resource_name=parsed.get("ray.resource-name"),
         )
 
-    def _check_unique_cluster_keys(self, specs: dict[str, ExternalResourceSpec]) -> None:
-        for attr, suffix in (
-            ("kubernetes_config_key", "kubernetes.config-key"),
-            ("yarn_config_key", "yarn.config-key"),
-        ):
-            seen: dict[str, str] = {}
-            for spec in specs.values():
-                value = getattr(spec, attr)
-                if value is None:
-                    continue
-                if value in seen:
+    def _params(self, keys: dict[str, str]) -> dict[str, str]:
+        params: dict[str, str] = {}
+        for suffix, key in keys.items():
+            if not suffix.startswith(k.PARAM_PREFIX):
+                continue
+            value = self.raw[key]
+            if value is None or isinstance(value, Mapping | list | tuple | set):
+                self.problem(key, f"expected a text, number or boolean, got {value!r}")
+            else:
+                params[suffix[len(k.PARAM_PREFIX):]] = _param_text(value)
+        return params
+
+    def _note_cluster_key(self, suffix: str, value: str, name: str, key: str) -> None:
+        self.cluster_keys.setdefault(suffix, {}).setdefault(value, []).append((name, key))
+
+    def _check_unique_cluster_keys(self) -> None:
+        """Two resources that map to one cluster key is an error (Flink picks one at random)."""
+        for suffix, by_value in self.cluster_keys.items():
+            for value, users in by_value.items():
+                first, *others = users
+                for _name, key in others:
                     self.problem(
-                        spec.key(suffix),
-                        f"{value!r} is also the {suffix} of resource {seen[value]!r}; "
+                        key,
+                        f"{value!r} is also the {suffix} of resource {first[0]!r}; "
                         "each resource needs its own key",
                     )
-                else:
-                    seen[value] = spec.name
+
+
+def _shown(key: str) -> str:
+    """``key`` as printed in a problem: quoted when it is empty, padded or holds line breaks
+    or control characters, so each problem stays on one line and the odd part is visible."""
+    return key if key and key.isprintable() and key == key.strip() else repr(key)
 
 
 def _param_text(value: Any) -> str:

@@ -4,13 +4,16 @@ raises ``ValueError`` whose message states the rule (the caller adds the key).""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
-_INT = re.compile(r"[+-]?\d+")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?")
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h)?", re.ASCII)
+# Fraction("1e999999999") would compute 10**999999999; no amount needs an exponent that big.
+_HUGE_EXPONENT = re.compile(r"[eE][+-]?0*\d{4,}")
 _DURATION_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 0.001, "min": 60.0, "m": 60.0, "h": 3600.0}
 
 
@@ -30,6 +33,7 @@ def positive_int(value: object) -> int:
 
 
 def non_negative_int(value: object) -> int:
+    """A whole number >= 0: ``0``, ``2`` or ``"2"``."""
     number = _int(value)
     if number < 0:
         raise ValueError(f"expected an integer >= 0, got {_describe(value)}")
@@ -37,6 +41,7 @@ def non_negative_int(value: object) -> int:
 
 
 def port(value: object) -> int:
+    """A TCP port ``0..65535`` (``0`` picks a free one)."""
     number = _int(value)
     if not 0 <= number <= 65535:
         raise ValueError(f"expected a port number 0..65535, got {_describe(value)}")
@@ -48,7 +53,7 @@ def _int(value: object) -> int:
         raise ValueError(f"expected an integer, got {_describe(value)}")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and _INT.fullmatch(value.strip()):
+    if isinstance(value, str) and _INT.fullmatch(value.strip()) and len(value.strip()) < 100:
         return int(value.strip())
     raise ValueError(f"expected an integer, got {_describe(value)}")
 
@@ -57,8 +62,11 @@ def positive_number(value: object) -> Fraction:
     """An exact positive amount: ``2``, ``"0.25"``, ``"1/3"``; parsed without floats."""
     if isinstance(value, bool):
         raise ValueError(f"expected a positive number, got {_describe(value)}")
+    text = str(value).strip()
+    if _HUGE_EXPONENT.search(text):
+        raise ValueError(f"expected a positive number of sensible size, got {_describe(value)}")
     try:
-        number = Fraction(str(value).strip()) if not isinstance(value, Fraction) else value
+        number = Fraction(text) if not isinstance(value, Fraction) else value
     except (ValueError, ZeroDivisionError):
         raise ValueError(f"expected a positive number, got {_describe(value)}") from None
     if number <= 0:
@@ -71,18 +79,22 @@ def seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as '10 s' or '500 ms', got {_describe(value)}")
     if isinstance(value, int | float):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError:
+            raise ValueError(f"expected a duration of sensible size, got {_describe(value)}") from None
     else:
         match = _DURATION.fullmatch(str(value).strip().lower())
         if not match:
             raise ValueError(f"expected a duration such as '10 s' or '500 ms', got {_describe(value)}")
         result = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if result <= 0:
-        raise ValueError(f"expected a positive duration, got {_describe(value)}")
+    if not math.isfinite(result) or result <= 0:
+        raise ValueError(f"expected a positive, finite duration, got {_describe(value)}")
     return result
 
 
 def boolean(value: object) -> bool:
+    """``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -94,6 +106,9 @@ def boolean(value: object) -> bool:
 
 
 def string(value: object) -> str:
+    """A non-empty text (trimmed)."""
+    if value is None:
+        raise ValueError("has no value (an empty YAML value is null); give one or remove the key")
     if isinstance(value, dict | list | tuple | set):
         raise ValueError(f"expected a string, got {_describe(value)}")
     text = str(value).strip()
@@ -104,7 +119,7 @@ def string(value: object) -> str:
 
 def choice(*options: str) -> Callable[[object], str]:
     def parse(value: object) -> str:
-        text = str(value).strip().lower()
+        text = "" if value is None else str(value).strip().lower()
         if text not in options:
             raise ValueError(f"expected one of {', '.join(options)}; got {_describe(value)}")
         return text
@@ -117,10 +132,7 @@ def json_object(value: object) -> Mapping[str, Any]:
     """A JSON object given as text (``'{"a": 1}'``) or, in YAML, as a mapping."""
     if isinstance(value, Mapping):
         return dict(value)
-    try:
-        parsed = json.loads(str(value))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"expected a JSON object, got {_describe(value)} ({exc.msg})") from None
+    parsed = _json(value, "a JSON object")
     if not isinstance(parsed, dict):
         raise ValueError(f"expected a JSON object, got {_describe(value)}")
     return parsed
@@ -147,10 +159,16 @@ def json_list(value: object) -> list[Any]:
     """A JSON list given as text or, in YAML, as a sequence."""
     if isinstance(value, list | tuple):
         return list(value)
-    try:
-        parsed = json.loads(str(value))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"expected a JSON list, got {_describe(value)} ({exc.msg})") from None
+    parsed = _json(value, "a JSON list")
     if not isinstance(parsed, list):
         raise ValueError(f"expected a JSON list, got {_describe(value)}")
     return parsed
+
+
+def _json(value: object, what: str) -> Any:
+    try:
+        return json.loads(str(value))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"expected {what}, got {_describe(value)} ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"expected {what}, got one nested too deeply") from None

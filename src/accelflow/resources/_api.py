@@ -46,7 +46,8 @@ class ExternalResourceInfo(Mapping[str, str]):
         **kwargs: more properties, for convenience.
 
     Raises:
-        ValueError: no properties, or an empty key or value.
+        ValueError: no properties, a key that is not a non-empty trimmed string, or a value
+            that is ``None`` or empty.
     """
 
     __slots__ = ("_props", "_hash")
@@ -55,13 +56,14 @@ class ExternalResourceInfo(Mapping[str, str]):
         merged: dict[str, object] = {**(properties or {}), **kwargs}
         if not merged:
             raise ValueError("an ExternalResourceInfo needs at least one property, e.g. index='0'")
-        props: dict[str, str] = {}
-        for key, value in sorted(merged.items()):
+        for key in merged:
             if not isinstance(key, str) or not key.strip() or key != key.strip():
                 raise ValueError(f"property names must be non-empty trimmed strings, got {key!r}")
-            text = str(value)
+        props: dict[str, str] = {}
+        for key, value in sorted(merged.items()):
+            text = "" if value is None else str(value)
             if not text.strip():
-                raise ValueError(f"property {key!r} has an empty value")
+                raise ValueError(f"property {key!r} has an empty value ({value!r})")
             props[key] = text
         self._props: Mapping[str, str] = MappingProxyType(props)
         self._hash = hash(tuple(props.items()))
@@ -116,13 +118,28 @@ class ExternalResourceInfo(Mapping[str, str]):
             return dict(self._props) == dict(other._props)
         return NotImplemented
 
-    def __lt__(self, other: ExternalResourceInfo) -> bool:
+    def _order(self) -> tuple[object, ...]:
+        return (self._sort_key(), tuple(self._props.items()))
+
+    def __lt__(self, other: object) -> bool:
         if not isinstance(other, ExternalResourceInfo):
             return NotImplemented
-        return (self._sort_key(), tuple(self._props.items())) < (
-            other._sort_key(),
-            tuple(other._props.items()),
-        )
+        return self._order() < other._order()
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, ExternalResourceInfo):
+            return NotImplemented
+        return self._order() <= other._order()
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, ExternalResourceInfo):
+            return NotImplemented
+        return self._order() > other._order()
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, ExternalResourceInfo):
+            return NotImplemented
+        return self._order() >= other._order()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ExternalResourceInfo, (dict(self._props),))
@@ -144,8 +161,9 @@ class ExternalResourceDriver(ABC):
         """Discover ``amount`` devices and return one info per device.
 
         Called once per TaskExecutor at start-up, with the configured amount (a positive int).
-        Returning fewer infos than ``amount`` is a discovery failure; returning more keeps the
-        first ``amount`` (in info order) with a warning.
+        Returning fewer infos than ``amount`` is a discovery failure (the runtime gives them
+        back at once with :meth:`release`); returning more keeps the first ``amount`` (in info
+        order) with a warning and releases the rest at once.
 
         Raises:
             accelflow.DiscoveryError: (or any exception) when the devices cannot be found; the
@@ -162,7 +180,11 @@ class ExternalResourceDriver(ABC):
         return {}
 
     def release(self, infos: Collection[ExternalResourceInfo]) -> None:
-        """Give the devices back (e.g. to a host coordination file). Called once at shutdown."""
+        """Give the devices back (e.g. to a host coordination file).
+
+        Called at shutdown with the devices the TaskExecutor kept, and right after discovery
+        with any it rejected (too few, or more than ``amount``); never with an empty set.
+        """
 
     def close(self) -> None:
         """Free whatever the driver holds. Called once, after :meth:`release`."""

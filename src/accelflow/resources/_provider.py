@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from accelflow._errors import AccelflowError, ConfigError, DiscoveryError
+from accelflow._errors import AccelflowError, ConfigError, ConfigProblem, DiscoveryError
+from accelflow.config._keys import KEYS, RESOURCE_PREFIX
 from accelflow.config._model import Configuration, ExternalResourceSpec
 from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
 from accelflow.resources._registry import load_driver_factory
@@ -80,16 +81,14 @@ class ExternalResourceInfoProvider:
         """
         statuses: list[ResourceStatus] = []
         drivers: dict[str, ExternalResourceDriver] = {}
-        provider = cls()
         try:
             for spec in config.external_resources.values():
                 status, driver = _discover(spec)
                 statuses.append(status)
                 if driver is not None:
                     drivers[spec.name] = driver
-                    provider._drivers = drivers
         except BaseException:
-            provider.close()
+            cls(statuses, drivers).close()  # give back what the earlier drivers found
             raise
         return cls(statuses, drivers)
 
@@ -116,11 +115,7 @@ class ExternalResourceInfoProvider:
             return
         self._closed = True
         for name, driver in self._drivers.items():
-            for step in (lambda: driver.release(self._infos.get(name, frozenset())), driver.close):
-                try:
-                    step()
-                except Exception:  # a failing driver must not keep others from releasing
-                    log.exception("releasing external resource %r failed", name)
+            _close_driver(name, driver, self._infos.get(name, frozenset()))
 
     def __enter__(self) -> ExternalResourceInfoProvider:
         return self
@@ -132,10 +127,31 @@ class ExternalResourceInfoProvider:
 def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResourceDriver | None]:
     if spec.driver_factory is None:
         return ResourceStatus(spec=spec, status="no-driver"), None
+    driver = _create_driver(spec)
+    try:
+        infos, warnings = _retrieve(driver, spec)
+    except Exception as exc:
+        message = f"discovery of {spec.name!r} failed: {_describe(exc)}"
+        if spec.on_discovery_failure == "fail":
+            _close_driver(spec.name, driver, ())
+            raise DiscoveryError(
+                f"{message} (set {spec.key('on-discovery-failure')}: degrade to start without it)",
+                resource=spec.name,
+            ) from exc
+        log.warning("%s; continuing without it (on-discovery-failure: degrade)", message)
+        return ResourceStatus(spec=spec, status="degraded", message=message), driver
+    for warning in warnings:
+        log.warning("%s", warning)
+    return ResourceStatus(spec=spec, status="ok", infos=infos, warnings=warnings), driver
+
+
+def _create_driver(spec: ExternalResourceSpec) -> ExternalResourceDriver:
     key = spec.key("driver-factory.class")
-    factory = load_driver_factory(spec.driver_factory, resource=spec.name, key=key)
+    factory = load_driver_factory(spec.driver_factory or "", resource=spec.name, key=key)
     try:
         driver = factory.create_external_resource_driver(MappingProxyType(dict(spec.params)))
+    except ConfigError as exc:
+        raise ConfigError(_qualified(exc.problems, spec)) from exc
     except AccelflowError:
         raise
     except Exception as exc:
@@ -149,29 +165,58 @@ def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResou
             f"{spec.driver_factory!r} returned {type(driver).__name__}, not an ExternalResourceDriver",
             key=key,
         )
-    try:
-        infos, warnings = _retrieve(driver, spec)
-    except Exception as exc:
-        message = f"discovery of {spec.name!r} failed: {_describe(exc)}"
-        if spec.on_discovery_failure == "fail":
-            raise DiscoveryError(
-                f"{message} (set {spec.key('on-discovery-failure')}: degrade to start without it)",
-                resource=spec.name,
-            ) from exc
-        log.warning("%s; continuing without it (on-discovery-failure: degrade)", message)
-        return ResourceStatus(spec=spec, status="degraded", message=message), driver
-    for warning in warnings:
-        log.warning("%s", warning)
-    return ResourceStatus(spec=spec, status="ok", infos=infos, warnings=warnings), driver
+    return driver
+
+
+def _qualified(problems: Collection[ConfigProblem], spec: ExternalResourceSpec) -> list[ConfigProblem]:
+    """Factories name their keys relative to the resource (``param.path``); users need the full
+    key (``external-resource.gpu.param.path``). A problem without a key (``config``) is about
+    the parameters as a whole."""
+    out = []
+    for problem in problems:
+        key = problem.key
+        if key == "config":
+            key = spec.key("param.*")
+        elif not key.startswith(RESOURCE_PREFIX) and key not in KEYS:
+            key = spec.key(key)
+        out.append(ConfigProblem(key, problem.message, problem.source))
+    return out
 
 
 def _retrieve(
     driver: ExternalResourceDriver, spec: ExternalResourceSpec
 ) -> tuple[tuple[ExternalResourceInfo, ...], tuple[str, ...]]:
     found = driver.retrieve_resource_info(spec.amount)
-    if not all(isinstance(info, ExternalResourceInfo) for info in found):
-        raise DiscoveryError("the driver returned something that is not an ExternalResourceInfo")
-    infos = tuple(sorted(set(found)))
+    if not isinstance(found, Collection) or isinstance(found, str | Mapping):
+        raise DiscoveryError(
+            f"the driver returned {type(found).__name__}, not a set of ExternalResourceInfo"
+        )
+    infos = tuple(sorted({info for info in found if isinstance(info, ExternalResourceInfo)}))
+    try:
+        _check_infos(found, infos, spec)
+    except DiscoveryError:
+        _close_driver(spec.name, driver, infos, close=False)  # rejected: give them back now
+        raise
+    if len(infos) == spec.amount:
+        return infos, ()
+    kept, extra = infos[: spec.amount], infos[spec.amount :]
+    _close_driver(spec.name, driver, extra, close=False)
+    warning = (
+        f"{spec.name}: the driver returned {len(infos)} devices, keeping the first "
+        f"{spec.amount} ({', '.join(i.address for i in kept)}) per {spec.key('amount')} "
+        f"and releasing {', '.join(i.address for i in extra)}"
+    )
+    return kept, (warning,)
+
+
+def _check_infos(
+    found: Collection[object], infos: tuple[ExternalResourceInfo, ...], spec: ExternalResourceSpec
+) -> None:
+    bad = next((i for i in found if not isinstance(i, ExternalResourceInfo)), None)
+    if bad is not None:
+        raise DiscoveryError(
+            f"the driver returned {bad!r} ({type(bad).__name__}), not an ExternalResourceInfo"
+        )
     addresses = [info.address for info in infos]
     if len(set(addresses)) != len(addresses):
         raise DiscoveryError(f"the driver returned duplicate addresses: {addresses}")
@@ -179,13 +224,25 @@ def _retrieve(
         raise DiscoveryError(
             f"found {len(infos)} device(s) {addresses}, but {spec.key('amount')} is {spec.amount}"
         )
-    if len(infos) > spec.amount:
-        warning = (
-            f"{spec.name}: the driver returned {len(infos)} devices, keeping the first "
-            f"{spec.amount} ({', '.join(addresses[: spec.amount])}) per {spec.key('amount')}"
-        )
-        return infos[: spec.amount], (warning,)
-    return infos, ()
+
+
+def _close_driver(
+    name: str,
+    driver: ExternalResourceDriver,
+    infos: Collection[ExternalResourceInfo],
+    *,
+    close: bool = True,
+) -> None:
+    """``release(infos)`` (if any) then ``close()``; errors are logged, never raised, so one
+    failing driver cannot keep the others from giving their devices back."""
+    steps: list[Callable[[], None]] = [lambda: driver.release(infos)] if infos else []
+    if close:
+        steps.append(driver.close)
+    for step in steps:
+        try:
+            step()
+        except Exception:
+            log.exception("releasing external resource %r failed", name)
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,12 +9,15 @@ third-party driver). Only the factories a config names are ever imported.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from accelflow._errors import DriverLoadError
 from accelflow.config._keys import ENTRY_POINT_GROUP
 from accelflow.resources._api import ExternalResourceDriverFactory
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,11 @@ def list_driver_entry_points() -> list[DriverEntryPoint]:
                 dist.version if dist is not None else None,
             )
         )
-    return sorted(found, key=lambda e: e.name)
+    return sorted(found, key=lambda e: (e.name, e.distribution or ""))
+
+
+def _distribution(ep: EntryPoint) -> str:
+    return ep.dist.metadata["Name"] if ep.dist is not None else "an unknown distribution"
 
 
 def load_driver_factory(reference: str, *, resource: str, key: str) -> ExternalResourceDriverFactory:
@@ -87,11 +94,20 @@ def _import(reference: str, *, resource: str, key: str) -> object:
         module_name, _, attr = reference.rpartition(".")
     else:
         return _load_entry_point(reference, resource=resource, key=key)
+    if not (_DOTTED.fullmatch(module_name) and _DOTTED.fullmatch(attr)):
+        raise DriverLoadError(
+            f"{reference!r} is not an import path: expected 'package.module:Class' or "
+            "'package.module.Class', or an entry point name such as 'gpu'",
+            resource=resource,
+            key=key,
+        )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # ImportError, or whatever the module raises while importing
         raise DriverLoadError(
-            f"cannot import module {module_name!r}: {exc}", resource=resource, key=key
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}",
+            resource=resource,
+            key=key,
         ) from exc
     target: object = module
     for part in attr.split("."):
@@ -106,6 +122,14 @@ def _import(reference: str, *, resource: str, key: str) -> object:
 
 def _load_entry_point(name: str, *, resource: str, key: str) -> object:
     matches = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if len(matches) > 1:
+        sources = ", ".join(sorted(f"{e.value} from {_distribution(e)}" for e in matches))
+        raise DriverLoadError(
+            f"the driver name {name!r} is registered more than once ({sources}); uninstall one "
+            "or give the import path of the one you mean",
+            resource=resource,
+            key=key,
+        )
     if not matches:
         known = ", ".join(e.name for e in list_driver_entry_points()) or "none"
         raise DriverLoadError(

@@ -99,6 +99,7 @@ class JobManager:
         self.cancel_requested = False
         self._job_counter = 0
         self._slots: dict[tuple[str, int], list[str]] = {}
+        self._lost_pids: set[int] = set()  # incarnations already given up on
 
     # -- cluster -------------------------------------------------------------------------------
     def start_cluster(self) -> None:
@@ -125,8 +126,9 @@ class JobManager:
                 waiting.discard(te_id)
             elif msg[0] == "register_failed":
                 raise _rebuild_error(te_id, msg[2], msg[3])
-            elif msg[0] in ("te_exit", "te_lost") and te_id in waiting:
-                raise JobError(f"{te_id} exited during start-up (exit code {msg[-1]}); see its output above")
+            elif msg[0] in ("te_exit", "te_lost") and te_id in waiting and msg[-1] not in self._lost_pids:
+                how = f"exited (exit code {msg[2]})" if msg[0] == "te_exit" else "disconnected"
+                raise JobError(f"{te_id} {how} during start-up; see its output above")
 
     @staticmethod
     def _devices(reg: Registration) -> list[DeviceKey]:
@@ -187,7 +189,7 @@ class JobManager:
                     continue
                 kind = msg[0]
                 if kind in ("te_lost", "te_exit"):
-                    if te_id in self.taskexecutors:
+                    if self._is_current(te_id, msg):
                         self._lose_taskexecutor(te_id)
                         raise JobError(f"{te_id} died while running {job_id} ({graph.name})")
                     continue
@@ -340,10 +342,9 @@ class JobManager:
                 continue
             if msg[0] == "subtask_exit":
                 alive.discard(msg[1])
-            elif msg[0] in ("te_lost", "te_exit"):
+            elif msg[0] in ("te_lost", "te_exit") and self._is_current(te_id, msg):
                 alive = {k_ for k_ in alive if self.subtasks[k_].taskexecutor != te_id}
-                if te_id in self.taskexecutors:
-                    self._lose_taskexecutor(te_id)
+                self._lose_taskexecutor(te_id)
         for key in keys:
             self.ledger.release(key)
             st = self.subtasks[key]
@@ -359,8 +360,15 @@ class JobManager:
             if te_id in self.taskexecutors:
                 self.taskexecutors[te_id].used_slots -= 1
 
+    def _is_current(self, te_id: str, msg: tuple[Any, ...]) -> bool:
+        """Whether a ``te_lost``/``te_exit`` event is about the registered incarnation."""
+        te = self.taskexecutors.get(te_id)
+        return te is not None and msg[-1] == te.registration.pid
+
     def _lose_taskexecutor(self, te_id: str) -> None:
-        self.taskexecutors.pop(te_id, None)
+        te = self.taskexecutors.pop(te_id, None)
+        if te is not None:
+            self._lost_pids.add(te.registration.pid)
         self.ledger.remove_taskexecutor(te_id)
 
     def _replace_lost_taskexecutors(self) -> None:

@@ -118,8 +118,14 @@ class TaskExecutor:
                 proc.join()
 
     def shutdown(self) -> None:
-        self._terminate(list(self.children))
-        self.provider.close()
+        """Stop every subtask and give the devices back; a second SIGTERM (the JobManager's
+        connection dropping and the parent-death signal often come together) must not cut
+        this short, or the host coordination file keeps GPUs nobody uses."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            self._terminate(list(self.children))
+        finally:
+            self.provider.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["accelflow.runtime._subtask", "numpy", "cloudpickle"])
+    # _forkserver_guard first: it makes the forkserver die with this process, and subtasks
+    # die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed.
+    ctx.set_forkserver_preload(
+        ["accelflow.runtime._forkserver_guard", "accelflow.runtime._subtask", "numpy", "cloudpickle"]
+    )
     forkserver.ensure_running()
     with open(config_path, encoding="utf-8") as f:
         config = config_from(values=json.load(f))

@@ -21,5 +21,6 @@ __all__ = [
     "TaskExecutorOffer",
     "format_amount",
     "natural_key",
+    "parse_amount",
     "place",
 ]

@@ -118,7 +118,9 @@ def _fit_slot(
         return None
     trial = offer.copy()
     shares: dict[Hashable, dict[DeviceKey, Fraction]] = {}
-    for subtask in request.subtasks:
+    # Largest shares first (best-fit decreasing): small shares then fill what is left, instead
+    # of stranding a large one (0.3 + 0.4 + 0.3 on 0.6 and 0.4 free).
+    for subtask in sorted(request.subtasks, key=_largest_share, reverse=True):
         taken = _fit_profile(subtask.profile, trial, policy, reasons)
         if taken is None:
             return None
@@ -126,6 +128,10 @@ def _fit_slot(
     trial.free_slots -= 1
     offer.free_slots, offer.devices = trial.free_slots, trial.devices
     return shares
+
+
+def _largest_share(subtask: SubtaskRequest) -> Fraction:
+    return max(subtask.profile.values(), default=Fraction(0))
 
 
 def _fit_profile(

@@ -20,7 +20,13 @@ class TaskExecutorHandle(ABC):
 
     @abstractmethod
     def send(self, message: tuple[Any, ...]) -> None:
-        """Send a command; a dead TaskExecutor is reported as a ``("te_lost", ...)`` event."""
+        """Send a command; a dead TaskExecutor is reported as a ``("te_lost", ...)`` event.
+
+        Events about a TaskExecutor's end carry the pid of the incarnation they are about, so
+        a restarted TaskExecutor with the same id is not mistaken for the dead one:
+        ``("te_lost", te_id, pid)`` (its connection dropped) and ``("te_exit", te_id,
+        exitcode, pid)`` (its process ended).
+        """
 
 
 class Launcher(ABC):

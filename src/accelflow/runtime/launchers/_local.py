@@ -48,6 +48,7 @@ class LocalLauncher(Launcher):
         self.config_path.write_text(json.dumps(config.to_raw_dict(), default=str), encoding="utf-8")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.handles: dict[str, _LocalHandle] = {}
+        self._connected: dict[str, int] = {}  # te_id -> pid of the incarnation connected now
         self._stopped = False
         threading.Thread(target=self._accept, daemon=True, name="accelflow-accept").start()
         atexit.register(self.stop)
@@ -87,28 +88,34 @@ class LocalLauncher(Launcher):
             threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: Connection) -> None:
-        te_id = None
+        te_id, pid = None, None
         try:
             while True:
                 msg = conn.recv()
                 if msg[0] == "register":
-                    te_id = msg[1].taskexecutor_id
+                    te_id, pid = msg[1].taskexecutor_id, msg[1].pid
                     self.handles[te_id] = _LocalHandle(te_id, conn)
+                    self._connected[te_id] = pid
                 self.events.put((te_id or msg[1], msg))
         except (EOFError, OSError):
             if te_id is not None:
-                self.events.put((te_id, ("te_lost", te_id)))
+                if self._connected.get(te_id) == pid:
+                    del self._connected[te_id]
+                self.events.put((te_id, ("te_lost", te_id, pid)))
 
     def _watch(self, te_id: str, proc: subprocess.Popen[bytes]) -> None:
         code = proc.wait()
-        self.events.put((te_id, ("te_exit", te_id, code)))
+        self.events.put((te_id, ("te_exit", te_id, code, proc.pid)))
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
-        for handle in list(self.handles.values()):
-            handle.send(("shutdown",))
+        for te_id, proc in self.procs.items():
+            if self._connected.get(te_id) == proc.pid:
+                self.handles[te_id].send(("shutdown",))
+            elif proc.poll() is None:
+                proc.terminate()  # not registered (yet): nobody to ask; SIGTERM still releases
         for proc in self.procs.values():
             try:
                 proc.wait(_STOP_TIMEOUT_S)

@@ -1,0 +1,47 @@
+"""The first-party GPU plugin: driver factory, driver, coordination file and discovery helpers.
+
+Registered as the entry point ``gpu`` of ``accelflow.external_resources``::
+
+    external-resources: gpu
+    external-resource.gpu.amount: 2
+    external-resource.gpu.driver-factory.class: gpu
+
+Every implementation module is private; this namespace only re-exports. See ``docs/gpu.md``.
+"""
+
+from accelflow.resources.gpu._coordination import (
+    Allocation,
+    CoordinationFile,
+    default_coordination_path,
+)
+from accelflow.resources.gpu._device import INFO_PROPERTIES, GPUDevice
+from accelflow.resources.gpu._discovery import discover_gpus
+from accelflow.resources.gpu._driver import GPUDriver
+from accelflow.resources.gpu._factory import GPUDriverFactory
+from accelflow.resources.gpu._owner import Liveness, Owner
+from accelflow.resources.gpu._params import PARAMS, GPUDriverConfig, ScriptConfig
+from accelflow.resources.gpu._script import parse_script_output, run_discovery_script
+
+__all__ = [
+    "INFO_PROPERTIES",
+    "PARAMS",
+    "Allocation",
+    "CoordinationFile",
+    "GPUDevice",
+    "GPUDriver",
+    "GPUDriverConfig",
+    "GPUDriverFactory",
+    "Liveness",
+    "Owner",
+    "ScriptConfig",
+    "default_coordination_path",
+    "discover_gpus",
+    "parse_script_output",
+    "run_discovery_script",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

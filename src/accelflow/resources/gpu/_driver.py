@@ -1,0 +1,161 @@
+"""The GPU driver: discovers the TaskExecutor's GPUs by script or in process.
+
+Two modes, picked by ``param.discovery-script.path``:
+
+* **script**: run the script (Flink's contract, :mod:`._script`), then add what NVML or
+  ``nvidia-smi`` knows about the returned indexes (UUID, name, memory, PCI bus id); that
+  enrichment is best effort and never fails discovery.
+* **in process** (no script): NVML, else ``nvidia-smi``, restricted by
+  ``CUDA_VISIBLE_DEVICES``; with ``param.coordination`` (default true) the GPUs are taken
+  through the host coordination file, so TaskExecutors on one host never share a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from accelflow._errors import DiscoveryError
+from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
+from accelflow.resources.gpu import _discovery, _script
+from accelflow.resources.gpu._cli_args import COMMAND_NAME, coordination_file_of
+from accelflow.resources.gpu._coordination import CoordinationFile
+from accelflow.resources.gpu._device import GPUDevice
+from accelflow.resources.gpu._owner import Owner
+from accelflow.resources.gpu._params import GPUDriverConfig, ScriptConfig
+from accelflow.resources.gpu._visible import (
+    CUDA_DEVICE_ORDER_ENV_VAR,
+    CUDA_VISIBLE_DEVICES_ENV_VAR,
+)
+
+log = logging.getLogger("accelflow.resources.gpu")
+
+
+class GPUDriver(ExternalResourceDriver):
+    """Discovers NVIDIA GPUs (or any GPUs, through a script) for one TaskExecutor.
+
+    Build it with :class:`GPUDriverFactory`, which checks the parameters.
+
+    Example:
+        >>> driver = GPUDriver(GPUDriverConfig(coordination=False))
+        >>> infos = driver.retrieve_resource_info(2)  # doctest: +SKIP
+        >>> sorted(i["index"] for i in infos)  # doctest: +SKIP
+        ['0', '1']
+        >>> driver.isolation_env(infos)  # doctest: +SKIP
+        {'CUDA_VISIBLE_DEVICES': 'GPU-8f6c…,GPU-1d2e…', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}
+
+    Args:
+        config: the checked parameters.
+    """
+
+    def __init__(self, config: GPUDriverConfig | None = None) -> None:
+        self.config = config or GPUDriverConfig()
+        self._ledger: CoordinationFile | None = None
+        self._owner: Owner | None = None
+        self._held: list[GPUDevice] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"GPUDriver({self.config!r})"
+
+    def retrieve_resource_info(self, amount: int) -> frozenset[ExternalResourceInfo]:
+        """Discover ``amount`` GPUs; returns exactly ``amount`` infos.
+
+        Raises:
+            ValueError: ``amount`` is not a positive integer.
+            DiscoveryError: too few GPUs, the script failed, or no discovery source works.
+            CoordinationError: the coordination file is unusable.
+        """
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+            raise ValueError(f"the GPU amount must be a positive integer, got {amount!r}")
+        if self._closed:
+            raise RuntimeError("this GPUDriver is closed")
+        script = self.config.script
+        devices = self._run_script(script, amount) if script else self._in_process(amount)
+        return frozenset(d.to_info() for d in devices)
+
+    def isolation_env(self, infos: Collection[ExternalResourceInfo]) -> Mapping[str, str]:
+        """``CUDA_VISIBLE_DEVICES`` (UUIDs when every device has one, else indexes) and
+        ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA numbers devices like ``nvidia-smi``."""
+        ordered = sorted(infos)
+        uuids = [i.get_property("uuid") for i in ordered]
+        if ordered and all(uuids):
+            visible = ",".join(str(u) for u in uuids)
+        else:
+            visible = ",".join(i["index"] for i in ordered)
+        return {CUDA_VISIBLE_DEVICES_ENV_VAR: visible, CUDA_DEVICE_ORDER_ENV_VAR: "PCI_BUS_ID"}
+
+    def release(self, infos: Collection[ExternalResourceInfo]) -> None:
+        """Drop this process's coordination records of ``infos`` (no-op without coordination)."""
+        wanted = set(infos)
+        self._release([d for d in self._held if d.to_info() in wanted])
+
+    def close(self) -> None:
+        """Release every GPU this driver still holds in the coordination file."""
+        if not self._closed:
+            self._release(list(self._held))
+            self._closed = True
+
+    # -- modes ---------------------------------------------------------------------------
+
+    def _in_process(self, amount: int) -> list[GPUDevice]:
+        universe = _discovery.discover_gpus()
+        if not self.config.coordination:
+            if len(universe) < amount:
+                raise DiscoveryError(_too_few(universe, amount))
+            return universe[:amount]
+        ledger = CoordinationFile(self.config.coordination_file)
+        return self._allocate(ledger, universe, amount)
+
+    def _run_script(self, script: ScriptConfig, amount: int) -> list[GPUDevice]:
+        indexes = _script.run_discovery_script(script.path, amount, script.args, script.timeout)
+        devices = _enrich(indexes)
+        ledger_path = _our_command_ledger(script)
+        if ledger_path is not None:
+            # accelflow-gpu-discovery recorded these GPUs for this process (its parent):
+            # remember them so release() gives them back eagerly
+            self._ledger, self._owner = CoordinationFile(ledger_path), Owner.of_process()
+            self._held.extend(devices)
+        return devices
+
+    def _allocate(
+        self, ledger: CoordinationFile, universe: list[GPUDevice], amount: int
+    ) -> list[GPUDevice]:
+        owner = Owner.of_process()
+        taken = ledger.allocate(universe, amount, owner)
+        self._ledger, self._owner = ledger, owner
+        self._held.extend(taken)
+        return taken
+
+    def _release(self, devices: list[GPUDevice]) -> None:
+        if not devices or self._ledger is None or self._owner is None:
+            return
+        if self._owner.pid != os.getpid():
+            return  # a forked child: the parent process owns these records
+        released = self._ledger.release(devices, self._owner)
+        self._held = [d for d in self._held if d not in devices]
+        log.debug("released %s from %s", [r.gpu for r in released], self._ledger.path)
+
+
+def _enrich(indexes: list[str]) -> list[GPUDevice]:
+    known: dict[str, GPUDevice] = {}
+    try:
+        known = {d.index: d for d in _discovery.list_host_gpus()}
+    except (DiscoveryError, OSError) as exc:
+        log.debug("cannot add GPU properties to the script's indexes: %s", exc)
+    return [known.get(i, GPUDevice(index=i)) for i in indexes]
+
+
+def _our_command_ledger(script: ScriptConfig) -> Path | None:
+    if script.path.name != COMMAND_NAME:
+        return None
+    return coordination_file_of(script.args)
+
+
+def _too_few(universe: list[GPUDevice], amount: int) -> str:
+    visible = os.environ.get(CUDA_VISIBLE_DEVICES_ENV_VAR)
+    where = f" ({CUDA_VISIBLE_DEVICES_ENV_VAR}={visible!r})" if visible is not None else ""
+    found = ", ".join(d.index for d in universe) or "none"
+    return f"need {amount} GPU(s) but this TaskExecutor sees {len(universe)}{where}: {found}"

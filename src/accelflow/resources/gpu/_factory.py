@@ -1,0 +1,38 @@
+"""The GPU driver factory: the entry point ``gpu`` in ``accelflow.external_resources``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from accelflow.resources._api import ExternalResourceDriverFactory
+from accelflow.resources.gpu._driver import GPUDriver
+from accelflow.resources.gpu._params import parse_params
+
+
+class GPUDriverFactory(ExternalResourceDriverFactory):
+    """Builds :class:`GPUDriver` from a resource's ``param.*`` keys.
+
+    Named in the config as ``gpu`` (the entry point) or ``accelflow.resources.gpu:GPUDriverFactory``.
+
+    Example:
+        >>> driver = GPUDriverFactory().create_external_resource_driver(
+        ...     {"discovery-script.path": "/usr/bin/true", "discovery-script.timeout": "5 s"})
+        >>> driver.config.script.timeout
+        5.0
+
+    The parameters (keys ``external-resource.<name>.param.<p>``):
+
+    * ``discovery-script.path``: run this script instead of discovering in process;
+    * ``discovery-script.args``: its arguments after the amount (split like a shell);
+    * ``discovery-script.timeout``: how long it may run (default ``10 s``);
+    * ``coordination``: in-process mode: use the host coordination file (default ``true``);
+    * ``coordination-file``: in-process mode: that file (default: per user).
+    """
+
+    def create_external_resource_driver(self, params: Mapping[str, str]) -> GPUDriver:
+        """Check ``params`` and build the driver.
+
+        Raises:
+            ConfigError: one problem per wrong key, each named ``param.<p>``.
+        """
+        return GPUDriver(parse_params(params))

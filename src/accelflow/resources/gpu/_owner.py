@@ -1,0 +1,218 @@
+"""Who holds a GPU in the coordination file: a process identity that survives PID reuse.
+
+A PID alone is not an identity: after a ``kill -9`` the PID is free and may be reused, and in
+another PID namespace (a container sharing the file) the same number is another process.
+So an owner is ``pid`` + the process start time + the host's boot id + the host name + the
+PID namespace. Flink records only the PID, so a reused PID keeps a dead TaskManager's GPU
+"owned" for ever.
+
+The start time that decides is ``starttime`` from ``/proc/<pid>/stat`` (clock ticks since
+boot): exact and immune to clock changes. psutil's ``create_time()`` adds the boot time,
+which moves with NTP adjustments, so comparing it could declare a live owner dead; it is
+recorded for people to read, and compared (within a second) only where ``/proc`` is missing.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, TypeGuard
+
+import psutil
+
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_PID_NAMESPACE_PATH = "/proc/self/ns/pid"
+_STAT_PATH = "/proc/{pid}/stat"
+_START_TIME_TOLERANCE_S = 1.0  # only where /proc is missing: wall-clock start times
+_DEAD_STATES = ("Z", "X")  # zombie (killed, not yet reaped), dead
+
+
+class Liveness(enum.Enum):
+    """Whether a recorded owner still runs, as far as this process can tell."""
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"  # another host or PID namespace: treated as alive, never reclaimed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Owner:
+    """The process that holds a GPU.
+
+    Example:
+        >>> me = Owner.of_process()
+        >>> me.liveness() is Liveness.ALIVE
+        True
+
+    Attributes:
+        pid: the process id.
+        start_ticks: when it started, in clock ticks since boot (``/proc/<pid>/stat``);
+            ``None`` where there is no ``/proc``.
+        start_time: when it started, in seconds since the epoch (psutil), for messages.
+        host: the host name.
+        boot_id: the kernel's boot id, when readable (a new boot means every owner is dead).
+        pid_namespace: the inode of the PID namespace, when readable.
+    """
+
+    pid: int
+    start_ticks: int | None
+    start_time: float
+    host: str
+    boot_id: str | None = None
+    pid_namespace: int | None = None
+
+    @classmethod
+    def of_process(cls, pid: int | None = None) -> Owner:
+        """The identity of process ``pid`` (default: this process) on this host.
+
+        Raises:
+            psutil.NoSuchProcess: no process ``pid`` runs.
+        """
+        process = psutil.Process(pid)
+        stat = _read_stat(process.pid)
+        return cls(
+            pid=process.pid,
+            start_ticks=stat[1] if stat else None,
+            start_time=process.create_time(),
+            host=socket.gethostname(),
+            boot_id=_boot_id(),
+            pid_namespace=_pid_namespace(),
+        )
+
+    def same_process(self, other: Owner) -> bool:
+        """Whether both identities name the same process (not merely the same PID)."""
+        return (
+            self.pid == other.pid
+            and self._same_start(other.start_ticks, other.start_time)
+            and self.host == other.host
+            and self.boot_id == other.boot_id
+            and self.pid_namespace == other.pid_namespace
+        )
+
+    def liveness(self) -> Liveness:
+        """Whether this owner still runs; a reused PID (other start time) counts as dead."""
+        if self.host != socket.gethostname():
+            return Liveness.UNKNOWN
+        if None not in (self.boot_id, _boot_id()) and self.boot_id != _boot_id():
+            return Liveness.DEAD  # the host rebooted since the allocation
+        if None not in (self.pid_namespace, _pid_namespace()) and (
+            self.pid_namespace != _pid_namespace()
+        ):
+            return Liveness.UNKNOWN
+        return self._process_liveness()
+
+    def _same_start(self, ticks: int | None, start_time: float) -> bool:
+        if self.start_ticks is not None and ticks is not None:
+            return self.start_ticks == ticks
+        return abs(self.start_time - start_time) < _START_TIME_TOLERANCE_S
+
+    def _process_liveness(self) -> Liveness:
+        stat = _read_stat(self.pid)
+        if stat is not None:
+            state, ticks = stat
+            if state in _DEAD_STATES or not self._same_start(ticks, self.start_time):
+                return Liveness.DEAD  # killed, or the PID now belongs to another process
+            return Liveness.ALIVE
+        if os.path.isdir("/proc/self"):
+            return Liveness.DEAD  # /proc works and has no such process
+        return _psutil_liveness(self)
+
+    def describe(self) -> str:
+        """For messages: ``pid 4242 on host gpu-node-1``."""
+        return f"pid {self.pid} on host {self.host}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "start_time": self.start_time,
+            "host": self.host,
+            "boot_id": self.boot_id,
+            "pid_namespace": self.pid_namespace,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Owner:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            ValueError: a field is missing or has the wrong type.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"an owner must be an object, got {data!r}")
+        pid, start, host = data.get("pid"), data.get("start_time"), data.get("host")
+        boot_id, namespace = data.get("boot_id"), data.get("pid_namespace")
+        ticks = data.get("start_ticks")
+        if not _is_int(pid) or pid <= 0:
+            raise ValueError(f"owner pid must be a positive integer, got {pid!r}")
+        if ticks is not None and not _is_int(ticks):
+            raise ValueError(f"owner start_ticks must be an integer or null, got {ticks!r}")
+        if not isinstance(start, int | float) or isinstance(start, bool):
+            raise ValueError(f"owner start_time must be a number, got {start!r}")
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"owner host must be a non-empty string, got {host!r}")
+        if boot_id is not None and not isinstance(boot_id, str):
+            raise ValueError(f"owner boot_id must be a string or null, got {boot_id!r}")
+        if namespace is not None and not _is_int(namespace):
+            raise ValueError(f"owner pid_namespace must be an integer or null, got {namespace!r}")
+        return cls(
+            pid=pid,
+            start_ticks=ticks,
+            start_time=float(start),
+            host=host,
+            boot_id=boot_id,
+            pid_namespace=namespace,
+        )
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _read_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, starttime)`` from ``/proc/<pid>/stat``, or ``None`` if unreadable."""
+    try:
+        with open(_STAT_PATH.format(pid=pid), "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime)
+    except (IndexError, ValueError):
+        return None
+
+
+def _psutil_liveness(owner: Owner) -> Liveness:
+    try:
+        process = psutil.Process(owner.pid)
+        if abs(process.create_time() - owner.start_time) >= _START_TIME_TOLERANCE_S:
+            return Liveness.DEAD
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return Liveness.DEAD
+    except psutil.NoSuchProcess:
+        return Liveness.DEAD
+    except psutil.AccessDenied:
+        return Liveness.ALIVE  # it exists; we may not look at it
+    return Liveness.ALIVE
+
+
+@cache
+def _boot_id() -> str | None:
+    try:
+        with open(_BOOT_ID_PATH, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+@cache
+def _pid_namespace() -> int | None:
+    try:
+        return os.stat(_PID_NAMESPACE_PATH).st_ino
+    except OSError:
+        return None

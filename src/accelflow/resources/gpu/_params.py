@@ -1,0 +1,233 @@
+"""The GPU driver's ``param.*`` keys: names, defaults and the one parser that checks them.
+
+Keys are given to the factory without the ``external-resource.<name>.`` prefix, so problems
+name them ``param.<p>`` (the provider adds the resource prefix). Every problem is reported,
+not only the first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelflow._errors import ConfigError, ConfigProblem
+from accelflow.config import _parse
+from accelflow.config._keys import ACCELFLOW_HOME_ENV_VAR
+from accelflow.resources.gpu._cli_args import COMMAND_NAME, args_problem
+from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S
+
+SCRIPT_PATH = "discovery-script.path"
+SCRIPT_ARGS = "discovery-script.args"
+SCRIPT_TIMEOUT = "discovery-script.timeout"
+COORDINATION = "coordination"
+COORDINATION_FILE = "coordination-file"
+
+PARAMS: Mapping[str, str] = {
+    SCRIPT_PATH: "Discovery script; absolute, or relative to $ACCELFLOW_HOME, else to the "
+    "working directory; a bare name not found there is looked up on PATH. Unset: NVML, "
+    "else nvidia-smi, in process.",
+    SCRIPT_ARGS: "Arguments after the amount, split like a shell (quotes respected).",
+    SCRIPT_TIMEOUT: f"How long the script may run, e.g. '30 s' (default {DEFAULT_TIMEOUT_S:g} s).",
+    COORDINATION: "In-process discovery only: share GPUs through the host coordination file "
+    "(default true).",
+    COORDINATION_FILE: "In-process discovery only: the coordination file (an absolute path; "
+    "default: per user, under the temp directory).",
+}
+DEFAULT_COORDINATION = True
+_SCRIPT_ONLY = (SCRIPT_ARGS, SCRIPT_TIMEOUT)
+_IN_PROCESS_ONLY = (COORDINATION, COORDINATION_FILE)
+
+
+def key(param: str) -> str:
+    """The name problems use for a parameter: ``param.<p>``."""
+    return f"param.{param}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptConfig:
+    """Discovery-script mode: what to run and for how long."""
+
+    path: Path
+    args: tuple[str, ...] = ()
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GPUDriverConfig:
+    """The checked parameters of one GPU driver.
+
+    Attributes:
+        script: the discovery script, or ``None`` for in-process discovery.
+        coordination: in-process mode: whether to allocate through the coordination file.
+        coordination_file: its path; ``None`` is the per-user default.
+    """
+
+    script: ScriptConfig | None = None
+    coordination: bool = DEFAULT_COORDINATION
+    coordination_file: Path | None = None
+
+
+def parse_params(
+    params: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> GPUDriverConfig:
+    """Check every parameter and build the driver config.
+
+    Example:
+        >>> parse_params({"coordination": "false"})
+        GPUDriverConfig(script=None, coordination=False, coordination_file=None)
+
+    Raises:
+        ConfigError: one problem per wrong key (unknown, bad value, missing script, ...).
+    """
+    env = os.environ if environ is None else environ
+    problems = [_unknown(p) for p in params if p not in PARAMS]
+    problems += _mode_conflicts(params)
+    script = _script_config(params, env, problems) if SCRIPT_PATH in params else None
+    coordination = _coordination(params, problems)
+    coordination_file = _coordination_file(params, problems)
+    if problems:
+        raise ConfigError(problems)
+    return GPUDriverConfig(
+        script=script, coordination=coordination, coordination_file=coordination_file
+    )
+
+
+def _unknown(param: str) -> ConfigProblem:
+    close = difflib.get_close_matches(param, list(PARAMS), n=1)
+    hint = f"did you mean {key(close[0])}? " if close else ""
+    return ConfigProblem(
+        key(param),
+        f"unknown GPU driver parameter; {hint}known: {', '.join(key(p) for p in PARAMS)}",
+    )
+
+
+def _mode_conflicts(params: Mapping[str, str]) -> list[ConfigProblem]:
+    problems = []
+    if SCRIPT_PATH not in params:
+        problems += [
+            ConfigProblem(
+                key(p), f"has no effect without {key(SCRIPT_PATH)}; set the script or remove it"
+            )
+            for p in _SCRIPT_ONLY
+            if p in params
+        ]
+    else:
+        problems += [
+            ConfigProblem(
+                key(p),
+                "applies to in-process discovery only; with a discovery script, pass "
+                "--enable-coordination-mode [--coordination-file PATH] in "
+                f"{key(SCRIPT_ARGS)} (accelflow-gpu-discovery understands them)",
+            )
+            for p in _IN_PROCESS_ONLY
+            if p in params
+        ]
+    return problems
+
+
+def _script_config(
+    params: Mapping[str, str], environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> ScriptConfig | None:
+    path = _script_path(params[SCRIPT_PATH], environ, problems)
+    args: tuple[str, ...] = ()
+    try:
+        args = tuple(shlex.split(params.get(SCRIPT_ARGS, "")))
+    except ValueError as exc:
+        problems.append(
+            ConfigProblem(
+                key(SCRIPT_ARGS), f"cannot split {params[SCRIPT_ARGS]!r} like a shell: {exc}"
+            )
+        )
+    timeout = DEFAULT_TIMEOUT_S
+    if SCRIPT_TIMEOUT in params:
+        try:
+            timeout = _parse.seconds(params[SCRIPT_TIMEOUT])
+        except ValueError as exc:
+            problems.append(ConfigProblem(key(SCRIPT_TIMEOUT), str(exc)))
+    if path is not None and path.name == COMMAND_NAME and args_problem(args):
+        problems.append(
+            ConfigProblem(
+                key(SCRIPT_ARGS),
+                f"{COMMAND_NAME} would reject these arguments: {args_problem(args)}",
+            )
+        )
+    return None if path is None else ScriptConfig(path=path, args=args, timeout=timeout)
+
+
+def _script_path(
+    raw: str, environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> Path | None:
+    text = str(raw).strip()
+    if not text:
+        problems.append(
+            ConfigProblem(key(SCRIPT_PATH), "must not be empty; unset it to use NVML/nvidia-smi")
+        )
+        return None
+    given = Path(text).expanduser()
+    home = environ.get(ACCELFLOW_HOME_ENV_VAR, "").strip()
+    base, base_note = (
+        (Path(home), f"${ACCELFLOW_HOME_ENV_VAR}={home}")
+        if home
+        else (Path.cwd(), f"the working directory {Path.cwd()}")
+    )
+    path = given if given.is_absolute() else base / given
+    if not path.exists() and os.sep not in text and shutil.which(text):
+        path = Path(str(shutil.which(text)))
+    problem = _script_problem(path, given, base_note)
+    if problem:
+        problems.append(ConfigProblem(key(SCRIPT_PATH), problem))
+        return None
+    return path.absolute()
+
+
+def _script_problem(path: Path, given: Path, base_note: str) -> str | None:
+    relative = "" if given.is_absolute() else f" (relative paths are resolved against {base_note})"
+    if not path.exists():
+        return f"the discovery script {path} does not exist{relative}"
+    if path.is_dir():
+        return f"{path} is a directory, not a discovery script"
+    if not os.access(path, os.X_OK):
+        return f"the discovery script {path} is not executable; run: chmod +x '{path}'"
+    return None
+
+
+def _coordination(params: Mapping[str, str], problems: list[ConfigProblem]) -> bool:
+    if COORDINATION not in params:
+        return DEFAULT_COORDINATION
+    try:
+        return _parse.boolean(params[COORDINATION])
+    except ValueError as exc:
+        problems.append(ConfigProblem(key(COORDINATION), str(exc)))
+        return DEFAULT_COORDINATION
+
+
+def _coordination_file(params: Mapping[str, str], problems: list[ConfigProblem]) -> Path | None:
+    if COORDINATION_FILE not in params:
+        return None
+    path = Path(str(params[COORDINATION_FILE]).strip()).expanduser()
+    if not str(params[COORDINATION_FILE]).strip() or not path.is_absolute():
+        problems.append(
+            ConfigProblem(
+                key(COORDINATION_FILE),
+                f"must be an absolute path (every TaskExecutor on the host must name the same "
+                f"file), got {params[COORDINATION_FILE]!r}",
+            )
+        )
+        return None
+    if path.is_dir():
+        problems.append(
+            ConfigProblem(key(COORDINATION_FILE), f"{path} is a directory; name a file in it")
+        )
+        return None
+    if params.get(COORDINATION, "true").strip().lower() in ("false", "no", "off", "0"):
+        problems.append(
+            ConfigProblem(
+                key(COORDINATION_FILE), f"is set but {key(COORDINATION)} is false; remove one"
+            )
+        )
+    return path

@@ -1,0 +1,219 @@
+"""An honest fake ``nvidia-smi`` for machines without a GPU.
+
+:func:`install_fake_nvidia_smi` writes an executable ``nvidia-smi`` (a Python script) into a
+directory; put that directory first on ``PATH`` and every ``nvidia-smi`` call (from accelflow,
+a discovery script or a shell) reaches it as a real program. It answers the parts of the real
+command that discovery uses, with the real formats:
+
+* ``--query-gpu=<fields> --format=csv[,noheader][,nounits]`` with the fields ``index``,
+  ``uuid``, ``name``, ``memory.total``, ``pci.bus_id``, ``count``, ``mig.mode.current``
+  (unknown fields: exit 2 with nvidia-smi's message; ``-i``/``--id`` selects GPUs);
+* ``-L`` (GPUs and their MIG units);
+* no GPUs: ``No devices were found`` and exit code 6, like the real one.
+
+The GPU list lives in ``nvidia-smi.json`` next to the executable and is read on every call, so a
+test can change it (call :func:`install_fake_nvidia_smi` again) while processes run. Every call
+appends its argv as one JSON line to ``nvidia-smi.calls``.
+
+Example:
+    >>> path = install_fake_nvidia_smi(tmp_path, 2)  # doctest: +SKIP
+    >>> monkeypatch.setenv("PATH", f"{path.parent}{os.pathsep}{os.environ['PATH']}")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+EXECUTABLE_NAME = "nvidia-smi"
+STATE_FILE_NAME = "nvidia-smi.json"
+CALLS_FILE_NAME = "nvidia-smi.calls"
+
+
+def fake_gpu_uuid(index: int) -> str:
+    """The deterministic UUID of fake GPU ``index``: ``GPU-00000000-0000-4000-8000-00000000000<i>``."""
+    return f"GPU-00000000-0000-4000-8000-{index:012d}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FakeMIGDevice:
+    """A MIG unit of a fake GPU, listed by ``nvidia-smi -L``.
+
+    Attributes:
+        uuid: ``MIG-…``.
+        profile: e.g. ``1g.10gb``.
+    """
+
+    uuid: str
+    profile: str = "1g.10gb"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FakeGPU:
+    """One fake GPU.
+
+    Example:
+        >>> FakeGPU(index=3).uuid
+        'GPU-00000000-0000-4000-8000-000000000003'
+
+    Attributes:
+        index: the nvidia-smi index.
+        uuid: ``GPU-…``; default :func:`fake_gpu_uuid` of the index.
+        name: product name.
+        memory_total: MiB.
+        pci_bus_id: e.g. ``00000000:17:00.0``; default derived from the index.
+        mig_devices: MIG units (MIG mode is on when there are any).
+    """
+
+    index: int
+    uuid: str = ""
+    name: str = "NVIDIA A100-SXM4-80GB"
+    memory_total: int = 81920
+    pci_bus_id: str = ""
+    mig_devices: tuple[FakeMIGDevice, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.uuid:
+            object.__setattr__(self, "uuid", fake_gpu_uuid(self.index))
+        if not self.pci_bus_id:
+            object.__setattr__(self, "pci_bus_id", f"00000000:{0x10 + self.index:02X}:00.0")
+
+
+def install_fake_nvidia_smi(
+    directory: str | os.PathLike[str],
+    gpus: int | Sequence[FakeGPU],
+    *,
+    exit_code: int = 0,
+    stderr: str = "",
+) -> Path:
+    """Write (or update) a fake ``nvidia-smi`` in ``directory``; returns its path.
+
+    Args:
+        directory: where to put it (created if missing); put it first on ``PATH``.
+        gpus: a number of fake GPUs ``0..n-1`` or the GPUs themselves.
+        exit_code: non-zero makes every call print ``stderr`` and exit with this code.
+        stderr: what a failing call prints on stderr.
+
+    Returns:
+        The path of the executable.
+    """
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = [FakeGPU(index=i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
+    state = {
+        "gpus": [asdict(g) for g in listing],
+        "exit_code": exit_code,
+        "stderr": stderr,
+    }
+    _write_atomically(folder / STATE_FILE_NAME, json.dumps(state, indent=2))
+    executable = folder / EXECUTABLE_NAME
+    _write_atomically(executable, f"#!{sys.executable} -IS\n{_PROGRAM}")  # -IS: stdlib only, fast
+    executable.chmod(executable.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return executable
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(temp, path)
+
+
+_PROGRAM = r'''"""Fake nvidia-smi written by accelflow.testing.install_fake_nvidia_smi."""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "nvidia-smi.calls"), "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
+with open(os.path.join(HERE, "nvidia-smi.json")) as f:
+    STATE = json.load(f)
+GPUS = STATE["gpus"]
+FIELDS = {
+    "index": lambda g, units: str(g["index"]),
+    "uuid": lambda g, units: g["uuid"],
+    "gpu_uuid": lambda g, units: g["uuid"],
+    "name": lambda g, units: g["name"],
+    "gpu_name": lambda g, units: g["name"],
+    "memory.total": lambda g, units: str(g["memory_total"]) + ("" if not units else " MiB"),
+    "pci.bus_id": lambda g, units: g["pci_bus_id"],
+    "gpu_bus_id": lambda g, units: g["pci_bus_id"],
+    "count": lambda g, units: str(len(GPUS)),
+    "mig.mode.current": lambda g, units: "Enabled" if g["mig_devices"] else "Disabled",
+}
+HEADERS = {"memory.total": "memory.total [MiB]"}
+
+
+def fail(message, code):
+    sys.stderr.write(message + "\n")
+    sys.exit(code)
+
+
+def option_value(args, name):
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def selected(args):
+    wanted = option_value(args, "--id") or option_value(args, "-i")
+    if wanted is None:
+        return GPUS
+    keys = [w.strip() for w in wanted.split(",")]
+    chosen = [g for g in GPUS if str(g["index"]) in keys or g["uuid"] in keys]
+    if len(chosen) != len(keys):
+        fail("No devices were found", 6)
+    return chosen
+
+
+def query(args):
+    fields = [f.strip() for f in option_value(args, "--query-gpu").split(",")]
+    for name in fields:
+        if name not in FIELDS:
+            fail('Field "%s" is not a valid field to query.' % name, 2)
+    fmt = option_value(args, "--format")
+    if fmt is None:
+        fail("Please specify the output format with --format", 2)
+    options = [o.strip() for o in fmt.split(",")]
+    if "csv" not in options:
+        fail('"%s" is not a valid format.' % fmt, 2)
+    units = "nounits" not in options
+    lines = [] if "noheader" in options else [", ".join(HEADERS.get(f, f) if units else f for f in fields)]
+    for gpu in selected(args):
+        lines.append(", ".join(FIELDS[f](gpu, units) for f in fields))
+    print("\n".join(lines))
+
+
+def listing():
+    for gpu in GPUS:
+        print("GPU %d: %s (UUID: %s)" % (gpu["index"], gpu["name"], gpu["uuid"]))
+        for n, mig in enumerate(gpu["mig_devices"]):
+            print("  MIG %-11s Device %2d: (UUID: %s)" % (mig["profile"], n, mig["uuid"]))
+
+
+def main(args):
+    if STATE["exit_code"]:
+        fail(STATE["stderr"], STATE["exit_code"])
+    if not GPUS:
+        print("No devices were found")
+        sys.exit(6)
+    if option_value(args, "--query-gpu") is not None:
+        query(args)
+    elif args == ["-L"] or args == ["--list-gpus"]:
+        listing()
+    else:
+        fail("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.", 2)
+
+
+main(sys.argv[1:])
+'''

@@ -1,0 +1,76 @@
+"""Fixtures of the GPU plugin tests: a fake nvidia-smi first on PATH, no NVML, clean env."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from accelflow.testing._nvidia_smi import FakeGPU, install_fake_nvidia_smi
+
+HERE = Path(__file__).parent
+OWNER_PROCESS = HERE / "owner_process.py"
+
+FakeGPUs = Callable[..., Path]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No NVML (so the nvidia-smi path is used), no inherited GPU env, no ACCELFLOW_HOME,
+    and a private temp dir so the default coordination file never touches the real one."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    for name in ("CUDA_VISIBLE_DEVICES", "ACCELFLOW_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+
+
+@pytest.fixture
+def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGPUs:
+    """``fake_gpus(4)`` or ``fake_gpus([FakeGPU(...)], exit_code=9, stderr="...")`` installs the
+    fake nvidia-smi in ``tmp_path/bin``, puts it first on PATH and returns its path; calling it
+    again changes what the fake reports."""
+
+    def install(gpus: int | Sequence[FakeGPU], *, exit_code: int = 0, stderr: str = "") -> Path:
+        path = install_fake_nvidia_smi(tmp_path / "bin", gpus, exit_code=exit_code, stderr=stderr)
+        if not os.environ["PATH"].startswith(str(path.parent)):
+            monkeypatch.setenv("PATH", f"{path.parent}{os.pathsep}{os.environ['PATH']}")
+        return path
+
+    return install
+
+
+@pytest.fixture
+def no_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A PATH on which no nvidia-smi can be found (but python and sh still run)."""
+    bin_dir = tmp_path / "empty-bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+
+
+@pytest.fixture
+def coordination_file(tmp_path: Path) -> Path:
+    return tmp_path / "coord" / "gpu-coordination.json"
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture
+def live_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process other than the test process (killed afterwards)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield process
+    process.kill()
+    process.wait()

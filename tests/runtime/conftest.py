@@ -1,0 +1,106 @@
+"""Fixtures for tests on the real multi-process local cluster.
+
+Every test here checks that no process it started outlives it: the test process becomes a
+child subreaper (Linux), so TaskExecutors, their forkservers and subtasks that lose their
+parent are re-parented to it and show up as its descendants instead of vanishing under init.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from accelflow.testing import install_fake_nvidia_smi
+
+if str(Path(__file__).parent) not in sys.path:  # runtime_jobs, also for job scripts run by tests
+    sys.path.insert(0, str(Path(__file__).parent))
+
+_PR_SET_CHILD_SUBREAPER = 36
+_LINGER_S = 10.0
+
+
+def _set_subreaper(on: bool) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+
+
+def _living_descendants(before: set[int]) -> list[psutil.Process]:
+    living = []
+    for child in psutil.Process().children(recursive=True):
+        if child.pid in before:
+            continue
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)  # an orphan re-parented to us: reap it
+                continue
+            living.append(child)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            continue
+    return living
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    """Fail the test if any process it started is still alive shortly after it ends."""
+    if not sys.platform.startswith("linux") or not _set_subreaper(True):
+        yield
+        return
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    try:
+        yield
+        deadline = time.monotonic() + _LINGER_S
+        while (strays := _living_descendants(before)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if strays:
+            described = [f"{p.pid}: {' '.join(p.cmdline())}" for p in strays]
+            for p in strays:
+                p.kill()
+            pytest.fail(f"processes left behind: {described}")
+    finally:
+        _set_subreaper(False)
+
+
+@pytest.fixture
+def gpu_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Two TaskExecutors with 2 of the host's 4 fake GPUs each, coordination on, 4 slots each.
+
+    The fake ``nvidia-smi`` is first on ``PATH`` before the cluster starts, so TaskExecutors
+    (which inherit the client's environment) run it as a real program.
+    """
+    exe = install_fake_nvidia_smi(tmp_path / "bin", 4)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(var, raising=False)
+    coordination = tmp_path / "gpu-coordination.json"
+    monkeypatch.setenv("TEST_COORDINATION_FILE", str(coordination))
+    return {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": 2,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(coordination),
+        "local.number-taskmanager": 2,
+        "taskmanager.numberOfTaskSlots": 4,
+    }
+
+
+@pytest.fixture
+def fpga_conf(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Two TaskExecutors with static FPGAs "0" and "1" each and an isolation variable."""
+    monkeypatch.delenv("FPGA_VISIBLE_DEVICES", raising=False)
+    return {
+        "external-resources": "fpga",
+        "external-resource.fpga.amount": 2,
+        "external-resource.fpga.driver-factory.class": "accelflow.testing:StaticDriverFactory",
+        "external-resource.fpga.param.addresses": "0,1",
+        "external-resource.fpga.param.env-var": "FPGA_VISIBLE_DEVICES",
+        "local.number-taskmanager": 2,
+        "taskmanager.numberOfTaskSlots": 4,
+    }

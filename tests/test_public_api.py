@@ -1,0 +1,102 @@
+"""Pins the public surface (style guide habit 4, as httpx ``tests/test_exported_members.py``).
+
+Adding or removing a public name is a decision: update the list here in the same change.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import accelflow
+import accelflow.resources
+
+ACCELFLOW = [
+    "AccelflowError",
+    "AccelflowInternalError",
+    "AllocationError",
+    "ConfigError",
+    "CoordinationError",
+    "DataFormatError",
+    "DataStream",
+    "DeploymentError",
+    "DiscoveryError",
+    "DriverLoadError",
+    "Environment",
+    "ExternalResourceInfo",
+    "IdxSource",
+    "JobCancelledError",
+    "JobClient",
+    "JobError",
+    "JobResult",
+    "KeyedStream",
+    "MissingDependencyError",
+    "RichFilterFunction",
+    "RichFlatMapFunction",
+    "RichFunction",
+    "RichMapBatchesFunction",
+    "RichMapFunction",
+    "RichReduceFunction",
+    "RuntimeContext",
+    "SinkFunction",
+    "Source",
+]
+
+RESOURCES = [
+    "ConfigError",
+    "DiscoveryError",
+    "DriverEntryPoint",
+    "ExternalResourceDriver",
+    "ExternalResourceDriverFactory",
+    "ExternalResourceInfo",
+    "ExternalResourceInfoProvider",
+    "KubernetesResourceDecorator",
+    "KubernetesResources",
+    "ResourceStatus",
+    "YarnResourceDecorator",
+    "list_driver_entry_points",
+    "load_driver_factory",
+]
+
+
+def test_accelflow_exports_exactly_the_pinned_names_sorted() -> None:
+    assert accelflow.__all__ == ACCELFLOW
+    assert ACCELFLOW == sorted(ACCELFLOW)
+
+
+def test_accelflow_resources_exports_exactly_the_pinned_names_sorted() -> None:
+    assert accelflow.resources.__all__ == RESOURCES
+    assert RESOURCES == sorted(RESOURCES)
+
+
+@pytest.mark.parametrize(("module", "names"), [("accelflow", ACCELFLOW), ("accelflow.resources", RESOURCES)])
+def test_every_exported_name_is_importable(module: str, names: list[str]) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {module} import {', '.join(names)}", namespace)  # noqa: S102
+    mod = importlib.import_module(module)
+    for name in names:
+        assert namespace[name] is getattr(mod, name)
+
+
+@pytest.mark.parametrize("name", ACCELFLOW)
+def test_public_classes_show_the_public_module(name: str) -> None:
+    obj = getattr(accelflow, name)
+    if isinstance(obj, type):
+        assert obj.__module__ == "accelflow", f"{name}.__module__ is {obj.__module__}"
+
+
+def test_the_error_tree_has_one_root() -> None:
+    errors = [getattr(accelflow, n) for n in ACCELFLOW if n.endswith("Error")]
+    assert all(issubclass(e, accelflow.AccelflowError) for e in errors)
+    assert issubclass(accelflow.JobCancelledError, accelflow.JobError)
+
+
+def test_the_driver_sdk_shares_the_top_level_classes() -> None:
+    assert accelflow.resources.ExternalResourceInfo is accelflow.ExternalResourceInfo
+    assert accelflow.resources.ConfigError is accelflow.ConfigError
+    assert accelflow.resources.DiscoveryError is accelflow.DiscoveryError
+
+
+def test_the_version_is_a_string() -> None:
+    assert isinstance(accelflow.__version__, str) and accelflow.__version__.count(".") == 2
