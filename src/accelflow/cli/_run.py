@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from accelflow._errors import ConfigError
 from accelflow.api import _stream
-from accelflow.cli._common import add_config_options, load_cli_config, stderr
+from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
 from accelflow.runtime import _client
 
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
     load_cli_config(args)  # validate --conf/-D up front, one message for every problem
-    _stream._CLI_LAYERS.append((args.conf, list(args.definitions)))
+    _stream._CLI_LAYERS.append((conf_file(args), list(args.definitions)))
     show = not args.no_progress and sys.stderr.isatty()
     previous = _client.progress_hook
     _client.progress_hook = _progress_display if show else None

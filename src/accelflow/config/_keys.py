@@ -180,5 +180,5 @@ YARN_QUEUE = _key("yarn.application.queue", p.string, None, "YARN queue.")
 ACCELFLOW_HOME_ENV_VAR = "ACCELFLOW_HOME"
 """Base directory for relative discovery-script paths (like ``FLINK_HOME``)."""
 ACCELFLOW_CONF_ENV_VAR = "ACCELFLOW_CONF"
-"""A YAML config file read before ``--conf`` and ``-D`` (lowest precedence after defaults)."""
+"""A YAML config file used when ``--conf`` is not given (``-D`` still wins over it)."""
 ENTRY_POINT_GROUP = "accelflow.external_resources"
