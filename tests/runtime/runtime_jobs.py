@@ -112,9 +112,8 @@ class Journal:
 
 
 class JournaledMap(RichMapFunction[int, int]):
-    def __init__(self, directory: str, events: str = "") -> None:
+    def __init__(self, directory: str) -> None:
         self.journal = Journal(directory, "map")
-        self.events = events
 
     def open(self, ctx: RuntimeContext) -> None:
         self.journal.start(ctx)
@@ -184,8 +183,6 @@ class Tenfold:
 
 class Instances(RichMapFunction[int, tuple[int, int, int]]):
     """Passed as a class: maps to (value, subtask index, id of this instance)."""
-
-    built = 0
 
     def __init__(self) -> None:
         self.index = -1
@@ -328,3 +325,11 @@ class Splits(Source[tuple[int, str]]):
 def append_line(path: str, value: Any) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(f"{value}\n")
+
+
+class BrokenSplits(Source[int]):
+    def create_splits(self, parallelism: int) -> Sequence[Any]:
+        raise FileNotFoundError("/data/shards: no such directory")
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
+        yield from ()

@@ -257,3 +257,24 @@ def test_bad_jobs_are_refused_before_anything_starts() -> None:
     with pytest.raises(AccelflowError, match="the job has no sink"):
         env2.from_sequence(1, 2).map(abs)
         env2.execute()
+
+
+def test_keys_route_alike_from_every_taskexecutor() -> None:
+    """Sources on two TaskExecutor processes must send a key to the same reducer, also for
+    keys whose built-in hash differs between processes (``hash(None)`` is an address)."""
+    env = Environment({"local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 2,
+                       "scheduler.placement-policy": "spread"})  # source subtask i on taskexecutor-(i+1)
+    records = [((None, i % 10), 1) for i in range(400)]
+    counts = env.from_collection(records, parallelism=2).key_by(lambda r: r[0]).sum(1, parallelism=3).execute_and_collect()
+    assert sorted(counts, key=lambda r: r[0][1]) == [((None, k), 40) for k in range(10)]
+
+
+def test_stable_hash_agrees_between_processes() -> None:
+    import subprocess
+    import sys
+
+    code = ("from accelflow.runtime._subtask import stable_hash; "
+            "print([stable_hash(k) for k in [None, (None, 'a', 1), frozenset({None, 'b'}), 'x', b'y', 2.5]])")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout for seed in (1, 2)}
+    assert len(outputs) == 1

@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from runtime_jobs import FailFirstAttempt, FailInOpen, Forever, GatedNumbers, JournaledMap, ProbeJson, fail_on
+from runtime_jobs import (
+    BrokenSplits, FailFirstAttempt, FailInOpen, Forever, GatedNumbers, JournaledMap, ProbeJson, fail_on,
+)
 
 from accelflow import Environment, JobCancelledError, JobClient, JobError
 
@@ -171,7 +174,7 @@ _CLIENT_SCRIPT = """
     client = env.execute_async()
     while not client.jobmanager.progress(client.graph)["records"]:
         time.sleep(0.01)
-    print("RUNNING", flush=True)
+    print("RUNNING", client.launcher.workdir, flush=True)
     client.wait()
 """
 
@@ -190,7 +193,8 @@ def test_an_interrupted_or_crashed_client_leaves_no_process_and_no_gpu_held(
     )
     try:
         assert client.stdout is not None
-        assert client.stdout.readline() == b"RUNNING\n", client.stderr.read() if client.stderr else ""
+        running, workdir = client.stdout.readline().decode().split()
+        assert running == "RUNNING" and Path(workdir).is_dir()
         cluster = psutil.Process(client.pid).children(recursive=True)
         assert len(cluster) >= 4  # 2 TaskExecutors, their forkservers, subtasks
         if how == "ctrl-c":
@@ -207,3 +211,20 @@ def test_an_interrupted_or_crashed_client_leaves_no_process_and_no_gpu_held(
     gone, alive = psutil.wait_procs(cluster, timeout=15)
     assert alive == []
     assert _coordination(gpu_conf) == [], stderr.decode()  # every TaskExecutor gave its GPUs back
+    assert not Path(workdir).exists()  # nor is the client's working directory left behind
+
+
+def test_a_function_that_cannot_be_pickled_is_named(fpga_conf: dict[str, Any]) -> None:
+    lock = threading.Lock()
+    env = Environment(fpga_conf)
+    env.from_sequence(1, 3).map(lambda x: (lock, x)[1], name="guarded").add_sink(lambda x: None)
+    with pytest.raises(JobError, match=r"^the function of operator 'guarded' \(map\) cannot be sent to its subtasks: "
+                                       r"TypeError: cannot pickle '_thread.lock' object\. .*in open\(\) of a rich function"):
+        env.execute()
+
+
+def test_a_source_whose_splits_fail_is_named(fpga_conf: dict[str, Any]) -> None:
+    env = Environment(fpga_conf)
+    env.from_source(BrokenSplits(), name="shards").add_sink(lambda x: None)
+    with pytest.raises(JobError, match=r"^source 'shards': create_splits\(1\) raised FileNotFoundError: /data/shards"):
+        env.execute()

@@ -243,6 +243,10 @@ class JobManager:
                               self._free_devices(te.id))
             for te in sorted(self.taskexecutors.values(), key=lambda t: t.id)
         ]
+        # user code is pickled and split before any slot or device is taken, so a job that
+        # cannot be shipped fails with nothing to give back
+        blobs = {c.id: self._chain_blob(graph, c, job_id, attempt) for c in graph.chains}
+        splits = self._splits(graph)
         assignments = place(requests, offers, self.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
         keys: list[SubtaskKey] = []
         slot_of: dict[SubtaskKey, str] = {}
@@ -254,8 +258,6 @@ class JobManager:
                 keys.append(holder)
                 slot_of[holder] = assignment.taskexecutor
         self._slots[(job_id, attempt)] = [a.taskexecutor for a in assignments]
-        blobs = {c.id: self._chain_blob(graph, c, job_id, attempt) for c in graph.chains}
-        splits = self._splits(graph)
         isolate = self.config.get(k.DEVICE_ISOLATION)
         for key in keys:
             te_id = slot_of[key]
@@ -310,7 +312,15 @@ class JobManager:
             if n.kind == "reduce":
                 n.options["rolling"] = rolling
             nodes.append(n)
-        return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling)))
+        try:
+            return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling)))
+        except Exception as exc:
+            raise JobError(
+                f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
+                f"{exc}. User code travels with cloudpickle; create what cannot be pickled "
+                "(locks, open files, connections, models on a device) in open() of a rich "
+                "function, or pass the class instead of an instance"
+            ) from exc
 
     def _rolling(self, graph: JobGraph) -> bool:
         mode = self.config.get(k.RUNTIME_MODE)
@@ -323,7 +333,13 @@ class JobManager:
         out: dict[tuple[int, int], list[Any]] = {}
         for c in graph.chains:
             if c.head.kind == "source":
-                splits = list(c.head.fn.create_splits(c.parallelism))
+                try:
+                    splits = list(c.head.fn.create_splits(c.parallelism))
+                except Exception as exc:
+                    raise JobError(
+                        f"source {c.head.name!r}: create_splits({c.parallelism}) raised "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
                 for i in range(c.parallelism):
                     out[(c.id, i)] = splits[i :: c.parallelism]
         return out
@@ -459,6 +475,17 @@ class JobManager:
                 )
         return JobResult(job_id, graph.name, "FINISHED", time.monotonic() - started, first_record,
                          attempt + 1, operators, devices, collected)
+
+
+def _unpicklable(chain: Chain) -> str:
+    """Name the first operator of ``chain`` whose function (or key function) does not pickle."""
+    for node in chain.nodes:
+        for what, obj in (("function", node.fn), ("key function", node.key_fn)):
+            try:
+                cloudpickle.dumps(obj)
+            except Exception:
+                return f"the {what} of operator {node.name!r} ({node.kind})"
+    return f"the operators of {chain.name!r}"
 
 
 def _subtask_name(chain: Chain, index: int) -> str:

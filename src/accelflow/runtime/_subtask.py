@@ -58,6 +58,10 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     try:
         runner = _Runner(desc, status, cancelled)
         counts, parts = runner.run()
+        # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
+        # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
+        # printed a traceback after a successful job.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         status.send(("finished", desc.key, counts, parts))
     except _Cancelled:
         os._exit(143)
@@ -187,7 +191,10 @@ class _Runner:
 
 
 def stable_hash(key: Any) -> int:
-    """A hash that is the same in every process (``hash(str)`` is salted per process)."""
+    """A hash that is the same in every process (``hash(str)`` is salted per process, and
+    ``hash(None)`` is an address, different in each TaskExecutor process)."""
+    if key is None:
+        return 0
     if isinstance(key, bool | int):
         return int(key)
     if isinstance(key, str):
@@ -199,6 +206,11 @@ def stable_hash(key: Any) -> int:
         for item in key:
             h = (h * 1000003) ^ stable_hash(item)
         return h & 0xFFFFFFFFFFFF
+    if isinstance(key, frozenset):
+        h = 0
+        for item in key:
+            h ^= stable_hash(item)
+        return h
     return hash(key)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import time
@@ -130,6 +131,7 @@ class TaskExecutor:
 
 def main(argv: list[str] | None = None) -> int:
     te_id, address, config_path = (argv or sys.argv[1:])[:3]
+    client = os.getppid()
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -157,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         te.serve()
     finally:
         te.shutdown()
+        if os.getppid() != client:
+            # the client died without stopping the cluster: nobody else will remove its
+            # working directory (sockets, spilled arrays that may be gigabytes)
+            shutil.rmtree(os.path.dirname(os.path.abspath(config_path)), ignore_errors=True)
     return 0
 
 
