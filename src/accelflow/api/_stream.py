@@ -66,7 +66,7 @@ class Environment:
             source: Source[Any] = ArraySource([items])
         else:
             source = CollectionSource(list(items))
-        return self._add("source", name, source, parallelism or 1, None)
+        return self._add("source", name, source, 1 if parallelism is None else parallelism, None)
 
     def from_sequence(self, start: int, end: int, *, name: str = "sequence",
                       parallelism: int | None = None) -> DataStream:
@@ -113,6 +113,9 @@ class Environment:
             parallelism = upstream.parallelism if upstream is not None and kind.startswith("sink") \
                 else self.config.get(k.PARALLELISM_DEFAULT)
         profile = ResourceProfile.parse(resources, operator=name)
+        taken = {t.name for t in self._transformations}
+        if name in taken:  # names key the per-operator counts: keep them unique
+            name = next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)
         t = Transformation(
             id=len(self._transformations), kind=kind, name=name, fn=fn, parallelism=parallelism,
             resources=profile, input=None if upstream is None else upstream._id,

@@ -118,7 +118,7 @@ RESTART_ATTEMPTS = _key(
     "Restarts before the job fails (fixed-delay).",
 )
 RESTART_DELAY = _key(
-    "restart-strategy.fixed-delay.delay", p.seconds, 1.0, "Delay between restarts (fixed-delay)."
+    "restart-strategy.fixed-delay.delay", p.non_negative_seconds, 1.0, "Delay between restarts (fixed-delay)."
 )
 STARTUP_TIMEOUT = _key(
     "taskmanager.registration.timeout", p.seconds, 60.0,

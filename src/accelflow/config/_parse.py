@@ -93,6 +93,13 @@ def seconds(value: object) -> float:
     return result
 
 
+def non_negative_seconds(value: object) -> float:
+    """A duration that may be zero: ``0``, ``"500 ms"``, ``"1 s"``."""
+    if value in (0, "0") or (isinstance(value, str) and value.strip() in ("0", "0 s", "0s", "0 ms", "0ms")):
+        return 0.0
+    return seconds(value)
+
+
 def boolean(value: object) -> bool:
     """``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
     if isinstance(value, bool):

@@ -65,7 +65,12 @@ class JobClient:
     def _run(self) -> None:
         try:
             self._status = "STARTING"
-            self.jobmanager.start_cluster()
+            spill = threading.Thread(target=self.jobmanager.prepare_sources, args=(self.graph,))
+            spill.start()  # large arrays go to disk while TaskExecutors start
+            try:
+                self.jobmanager.start_cluster()
+            finally:
+                spill.join()
             self._status = "RUNNING"
             self._result = self.jobmanager.run(self.graph, self.submitted)
             self._status = "FINISHED"

@@ -2,7 +2,9 @@
 
 Operators are chained into one task (one process per subtask) when data can flow between
 them without leaving the process: single producer and consumer, forward partitioning, equal
-parallelism and equal resource requests, as in Flink.
+parallelism, and either the same resource request or none (an operator that requests nothing,
+e.g. a sink after a GPU operator, joins the chain and sees the TaskExecutor's whole device set,
+as in Flink; only operators that requested a resource get the assigned devices).
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def build_job_graph(name: str, transformations: list[Transformation]) -> JobGrap
             up is not None
             and len(consumers[up]) == 1
             and t.partitioning == "forward"
-            and transformations[up].resources == t.resources
+            and (not t.resources or chains[chain_of[up]].resources == t.resources)
         ):
             chain = chains[chain_of[up]]
             chain.nodes.append(t)

@@ -146,7 +146,7 @@ class JobManager:
         self._job_counter += 1
         job_id = f"job-{self._job_counter}"
         started = submitted if submitted is not None else time.monotonic()
-        self._prepare_sources(graph)
+        self.prepare_sources(graph)
         strategy = self.config.get(k.RESTART_STRATEGY)
         attempts_left = self.config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
         attempt = 0
@@ -168,7 +168,8 @@ class JobManager:
         self._commit_files(graph, job_id, attempt)
         return self._result(graph, job_id, attempt, started, first_record, collected)
 
-    def _prepare_sources(self, graph: JobGraph) -> None:
+    def prepare_sources(self, graph: JobGraph) -> None:
+        """Spill NumPy sources to memory-mapped files (idempotent; may overlap cluster start)."""
         for t in graph.transformations:
             if isinstance(t.fn, ArraySource):
                 t.fn.spill(self.launcher.workdir)
@@ -235,7 +236,7 @@ class JobManager:
         requests = []
         for i in range(graph.max_parallelism):
             requests.append(SlotRequest(tuple(
-                SubtaskRequest(SubtaskKey(job_id, attempt, c.id, i), _subtask_name(c, i), c.resources)
+                SubtaskRequest(SubtaskKey(job_id, attempt, c.id, i), _requester_name(c, i), c.resources)
                 for c in graph.chains if i < c.parallelism
             )))
         offers = [
@@ -469,7 +470,7 @@ class JobManager:
                 entry["records_in"] += n_in
                 entry["records_out"] += n_out
             if st.devices:
-                devices[st.name] = f"{st.taskexecutor} " + ", ".join(
+                devices[_requester_name(chain, key.index)] = f"{st.taskexecutor} " + ", ".join(
                     f"{r} {a}" + ("" if s == 1 else f" ({format_amount(s)})")
                     for r, items in sorted(st.devices.items()) for a, s in items
                 )
@@ -490,6 +491,12 @@ def _unpicklable(chain: Chain) -> str:
 
 def _subtask_name(chain: Chain, index: int) -> str:
     return f"{chain.name} ({index + 1}/{chain.parallelism})"
+
+
+def _requester_name(chain: Chain, index: int) -> str:
+    """A subtask named after the operator(s) of its chain that requested devices."""
+    asked = " -> ".join(n.name for n in chain.nodes if n.resources) or chain.name
+    return f"{asked} ({index + 1}/{chain.parallelism})"
 
 
 def _address(props: dict[str, str]) -> str:

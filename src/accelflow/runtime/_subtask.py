@@ -90,13 +90,13 @@ class _Runner:
             opened: list[Operator] = []
             try:
                 for op in self.ops:
-                    op.open(self._context(op.node.name))
+                    op.open(self._context(op.node))
                     opened.append(op)
                 self.routers = [_Router(edge, desc.key.index, desc.authkey) for edge in plan.outputs]
                 self.status.send(("running", desc.key))
                 if head.kind == "source":
                     self.source_out = 0
-                    self._run_source(head.fn, self._context(head.name))
+                    self._run_source(head.fn, self._context(head))
                 else:
                     self._run_inputs(listener)
                 self._finish()
@@ -108,11 +108,13 @@ class _Runner:
             if listener is not None:
                 listener.close()
 
-    def _context(self, name: str) -> RuntimeContext:
+    def _context(self, node: Any) -> RuntimeContext:
+        name = node.name
         desc = self.desc
         assigned = {
             resource: {ExternalResourceInfo(props): Fraction(share) for props, share in items}
             for resource, items in desc.assigned.items()
+            if resource in node.resources
         }
         all_infos = {
             r: frozenset(ExternalResourceInfo(p) for p in props)
