@@ -12,27 +12,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from accelflow._errors import AccelflowError, JobCancelledError, JobError
-from accelflow.config import _keys as k
 from accelflow.runtime._graph import build_job_graph
 from accelflow.runtime._jobmanager import JobManager, JobResult
-from accelflow.runtime.launchers._base import Launcher
+from accelflow.runtime.launchers import make_launcher
 
 if TYPE_CHECKING:
     from accelflow.api._stream import Environment
 
 #: Set by ``accelflow run`` to show a progress display: called with the JobManager.
 progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
-
-
-def make_launcher(env: Environment) -> Launcher:
-    target = env.config.get(k.EXECUTION_TARGET)
-    if target == "ray":
-        raise JobError(
-            "execution.target: ray is not implemented yet; use the default 'local' target"
-        )
-    from accelflow.runtime.launchers._local import LocalLauncher
-
-    return LocalLauncher(env.config)
 
 
 class JobClient:
@@ -50,7 +38,7 @@ class JobClient:
         self.submitted = time.monotonic()
         self.graph = build_job_graph(name, list(env._transformations))
         env._transformations.clear()
-        self.launcher = make_launcher(env)
+        self.launcher = make_launcher(env.config)
         self.jobmanager = JobManager(env.config, self.launcher)
         self._status = "CREATED"
         self._result: JobResult | None = None
