@@ -1,14 +1,8 @@
 """Configuration: flat Flink-style keys from YAML files, ``-D`` overrides and dicts."""
 
 from accelflow.config._keys import KEYS, RESOURCE_SUFFIXES, Key
-from accelflow.config._load import (
-    config_from,
-    kubernetes_extended_resource_problem,
-    load_config,
-    parse_definitions,
-    read_yaml,
-    yarn_resource_type_problem,
-)
+from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
+from accelflow.config._load import config_from, load_config, parse_definitions, read_yaml
 from accelflow.config._model import Configuration, ExternalResourceSpec
 
 __all__ = [

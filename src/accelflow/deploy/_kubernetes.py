@@ -27,7 +27,7 @@ from accelflow.config._keys import (
     TASKMANAGER_MEMORY,
 )
 from accelflow.config._model import Configuration
-from accelflow.deploy._names import dns_label_problem, object_name_problem
+from accelflow._names import dns_label_problem, object_name_problem
 from accelflow.deploy._pod_template import CONTAINER_NAME, load_pod_template, merge_pod_template
 from accelflow.deploy._quantities import (
     container_cpu,

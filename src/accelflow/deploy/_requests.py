@@ -27,10 +27,14 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from accelflow._errors import AccelflowError, ConfigError, DeploymentError
-from accelflow.config import kubernetes_extended_resource_problem, yarn_resource_type_problem
 from accelflow.config._keys import NUMBER_TASKMANAGER
 from accelflow.config._model import Configuration, ExternalResourceSpec
-from accelflow.deploy._names import label_key_problem, label_value_problem
+from accelflow._names import (
+    kubernetes_extended_resource_problem,
+    label_key_problem,
+    label_value_problem,
+    yarn_resource_type_problem,
+)
 from accelflow.resources._api import (
     ExternalResourceDriverFactory,
     KubernetesResourceDecorator,

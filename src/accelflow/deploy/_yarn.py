@@ -30,7 +30,7 @@ from accelflow.deploy._kubernetes import (
     DEFAULT_NAME,
     RenderOptions,
 )
-from accelflow.deploy._names import yarn_service_name_problem
+from accelflow._names import yarn_service_name_problem
 from accelflow.deploy._quantities import (
     container_cpu,
     container_memory_bytes,
