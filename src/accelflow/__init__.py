@@ -20,7 +20,6 @@ from accelflow._errors import (
     MissingDependencyError,
 )
 from accelflow.api._context import RuntimeContext
-from accelflow.api._idx_source import IdxSource
 from accelflow.api._functions import (
     RichFilterFunction,
     RichFlatMapFunction,
@@ -31,6 +30,7 @@ from accelflow.api._functions import (
     SinkFunction,
     Source,
 )
+from accelflow.api._idx_source import IdxSource
 from accelflow.api._stream import DataStream, Environment, KeyedStream
 from accelflow.resources._api import ExternalResourceInfo
 from accelflow.runtime._client import JobClient

@@ -48,7 +48,7 @@ class ExternalResourceSpec:
         if self.amount < 1:
             raise ValueError(f"amount of {self.name!r} must be positive, got {self.amount}")
         if self.on_discovery_failure not in ("fail", "degrade"):
-            raise ValueError(f"on_discovery_failure must be fail or degrade")
+            raise ValueError(f"on_discovery_failure must be fail or degrade, got {self.on_discovery_failure!r}")
         object.__setattr__(self, "params", _frozen(self.params))
         object.__setattr__(self, "kubernetes_node_selector", _frozen(self.kubernetes_node_selector))
 
