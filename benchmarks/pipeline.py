@@ -1,6 +1,6 @@
 """Records/s of a one-layer classifier over MNIST-like records: accelflow against NumPy.
 
-    .venv/bin/python benchmarks/pipeline.py [--records 200000] [--repeat 3]
+    .venv/bin/python benchmarks/pipeline.py [--records 200000] [--repeat 3] [--target local|ray]
 
 200,000 records of 784 float32 each (seeded random, MNIST-sized) go through
 ``argmax(x @ W)`` with ``W`` 784x10, in one run:
@@ -21,6 +21,14 @@ does. For each job the script prints:
   the first record is out, which is what the 0.8x target compares with NumPy;
 * ``start-up``: ``JobResult.startup_s``, submission to the first record out of a source
   (cluster start, spilling the array, deploying the subtasks).
+
+``--target ray`` runs every accelflow job on the Ray target too (``execution.target: ray``,
+one TaskExecutor actor per job), beside the local one in the same run, and prints the
+overhead of Ray against local per job. One local Ray instance is started once for the run
+(as a running cluster behind ``ray.address`` would be); each job still starts its own
+TaskExecutor actor, which counts in its start-up. Ray's worker processes get the BLAS thread
+count of the Ray instance's start (``cores // 2``), not the per-job count the local target
+gets, since Ray workers do not inherit the client's environment.
 
 Figures are the best of ``--repeat`` runs (the machine may be shared); the median start-up
 is printed too.
@@ -127,10 +135,10 @@ class Run:
 
 
 def accelflow_run(x: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], parallelism: int,
-                  build: Callable[[Any], Any]) -> Run:
+                  build: Callable[[Any], Any], target: str = "local") -> Run:
     _set_threads(max(1, CORES // parallelism))  # inherited by the TaskExecutor and subtasks
     try:
-        env = Environment({"taskmanager.numberOfTaskSlots": parallelism})
+        env = Environment({"taskmanager.numberOfTaskSlots": parallelism, "execution.target": target})
         started = time.perf_counter()
         predictions = build(env.from_collection(x, parallelism=parallelism)).execute_and_collect("pipeline")
         elapsed = time.perf_counter() - started
@@ -154,6 +162,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="records to classify (default 200,000)")
     parser.add_argument("--repeat", type=int, default=5, help="best of N runs per figure (default 5)")
+    parser.add_argument("--target", choices=("local", "ray"), default="local",
+                        help="'ray': run every job on the Ray target too, beside local (default local)")
     parser.add_argument("--numpy-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.records < 1 or args.repeat < 1:
@@ -174,15 +184,54 @@ def main() -> int:
         ("per-record map, parallelism 2", 2, lambda s: s.map(ClassifyOne(w), parallelism=2)),
     ]
     figures: dict[str, Run] = {}
-    for label, parallelism, build in jobs:
-        best, median_startup = best_of([accelflow_run(x, expected, parallelism, build) for _ in range(args.repeat)])
-        figures[label] = best
-        print(f"accelflow, {label:<30} running {best.running:>12,.0f} records/s ({best.running / base:.2f}x)  "
-              f"end-to-end {best.end_to_end:>10,.0f} records/s ({best.end_to_end / base:.2f}x)  "
-              f"start-up {best.startup_s:.2f} s (median {median_startup:.2f} s)  "
-              f"agreement with numpy {best.agreement:.4%}")
+    ray_figures: dict[str, Run] = {}
+    targets = ["local"] if args.target == "local" else ["local", "ray"]
+    if "ray" in targets:
+        _start_ray()
+    try:
+        for label, parallelism, build in jobs:
+            for target in targets:
+                best, median_startup = best_of(
+                    [accelflow_run(x, expected, parallelism, build, target) for _ in range(args.repeat)]
+                )
+                (figures if target == "local" else ray_figures)[label] = best
+                name = "accelflow," if target == "local" else "accelflow on ray,"
+                print(f"{name:<17} {label:<30} running {best.running:>12,.0f} records/s ({best.running / base:.2f}x)  "
+                      f"end-to-end {best.end_to_end:>10,.0f} records/s ({best.end_to_end / base:.2f}x)  "
+                      f"start-up {best.startup_s:.2f} s (median {median_startup:.2f} s)  "
+                      f"agreement with numpy {best.agreement:.4%}")
+    finally:
+        if "ray" in targets:
+            import ray
+
+            ray.shutdown()
     print(_targets(figures, base))
-    return 0 if all(r.agreement >= 0.999 for r in figures.values()) else 1
+    if ray_figures:
+        print(_overhead(figures, ray_figures))
+    every = list(figures.values()) + list(ray_figures.values())
+    return 0 if all(r.agreement >= 0.999 for r in every) else 1
+
+
+def _start_ray() -> None:
+    """One local Ray instance for the whole run; the Ray launcher joins it."""
+    import ray
+
+    _set_threads(max(1, CORES // 2))  # what Ray's worker processes inherit
+    try:
+        ray.init(num_cpus=max(CORES, 2), include_dashboard=False, log_to_driver=False)
+    finally:
+        _set_threads(CORES)
+
+
+def _overhead(local: dict[str, Run], ray: dict[str, Run]) -> str:
+    lines = ["ray overhead (ray against local, same job):"]
+    for label, r in ray.items():
+        loc = local[label]
+        lines.append(
+            f"  {label:<30} running {r.running / loc.running:.2f}x  end-to-end "
+            f"{r.end_to_end / loc.end_to_end:.2f}x  start-up {r.startup_s - loc.startup_s:+.2f} s"
+        )
+    return "\n".join(lines)
 
 
 def _targets(figures: dict[str, Run], base: float) -> str:

@@ -1,8 +1,9 @@
 """``render_kubernetes``: pick the renderer for ``execution.target``.
 
 One renderer per target, each in its own module: ``local`` renders a Job running the embedded
-cluster (:mod:`accelflow.deploy._job`). A KubeRay ``RayCluster`` for ``ray`` (issue 7) goes in
-its own module and one line in :data:`KUBERNETES_RENDERERS`.
+cluster (:mod:`accelflow.deploy._job`); ``ray`` renders a KubeRay ``RayCluster``
+(:mod:`accelflow.deploy._kuberay`). A new target is a module and one line in
+:data:`KUBERNETES_RENDERERS`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from accelflow._errors import DeploymentError
 from accelflow.config._keys import EXECUTION_TARGET
 from accelflow.config._model import Configuration
 from accelflow.deploy._job import render_local_job
+from accelflow.deploy._kuberay import render_ray_cluster
 from accelflow.deploy._kubernetes import DEFAULT_JOB_PATH, RenderOptions
 
 KubernetesRenderer = Callable[[Configuration, RenderOptions], list[dict[str, Any]]]
 
 KUBERNETES_RENDERERS: Mapping[str, KubernetesRenderer] = MappingProxyType(
-    {"local": render_local_job}
+    {"local": render_local_job, "ray": render_ray_cluster}
 )
 
 

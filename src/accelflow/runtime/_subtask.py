@@ -26,6 +26,12 @@ from accelflow.runtime._operators import OPERATORS, CollectSink, FileSink, Opera
 from accelflow.runtime._protocol import ChainPlan, OutputEdge, SubtaskDescriptor
 
 CONNECT_TIMEOUT_S = 60.0
+#: channel addresses with this prefix go through the TaskExecutor's relay (the Ray target):
+#: ``relay:<name>`` listens on ``<relay dir>/<name>.sock`` and sends to ``<relay dir>/relay.sock``
+RELAY_PREFIX = "relay:"
+#: the relay's directory on this machine, set by a relaying TaskExecutor in the subtask's env
+RELAY_DIR_ENV_VAR = "ACCELFLOW_RELAY_DIR"
+RELAY_SOCKET = "relay.sock"
 PROGRESS_EVERY_S = 0.25
 _PR_SET_PDEATHSIG = 1
 
@@ -83,7 +89,7 @@ class _Runner:
 
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
-        listener = Listener(desc.listen_address, "AF_UNIX", authkey=desc.authkey) if desc.listen_address else None
+        listener = _listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
             self.ops: list[Operator] = [OPERATORS[n.kind](n) for n in plan.nodes if n.kind != "source"]
@@ -92,7 +98,7 @@ class _Runner:
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
-                self.routers = [_Router(edge, desc.key.index, desc.authkey) for edge in plan.outputs]
+                self.routers = [_Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(("running", desc.key))
                 if head.kind == "source":
                     self.source_out = 0
@@ -219,10 +225,10 @@ def stable_hash(key: Any) -> int:
 class _Router:
     """Sends chunks to the downstream subtasks of one output edge."""
 
-    def __init__(self, edge: OutputEdge, index: int, authkey: bytes) -> None:
+    def __init__(self, edge: OutputEdge, index: int, authkey: bytes, sender: Any = None) -> None:
         self.edge = edge
         targets = [edge.addresses[index]] if edge.partitioning == "forward" else list(edge.addresses)
-        self.conns = [_connect(a, authkey) for a in targets]
+        self.conns: list[Connection | _RelayedChannel] = [_connect(a, authkey, sender) for a in targets]
         self.next = index % len(self.conns)
 
     def send(self, chunk: Any) -> None:
@@ -244,7 +250,67 @@ class _Router:
             conn.close()
 
 
-def _connect(address: str, authkey: bytes) -> Connection:
+def channel_path(address: str) -> str:
+    """The Unix socket a subtask listens on for ``address`` (a relay address maps into the
+    relay directory of this machine)."""
+    if address.startswith(RELAY_PREFIX):
+        return os.path.join(os.environ[RELAY_DIR_ENV_VAR], address[len(RELAY_PREFIX):] + ".sock")
+    return address
+
+
+def _listen(address: str, authkey: bytes) -> Listener:
+    return Listener(channel_path(address), "AF_UNIX", authkey=authkey)
+
+
+def _connect(address: str, authkey: bytes, sender: Any = None) -> Connection | _RelayedChannel:
+    """A connection to the subtask listening at ``address``; for a relay address, to the
+    TaskExecutor's relay, told first which channel the chunks are for and who sends them
+    (the sender's ``SubtaskKey``, which a relay failure is reported against)."""
+    if not address.startswith(RELAY_PREFIX):
+        return connect_unix(address, authkey)
+    name = address[len(RELAY_PREFIX):]
+    conn = connect_unix(os.path.join(os.environ[RELAY_DIR_ENV_VAR], RELAY_SOCKET), authkey)
+    conn.send(("open", name, sender))
+    return _RelayedChannel(conn, name)
+
+
+class _RelayedChannel:
+    """A channel through the TaskExecutor's relay. Chunks go as on a direct connection;
+    ending the stream (``None``) waits for the relay's ``("ok",)``, so a chunk the relay could
+    not deliver fails this sending subtask (naming the channel and why) instead of leaving the
+    receiver waiting for an end that never comes."""
+
+    def __init__(self, conn: Connection, name: str) -> None:
+        self.conn = conn
+        self.name = name
+
+    def send(self, chunk: Any) -> None:
+        try:
+            self.conn.send(chunk)
+        except OSError:
+            raise RuntimeError(self._relay_error()) from None
+        if chunk is None:
+            try:
+                reply = self.conn.recv()
+            except (EOFError, OSError):
+                reply = ("error", "the relay closed the channel")
+            if reply[0] != "ok":
+                raise RuntimeError(f"data channel {self.name}: {reply[1]}")
+
+    def _relay_error(self) -> str:
+        try:
+            if self.conn.poll(1.0):
+                return f"data channel {self.name}: {self.conn.recv()[1]}"
+        except (EOFError, OSError):
+            pass
+        return f"data channel {self.name}: the relay closed the channel"
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def connect_unix(address: str, authkey: bytes) -> Connection:
+    """Connect to a Unix-socket listener, waiting up to :data:`CONNECT_TIMEOUT_S` for it."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     delay = 0.001
     while True:

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from multiprocessing import forkserver
 from multiprocessing.connection import Client, Connection, wait
@@ -36,8 +37,9 @@ _TERM_GRACE_S = 2.0
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int) -> None:
+                 slots: int, base_env: dict[str, str] | None = None) -> None:
         self.id = te_id
+        self.base_env = dict(base_env or {})  # every subtask's env (e.g. the Ray relay dir)
         self.jm = jm
         self.provider = provider
         self.slots = slots
@@ -70,13 +72,13 @@ class TaskExecutor:
         return True
 
     def _deploy(self, desc: SubtaskDescriptor) -> None:
-        env: dict[str, str] = {}
+        env = dict(self.base_env)
         if desc.isolate:
             assigned = {
                 name: [ExternalResourceInfo(props) for props, _ in items]
                 for name, items in desc.assigned.items()
             }
-            env = self.provider.isolation_env(assigned)
+            env.update(self.provider.isolation_env(assigned))
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
             target=run_subtask, args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
@@ -122,11 +124,25 @@ class TaskExecutor:
         """Stop every subtask and give the devices back; a second SIGTERM (the JobManager's
         connection dropping and the parent-death signal often come together) must not cut
         this short, or the host coordination file keeps GPUs nobody uses."""
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if threading.current_thread() is threading.main_thread():  # not in a Ray actor's thread
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             self._terminate(list(self.children))
         finally:
             self.provider.close()
+
+
+def start_forkserver() -> None:
+    """Start this process's forkserver, which forks the subtasks.
+
+    ``_forkserver_guard`` first: it makes the forkserver die with this process, and subtasks
+    die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        ["accelflow.runtime._forkserver_guard", "accelflow.runtime._subtask", "numpy", "cloudpickle"]
+    )
+    forkserver.ensure_running()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,13 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
-    ctx = multiprocessing.get_context("forkserver")
-    # _forkserver_guard first: it makes the forkserver die with this process, and subtasks
-    # die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed.
-    ctx.set_forkserver_preload(
-        ["accelflow.runtime._forkserver_guard", "accelflow.runtime._subtask", "numpy", "cloudpickle"]
-    )
-    forkserver.ensure_running()
+    start_forkserver()
     with open(config_path, encoding="utf-8") as f:
         config = config_from(values=json.load(f))
     jm = Client(address, "AF_UNIX", authkey=authkey)

@@ -1,6 +1,7 @@
 """The GPU driver: discovers the TaskExecutor's GPUs by script or in process.
 
-Two modes, picked by ``param.discovery-script.path``:
+Two modes, picked by ``param.discovery-script.path`` (and a third on Ray: inside a
+TaskExecutor actor the driver reports the GPUs Ray assigned, see :mod:`._ray`):
 
 * **script**: run the script (Flink's contract, :mod:`._script`), then add what NVML or
   ``nvidia-smi`` knows about the returned indexes (UUID, name, memory, PCI bus id); that
@@ -25,6 +26,7 @@ from accelflow.resources.gpu._coordination import CoordinationFile
 from accelflow.resources.gpu._device import GPUDevice
 from accelflow.resources.gpu._owner import Owner
 from accelflow.resources.gpu._params import GPUDriverConfig, ScriptConfig
+from accelflow.resources.gpu._ray import ray_assigned_ids
 from accelflow.resources.gpu._visible import (
     CUDA_DEVICE_ORDER_ENV_VAR,
     CUDA_VISIBLE_DEVICES_ENV_VAR,
@@ -72,6 +74,9 @@ class GPUDriver(ExternalResourceDriver):
             raise ValueError(f"the GPU amount must be a positive integer, got {amount!r}")
         if self._closed:
             raise RuntimeError("this GPUDriver is closed")
+        ray_ids = ray_assigned_ids(os.environ, amount)
+        if ray_ids is not None:  # inside a Ray actor: Ray already chose (no coordination)
+            return frozenset(d.to_info() for d in _enrich(ray_ids))
         script = self.config.script
         devices = self._run_script(script, amount) if script else self._in_process(amount)
         return frozenset(d.to_info() for d in devices)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from accelflow._errors import JobError
 from accelflow.config import Configuration
 from accelflow.config import _keys as k
 from accelflow.runtime.launchers._base import Launcher
 
 
 def make_launcher(config: Configuration) -> Launcher:
-    """The launcher ``execution.target`` names."""
+    """The launcher ``execution.target`` names.
+
+    Raises:
+        MissingDependencyError: ``execution.target: ray`` without Ray installed.
+    """
     if config.get(k.EXECUTION_TARGET) == "ray":
-        raise JobError(
-            "execution.target: ray is not implemented yet; use the default 'local' target"
-        )
+        from accelflow.runtime.launchers._ray import RayLauncher  # imports Ray only on this path
+
+        return RayLauncher(config)
     from accelflow.runtime.launchers._local import LocalLauncher
 
     return LocalLauncher(config)

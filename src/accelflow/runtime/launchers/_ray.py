@@ -1,0 +1,316 @@
+"""The Ray launcher: every TaskExecutor is a Ray actor; the JobManager stays in the client.
+
+The JobManager talks to it through the launcher boundary only, so this module translates:
+``handle(id).send(msg)`` becomes the actor call ``command(msg)``; one thread per actor
+long-polls ``poll()`` and puts what the TaskExecutor said on ``events``; an actor that dies
+(``ray.kill``, node loss) becomes a ``("te_lost", id, pid)`` event. Data channels between
+subtasks are relayed through actor calls (see :mod:`._ray_actor`), never through a socket of
+ours between machines.
+
+Requests: each actor asks for its slots' CPUs (``taskmanager.numberOfTaskSlots``), the GPU
+plugin's amount as ``num_gpus`` and every other external resource as a Ray custom resource of
+its name (or ``external-resource.<name>.ray.resource-name``). An actor Ray cannot place within
+``ray.placement-timeout`` fails start-up with Ray's view of free resources per node.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from accelflow._errors import MissingDependencyError
+from accelflow.config import Configuration
+from accelflow.config import _keys as k
+from accelflow.resources.gpu._ray import is_gpu_plugin
+from accelflow.runtime._protocol import SubtaskDescriptor
+from accelflow.runtime._subtask import RELAY_PREFIX
+from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+
+_POLL_S = 0.25
+_STOP_TIMEOUT_S = 15.0
+_MAX_CONCURRENCY = 64
+_NOT_RESOURCES = ("memory", "object_store_memory")
+
+
+def import_ray() -> Any:
+    """``ray``, or a clear error naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingDependencyError("execution.target: ray", extra="ray") from exc
+    return ray
+
+
+def actor_resources(config: Configuration) -> dict[str, Any]:
+    """The Ray options of one TaskExecutor actor: ``num_cpus``, ``num_gpus``, ``resources``.
+
+    Example:
+        >>> from accelflow.config import config_from
+        >>> actor_resources(config_from(values={"taskmanager.numberOfTaskSlots": 2,
+        ...     "external-resources": "gpu;fpga", "external-resource.gpu.amount": 2,
+        ...     "external-resource.gpu.driver-factory.class": "gpu",
+        ...     "external-resource.fpga.amount": 1}))
+        {'num_cpus': 2, 'num_gpus': 2, 'resources': {'fpga': 1}}
+    """
+    gpus = 0
+    custom: dict[str, float] = {}
+    for spec in config.external_resources.values():
+        if is_gpu_plugin(spec.driver_factory):
+            gpus += spec.amount
+        else:
+            name = spec.ray_resource_name or spec.name
+            custom[name] = custom.get(name, 0) + spec.amount
+    return {"num_cpus": config.get(k.NUMBER_OF_TASK_SLOTS), "num_gpus": gpus, "resources": custom}
+
+
+def ray_view_of_free_resources(ray: Any) -> list[str]:
+    """One line per alive node: free/total of every resource Ray schedules by."""
+    from ray._private import state
+
+    try:
+        free_by_node: dict[str, dict[str, float]] = state.available_resources_per_node()  # type: ignore[no-untyped-call]
+    except Exception:  # a private API: fall back to totals only
+        free_by_node = {}
+    lines = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        total: dict[str, float] = node.get("Resources", {})
+        free = free_by_node.get(node["NodeID"], {})
+        parts = [
+            f"{name} {_num(free.get(name, 0.0))}/{_num(amount)}"
+            for name, amount in sorted(total.items())
+            if name not in _NOT_RESOURCES and not name.startswith("node:")
+            and not name.startswith("accelerator_type:")
+        ]
+        lines.append(f"node {node.get('NodeManagerAddress', '?')} ({node['NodeID'][:8]}): "
+                     + (", ".join(parts) or "no resources"))
+    return lines
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+class _RayHandle(TaskExecutorHandle):
+    def __init__(self, launcher: RayLauncher, te_id: str) -> None:
+        self.id = te_id
+        self.launcher = launcher
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.launcher.send(self.id, message)
+
+
+class RayLauncher(Launcher):
+    """TaskExecutors as Ray actors on the cluster at ``ray.address`` (or a local instance).
+
+    Example:
+        >>> launcher = RayLauncher(config_from(values={"execution.target": "ray"}))  # doctest: +SKIP
+    """
+
+    def __init__(self, config: Configuration) -> None:
+        self.ray = import_ray()
+        self.config = config
+        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
+        self.authkey = secrets.token_bytes(32)
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.options = actor_resources(config)
+        self._owns_ray = self._connect()
+        self.actors: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}
+        self._alive: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._started_once = False
+        self._stopped = False
+        atexit.register(self.stop)
+
+    # -- cluster ---------------------------------------------------------------------------
+    def _connect(self) -> bool:
+        """Join ``ray.address`` or start a local instance; ``False`` when this process is
+        already connected (e.g. a test's Ray instance), which is then used as it is."""
+        ray = self.ray
+        if ray.is_initialized():
+            return False
+        address = self.config.get_optional(k.RAY_ADDRESS)
+        common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+        if address:
+            ray.init(address=address, **common)
+            return True
+        slots = self.config.get(k.NUMBER_OF_TASK_SLOTS)
+        wanted_cpus = slots * self.config.get(k.RAY_NUMBER_TASKMANAGER)
+        custom: Mapping[str, Any] = self.config.get_optional(k.RAY_LOCAL_RESOURCES) or {}
+        ray.init(
+            num_cpus=self.config.get_optional(k.RAY_LOCAL_NUM_CPUS) or max(os.cpu_count() or 1, wanted_cpus),
+            num_gpus=self.config.get_optional(k.RAY_LOCAL_NUM_GPUS) or 0,
+            resources=dict(custom),
+            **common,
+        )
+        return True
+
+    def start(self, ids: list[str]) -> None:
+        # ray.number-taskmanager actors: the JobManager asks for its own count of ids; the
+        # others are started too, and registered before the asked ones (see docs/ray.md).
+        n = self.config.get(k.RAY_NUMBER_TASKMANAGER)
+        every = [f"taskexecutor-{i}" for i in range(1, n + 1)]
+        if not self._started_once:
+            extra = [te for te in every if te not in ids]
+        else:
+            extra = [te for te in every if te not in ids and te not in self._alive]
+        self._started_once = True
+        order = extra + list(ids)
+        created = {te_id: self._create(te_id) for te_id in order}
+        thread = threading.Thread(target=self._register_all, args=(order, created, time.monotonic()),
+                                  daemon=True, name="accelflow-ray-start")
+        thread.start()
+        self._threads.append(thread)
+
+    def _create(self, te_id: str) -> Any:
+        from accelflow.runtime.launchers._ray_actor import TaskExecutorActor
+
+        path = [p for p in sys.path if p and os.path.isdir(p)]
+        cls = self.ray.remote(TaskExecutorActor).options(
+            name=None, max_concurrency=_MAX_CONCURRENCY, max_restarts=0,
+            runtime_env={"env_vars": {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}},
+            **self.options,
+        )
+        actor = cls.remote(te_id, self.config.to_raw_dict(), self.authkey)
+        with self._lock:
+            old = self.actors.get(te_id)
+            self.actors[te_id] = actor
+        if old is not None:
+            self._kill(old)
+        return actor
+
+    def _register_all(self, order: list[str], created: dict[str, Any], since: float) -> None:
+        timeout = self.config.get(k.RAY_PLACEMENT_TIMEOUT)
+        for te_id in order:
+            actor = created[te_id]
+            event = self._register(te_id, actor, max(0.0, since + timeout - time.monotonic()))
+            self.events.put((te_id, event))
+
+    def _register(self, te_id: str, actor: Any, timeout: float) -> tuple[Any, ...]:
+        ray = self.ray
+        ping = actor.ping.remote()
+        try:
+            ready, _ = ray.wait([ping], timeout=timeout)
+            if not ready:
+                self._kill(actor)
+                return ("register_failed", te_id, "DeploymentError", self._unplaced(te_id))
+            reply: tuple[Any, ...] = ray.get(actor.start.remote())
+        except Exception as exc:  # the actor died while starting
+            return ("register_failed", te_id, "JobError", f"its Ray actor died while starting: {exc}")
+        if reply[0] == "register":
+            self.pids[te_id] = reply[1].pid
+            with self._lock:
+                self._alive.add(te_id)
+            thread = threading.Thread(target=self._poll, args=(te_id, actor, reply[1].pid), daemon=True,
+                                      name=f"accelflow-ray-poll-{te_id}")
+            thread.start()
+            self._threads.append(thread)
+        return reply
+
+    def _unplaced(self, te_id: str) -> str:
+        o = self.options
+        wanted = {"CPU": o["num_cpus"], **({"GPU": o["num_gpus"]} if o["num_gpus"] else {}), **o["resources"]}
+        asked = ", ".join(f"{name} {_num(v)}" for name, v in wanted.items())
+        try:
+            view = "\n".join(f"  {line}" for line in ray_view_of_free_resources(self.ray))
+        except Exception as exc:
+            view = f"  (Ray's view is unavailable: {exc})"
+        return (
+            f"Ray could not place its actor (asks {asked}) within "
+            f"{self.config.get(k.RAY_PLACEMENT_TIMEOUT):g} s (ray.placement-timeout). Free/total "
+            f"resources per node, as Ray sees them:\n{view}\nLower taskmanager.numberOfTaskSlots, "
+            "ray.number-taskmanager or external-resource.<name>.amount, add nodes with these "
+            "resources, or check external-resource.<name>.ray.resource-name"
+        )
+
+    def _poll(self, te_id: str, actor: Any, pid: int) -> None:
+        while not self._stopped:
+            try:
+                messages = self.ray.get(actor.poll.remote(_POLL_S))
+            except Exception:
+                break
+            for message in messages:
+                self.events.put((te_id, message))
+        with self._lock:
+            if self.actors.get(te_id) is actor:
+                self._alive.discard(te_id)
+        if not self._stopped:
+            self.events.put((te_id, ("te_lost", te_id, pid)))
+
+    # -- the JobManager's side -------------------------------------------------------------
+    def handle(self, te_id: str) -> TaskExecutorHandle:
+        return _RayHandle(self, te_id)
+
+    def channel_address(self, name: str) -> str:
+        return f"{RELAY_PREFIX}{name}"
+
+    def actor(self, te_id: str) -> Any:
+        """The Ray actor handle of TaskExecutor ``te_id`` (e.g. for ``ray.kill`` in tests)."""
+        return self.actors[te_id]
+
+    def send(self, te_id: str, message: tuple[Any, ...]) -> None:
+        """Deliver ``message`` to ``te_id``'s actor, in order; a dead actor is reported by its
+        poll thread as ``te_lost``."""
+        actor = self.actors.get(te_id)
+        if actor is None:
+            return
+        if message[0] == "deploy":
+            self._broadcast_route(te_id, actor, message[1])
+        try:
+            self.ray.get(actor.command.remote(message))
+        except Exception:
+            pass
+
+    def _broadcast_route(self, te_id: str, actor: Any, desc: SubtaskDescriptor) -> None:
+        if desc.listen_address is None:
+            return
+        name = desc.listen_address[len(RELAY_PREFIX):]
+        with self._lock:
+            living = [self.actors[t] for t in self._alive]
+        refs = [a.add_route.remote(name, te_id, actor) for a in living]
+        for ref in refs:
+            try:
+                self.ray.get(ref)
+            except Exception:
+                pass  # that actor is dead; its poll thread reports it
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        ray = self.ray
+        with self._lock:
+            actors = dict(self.actors)
+            alive = set(self._alive)
+        stops = [actors[t].stop.remote() for t in alive]
+        try:
+            ray.wait(stops, num_returns=len(stops), timeout=_STOP_TIMEOUT_S)
+        except Exception:
+            pass
+        for actor in actors.values():
+            self._kill(actor)
+        for thread in self._threads:
+            thread.join(_STOP_TIMEOUT_S)
+        if self._owns_ray:
+            ray.shutdown()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    def _kill(self, actor: Any) -> None:
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception:
+            pass

@@ -1,0 +1,257 @@
+"""The TaskExecutor as a Ray actor, and the relay that carries data channels through Ray.
+
+Inside the actor the ordinary :class:`~accelflow.runtime._taskexecutor.TaskExecutor` runs
+unchanged in a thread; its "JobManager connection" is one end of an in-process pipe. Actor
+calls stand in for the socket the local launcher uses:
+
+* ``command(msg)``: a JobManager message (``deploy``, ``cancel``, ``shutdown``) into the pipe;
+* ``poll(timeout)``: the TaskExecutor's messages (registration aside), read from the pipe and
+  returned to the client, which puts them on the launcher's ``events`` queue.
+
+Data channels (``relay:<name>`` addresses): a subtask listens on a Unix socket in the actor's
+relay directory, and sends to the actor's relay socket, naming the channel first. The relay
+forwards each chunk with an actor call ``deliver(name, sender, seq, chunk)`` to the actor that
+hosts the receiving subtask (found in the routes the launcher broadcasts at deploy time); Ray
+moves the chunk (large ones through its object store). The receiving actor restores the order
+by sequence number and writes the chunks into the receiving subtask's socket. A failed
+delivery is reported at once as the sender's ``failed`` message (the sender may be blocked on
+another channel), and the end of a stream is acknowledged to the sender only when every chunk
+has arrived. A channel whose
+both ends live in one actor is delivered in process, without Ray. So nothing of ours crosses
+machines: only Ray actor calls do; the Unix sockets stay inside one actor's machine.
+
+This module imports Ray: only the Ray launcher imports it.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import multiprocessing
+import os
+import queue
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+import ray
+
+from accelflow._errors import AccelflowError
+from accelflow.config import config_from
+from accelflow.config import _keys as k
+from accelflow.resources._provider import ExternalResourceInfoProvider
+from accelflow.resources.gpu._ray import RAY_GPU_IDS_ENV_VAR, is_gpu_plugin
+from accelflow.runtime._protocol import Registration
+from accelflow.runtime._subtask import (
+    CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
+)
+from accelflow.runtime._taskexecutor import TaskExecutor, start_forkserver
+
+log = logging.getLogger("accelflow.runtime")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: chunks a relay may have in flight to one receiver before it waits (backpressure)
+RELAY_WINDOW = 8
+_STOP_WAIT_S = 10.0
+
+
+@dataclass
+class _Inbound:
+    """One relayed channel sender as seen by the receiving actor."""
+
+    next_seq: int = 0
+    pending: dict[int, Any] = field(default_factory=dict)
+    conn: Connection | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class TaskExecutorActor:
+    """Body of the Ray actor; the launcher wraps it with ``ray.remote`` and resource options.
+
+    Args:
+        te_id: the TaskExecutor id, e.g. ``taskexecutor-1``.
+        config_values: the job's config as raw key/values (``Configuration.to_raw_dict``).
+        authkey: key of every Unix socket between this actor and its subtasks.
+    """
+
+    def __init__(self, te_id: str, config_values: dict[str, Any], authkey: bytes) -> None:
+        self.id = te_id
+        self.config_values = config_values
+        self.authkey = authkey
+        start_forkserver()  # in the actor's main thread: the forkserver dies with the actor
+        self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{te_id}-")
+        self.jm, self.te_end = multiprocessing.Pipe()
+        self.send_lock = threading.Lock()
+        self.routes: dict[str, tuple[str, Any]] = {}
+        self.routes_changed = threading.Condition()
+        self.inbound: dict[tuple[str, str], _Inbound] = {}
+        self.inbound_lock = threading.Lock()
+        self.senders = itertools.count()
+        self.relay_failures: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.serving: threading.Thread | None = None
+        self.listener: Listener | None = None
+
+    # -- life cycle ------------------------------------------------------------------------
+    def ping(self) -> int:
+        """The actor's pid; answers as soon as Ray has placed and started the actor."""
+        return os.getpid()
+
+    def start(self) -> tuple[Any, ...]:
+        """Run the drivers and start serving: ``("register", Registration)`` or
+        ``("register_failed", te_id, error_class, message)``."""
+        config = config_from(values=self.config_values)
+        if any(is_gpu_plugin(s.driver_factory) for s in config.external_resources.values()):
+            ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
+            os.environ[RAY_GPU_IDS_ENV_VAR] = ",".join(str(i) for i in ids)
+        try:
+            provider = ExternalResourceInfoProvider.from_config(config)
+        except AccelflowError as exc:
+            return ("register_failed", self.id, type(exc).__name__, str(exc))
+        te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
+                          base_env={RELAY_DIR_ENV_VAR: self.relay_dir})
+        self.listener = Listener(os.path.join(self.relay_dir, RELAY_SOCKET), "AF_UNIX",
+                                 authkey=self.authkey)
+        threading.Thread(target=self._accept, daemon=True, name="accelflow-relay").start()
+        self.serving = threading.Thread(target=self._serve, args=(te,), daemon=True,
+                                        name="accelflow-taskexecutor")
+        self.serving.start()
+        return ("register", Registration(
+            self.id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
+        ))
+
+    @staticmethod
+    def _serve(te: TaskExecutor) -> None:
+        try:
+            te.serve()
+        finally:
+            te.shutdown()
+
+    def stop(self) -> None:
+        """Stop every subtask, give the devices back and remove the relay directory."""
+        if self.serving is not None:
+            self.command(("shutdown",))
+            self.serving.join(_STOP_WAIT_S)
+        if self.listener is not None:
+            self.listener.close()
+        shutil.rmtree(self.relay_dir, ignore_errors=True)
+
+    # -- JobManager messages ---------------------------------------------------------------
+    def command(self, message: tuple[Any, ...]) -> None:
+        """A JobManager message for the TaskExecutor (``deploy``, ``cancel``, ``shutdown``)."""
+        with self.send_lock:
+            self.jm.send(message)
+
+    def poll(self, timeout: float) -> list[tuple[Any, ...]]:
+        """The TaskExecutor's messages so far, waiting up to ``timeout`` s for the first."""
+        out: list[tuple[Any, ...]] = []
+        while not self.relay_failures.empty():
+            out.append(self.relay_failures.get())
+        if self.jm.poll(0 if out else timeout):
+            while len(out) < 256 and self.jm.poll():
+                out.append(self.jm.recv())
+        return out
+
+    # -- data channels ---------------------------------------------------------------------
+    def add_route(self, name: str, te_id: str, actor: Any) -> None:
+        """Channel ``name`` is received by a subtask of ``te_id`` (its actor handle)."""
+        with self.routes_changed:
+            self.routes[name] = (te_id, actor)
+            self.routes_changed.notify_all()
+
+    def deliver(self, name: str, sender: str, seq: int, chunk: Any) -> None:
+        """Chunk ``seq`` of ``sender`` for channel ``name`` (``None`` ends that sender's stream)."""
+        with self.inbound_lock:
+            state = self.inbound.setdefault((name, sender), _Inbound())
+        with state.lock:
+            state.pending[seq] = chunk
+            while state.next_seq in state.pending:
+                item = state.pending.pop(state.next_seq)
+                state.next_seq += 1
+                if state.conn is None:
+                    state.conn = connect_unix(os.path.join(self.relay_dir, f"{name}.sock"), self.authkey)
+                state.conn.send(item)
+                if item is None:
+                    state.conn.close()
+                    with self.inbound_lock:
+                        del self.inbound[(name, sender)]
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError):
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _route(self, name: str) -> tuple[str, Any]:
+        with self.routes_changed:
+            if not self.routes_changed.wait_for(lambda: name in self.routes, CONNECT_TIMEOUT_S):
+                raise RuntimeError(f"no TaskExecutor receives channel {name!r}")
+            return self.routes[name]
+
+    def _report(self, sender_key: Any, name: str, te_id: str, exc: BaseException) -> str:
+        """Fail the sending subtask's job now (its TaskExecutor's events) and say why."""
+        cause = getattr(exc, "cause", None) or exc  # a RayTaskError wraps the receiver's error
+        why = _ANSI.sub("", str(cause)).strip().splitlines()
+        text = f"relaying to {te_id} failed: {type(cause).__name__}: {why[0] if why else ''}"
+        log.warning("%s: data channel %s: %s", self.id, name, text)
+        if sender_key is not None:
+            self.relay_failures.put(("failed", sender_key, f"data channel {name}: {text}"))
+        return text
+
+    def _relay(self, conn: Connection) -> None:
+        """Forward one subtask's chunks for one channel to the receiving actor, in order;
+        answer the stream's end with ``("ok",)`` once all arrived, or ``("error", why)``."""
+        te_id, sender_key, name = "?", None, "?"
+        try:
+            _, name, sender_key = conn.recv()
+            te_id, actor = self._route(name)
+            sender = f"{self.id}/{next(self.senders)}"
+            send: Callable[[int, Any], Any]
+            if te_id == self.id:
+                def send(seq: int, chunk: Any) -> None:
+                    self.deliver(name, sender, seq, chunk)
+            else:
+                in_flight: collections.deque[Any] = collections.deque()
+
+                reported = threading.Event()
+
+                def on_done(future: Any) -> None:
+                    # at once, not at the next window check: the sender may be blocked on
+                    # another channel whose receiver waits for this one (a deadlock otherwise)
+                    exc = future.exception()
+                    if exc is not None and not reported.is_set():
+                        reported.set()
+                        self._report(sender_key, name, te_id, exc)
+
+                def send(seq: int, chunk: Any) -> None:
+                    ref = actor.deliver.remote(name, sender, seq, chunk)
+                    ref.future().add_done_callback(on_done)
+                    in_flight.append(ref)
+                    if len(in_flight) >= RELAY_WINDOW or chunk is None:
+                        ray.get(list(in_flight) if chunk is None else in_flight.popleft())
+                        if chunk is None:
+                            in_flight.clear()
+            for seq in itertools.count():
+                chunk = conn.recv()
+                send(seq, chunk)
+                if chunk is None:
+                    conn.send(("ok",))
+                    return
+        except (EOFError, OSError):
+            return  # the sending subtask ended without ending its stream: it reports why
+        except Exception as exc:  # the receiver is gone: tell the sender, which then fails
+            text = self._report(sender_key, name, te_id, exc)
+            try:
+                conn.send(("error", text))
+            except OSError:
+                pass
+        finally:
+            conn.close()
