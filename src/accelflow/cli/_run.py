@@ -1,7 +1,11 @@
 """``accelflow run job.py [--conf FILE] [-D k=v ...] [-- script args]``: run a job script (like
 ``flink run``) with the CLI's config around the script's own: ``--conf`` below the script's
 ``Environment({...})`` dict, ``-D`` above it. Shows a progress bar for bounded jobs and a
-live record count otherwise (on a terminal)."""
+live record count otherwise (on a terminal).
+
+``--cluster URL`` submits the script's jobs to a running session cluster (``accelflow cluster
+start``) instead of starting an embedded one; then only the job-level keys of the config
+(restart strategy, placement policy, isolation, runtime mode, batch size) apply to the job."""
 
 from __future__ import annotations
 
@@ -30,6 +34,10 @@ def register(sub: Any) -> None:
     parser.add_argument("script", help="the job script, e.g. examples/fashion_mnist_inference.py")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     parser.add_argument("--no-progress", action="store_true", help="do not show progress")
+    parser.add_argument(
+        "--cluster", metavar="URL",
+        help="submit to the session cluster serving this REST URL (see 'accelflow cluster start')",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,10 +46,16 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
     load_cli_config(args)  # validate --conf/-D up front, one message for every problem
+    if args.cluster:
+        from accelflow.runtime._session import find_session
+
+        find_session(args.cluster)  # fail before the script runs when nothing serves the URL
     _stream._CLI_LAYERS.append((conf_file(args), list(args.definitions)))
     show = not args.no_progress and sys.stderr.isatty()
-    previous = _client.progress_hook
+    previous, previous_target = _client.progress_hook, _client.cluster_target
     _client.progress_hook = _progress_display if show else None
+    if args.cluster:
+        _client.cluster_target = (args.cluster, str(script.parent.absolute()))
     argv = sys.argv
     sys.argv = [str(script), *[a for a in args.args if a != "--"]]
     sys.path.insert(0, str(script.parent.absolute()))
@@ -53,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         sys.argv = argv
         sys.path.remove(str(script.parent.absolute()))
         _client.progress_hook = previous
+        _client.cluster_target = previous_target
         _stream._CLI_LAYERS.pop()
     return 0
 

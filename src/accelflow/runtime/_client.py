@@ -2,6 +2,9 @@
 
 ``JobClient`` is what ``Environment.execute_async`` returns. The cluster lives exactly as long
 as the job; Ctrl-C (or any exception) in the caller cancels the job and stops the cluster.
+With ``rest.enabled: true`` the cluster serves the REST API and web UI for as long as it
+lives. Under ``accelflow run --cluster URL`` (:data:`cluster_target` set), jobs go to that
+session cluster instead (:class:`accelflow.runtime._remote.RemoteJobClient`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from accelflow._errors import AccelflowError, JobCancelledError, JobError
-from accelflow.runtime._graph import build_job_graph
+from accelflow.runtime._graph import JobGraph, build_job_graph
+from accelflow.config import _keys as k
 from accelflow.runtime._jobmanager import JobManager, JobResult
+from accelflow.runtime._rest import RestServer
 from accelflow.runtime.launchers import make_launcher
 
 if TYPE_CHECKING:
@@ -21,25 +26,21 @@ if TYPE_CHECKING:
 
 #: Set by ``accelflow run`` to show a progress display: called with the JobManager.
 progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
+#: Set by ``accelflow run --cluster URL``: (the session cluster's URL, the job script's
+#: directory, whose modules travel by value).
+cluster_target: tuple[str, str | None] | None = None
 
 
 class JobClient:
     """Handle of a running job: ``status()``, ``cancel()``, ``wait()``."""
 
     def __init__(self, env: Environment, name: str) -> None:
-        if not env._transformations:
-            raise AccelflowError("the job has no operators: add a source and a sink first")
-        if not any(t.is_sink for t in env._transformations):
-            raise AccelflowError(
-                "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
-                "execute_and_collect()"
-            )
         self.name = name
         self.submitted = time.monotonic()
-        self.graph = build_job_graph(name, list(env._transformations))
-        env._transformations.clear()
+        self.graph = job_graph(env, name)
         self.launcher = make_launcher(env.config)
         self.jobmanager = JobManager(env.config, self.launcher)
+        self.rest: RestServer | None = None
         self._status = "CREATED"
         self._result: JobResult | None = None
         self._error: BaseException | None = None
@@ -59,6 +60,9 @@ class JobClient:
                 self.jobmanager.start_cluster()
             finally:
                 spill.join()
+            if self.jobmanager.config.get(k.REST_ENABLED):
+                self.rest = RestServer(self.jobmanager, self.jobmanager.config)
+                self.rest.start()
             self._status = "RUNNING"
             self._result = self.jobmanager.run(self.graph, self.submitted)
             self._status = "FINISHED"
@@ -69,6 +73,9 @@ class JobClient:
         finally:
             try:
                 self.jobmanager.cleanup_after_failure(self.graph) if self._error else None
+                self.jobmanager.close()  # before the launcher: its exit events are no news
+                if self.rest is not None:
+                    self.rest.stop()
                 self.launcher.stop()
             finally:
                 self._done.set()
@@ -106,5 +113,24 @@ class JobClient:
         return self._result
 
 
-def submit(env: Environment, name: str) -> JobClient:
+def job_graph(env: Environment, name: str) -> JobGraph:
+    """Check the environment's job and turn it into its graph (the environment is emptied)."""
+    if not env._transformations:
+        raise AccelflowError("the job has no operators: add a source and a sink first")
+    if not any(t.is_sink for t in env._transformations):
+        raise AccelflowError(
+            "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
+            "execute_and_collect()"
+        )
+    graph = build_job_graph(name, list(env._transformations))
+    env._transformations.clear()
+    return graph
+
+
+def submit(env: Environment, name: str) -> Any:
+    """A :class:`JobClient` on the embedded cluster, or a remote one under ``--cluster``."""
+    if cluster_target is not None:
+        from accelflow.runtime._remote import RemoteJobClient
+
+        return RemoteJobClient(env, name, *cluster_target)
     return JobClient(env, name)

@@ -1,0 +1,125 @@
+"""The JobManager's book-keeping records: registered TaskExecutors, jobs and their subtasks.
+
+Every field here is read by the REST API while the JobManager changes it, so the JobManager
+mutates these records only while holding its ``lock`` (see :mod:`accelflow.runtime._snapshot`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from accelflow.config import Configuration
+from accelflow.runtime._graph import JobGraph
+from accelflow.runtime._protocol import Registration, SubtaskKey
+
+#: States of a job, in the order a job usually passes them.
+JOB_STATES = ("CREATED", "PENDING", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED")
+#: States after which a job never changes again.
+JOB_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
+#: States of a subtask.
+SUBTASK_STATES = ("DEPLOYING", "RUNNING", "FINISHED", "FAILED", "CANCELED")
+
+
+@dataclass
+class TaskExecutorInfo:
+    registration: Registration
+    used_slots: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.registration.taskexecutor_id
+
+    def infos(self, resource: str) -> list[dict[str, str]]:
+        for r in self.registration.resources:
+            if r["name"] == resource:
+                return list(r["infos"])
+        return []
+
+
+@dataclass
+class SubtaskState:
+    key: SubtaskKey
+    name: str
+    taskexecutor: str
+    devices: dict[str, list[tuple[str, Fraction]]]
+    state: str = "DEPLOYING"
+    counts: list[tuple[int, int]] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobResult:
+    """What :meth:`Environment.execute` returns.
+
+    Attributes:
+        job_id, name: the job.
+        status: ``FINISHED`` (failures raise ``JobError`` instead; cancellation ``CANCELED``).
+        duration_s: from submission to the end.
+        startup_s: from submission until the first record left a source.
+        attempts: 1 plus the number of restarts.
+        operators: per operator name, ``records_in`` and ``records_out`` summed over subtasks.
+        devices: per subtask (``"classify (1/2)"``), the TaskExecutor and devices it held.
+        collected: records of ``execute_and_collect``, in subtask order.
+    """
+
+    job_id: str
+    name: str
+    status: str
+    duration_s: float
+    startup_s: float | None
+    attempts: int
+    operators: dict[str, dict[str, int]]
+    devices: dict[str, str]
+    collected: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Why a job waits: the placement failure against the capacity free right now.
+
+    Example: ``PendingReason("cannot place map (1/1) asking for gpu: 1 on any of 1
+    TaskExecutor(s) (2 slots in all):", ("taskexecutor-1: gpu 0 has 0.5 free, 1 needed",))``
+    """
+
+    message: str
+    reasons: tuple[str, ...]
+    since: float  # time.time()
+
+
+@dataclass
+class Job:
+    """One submitted job. ``events`` receives the TaskExecutor events about its subtasks.
+
+    Invariant: ``state`` only moves forward into :data:`JOB_ENDED`, and ``done`` is set
+    exactly when it gets there.
+    """
+
+    id: str
+    graph: JobGraph
+    config: Configuration
+    submitted: float  # time.monotonic(), for durations
+    submitted_at: float = field(default_factory=time.time)  # wall clock, for people
+    state: str = "CREATED"
+    attempt: int = 0
+    cancel_requested: bool = False
+    pending: PendingReason | None = None
+    error: str | None = None
+    ended_at: float | None = None
+    result: JobResult | None = None
+    events: queue.Queue[tuple[str, tuple[Any, ...]]] = field(default_factory=queue.Queue)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def end(self, state: str, *, error: str | None = None, result: JobResult | None = None) -> None:
+        self.state, self.error, self.result = state, error, result
+        self.pending = None
+        self.ended_at = time.time()
+        self.done.set()

@@ -1,0 +1,149 @@
+"""What the JobManager sends and decides per job, as plain functions: slot requests, the
+pickled chain plans and source splits, the job-level config, names, and the result.
+
+Nothing here touches the JobManager's state or a process; the JobManager calls these with
+what it read under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from accelflow import _errors
+from accelflow._errors import AccelflowError, JobError
+from accelflow.config import Configuration, config_from
+from accelflow.config import _keys as k
+from accelflow.runtime._graph import Chain, JobGraph
+from accelflow.runtime._jobs import Job
+from accelflow.runtime._protocol import ChainPlan, OutputEdge, SubtaskKey
+from accelflow.scheduling import SlotRequest, SubtaskRequest
+
+#: Keys a job submitted to a session cluster may set for itself; every other key (resources,
+#: TaskExecutors, slots, REST) belongs to the cluster and is taken from the cluster's config.
+JOB_KEYS = (
+    k.RESTART_STRATEGY, k.RESTART_ATTEMPTS, k.RESTART_DELAY, k.PLACEMENT_POLICY,
+    k.DEVICE_ISOLATION, k.RUNTIME_MODE, k.BATCH_SIZE, k.PARALLELISM_DEFAULT,
+)
+
+
+def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> bytes:
+    """The pickled plan of one chain of ``job``'s current attempt; ``address(chain, i)`` is
+    where subtask ``i`` of a chain listens.
+
+    Raises:
+        JobError: user code that does not pickle, naming its operator.
+    """
+    graph = job.graph
+    outputs = tuple(
+        OutputEdge(
+            graph.chains[o].partitioning, graph.chains[o].key_fn,
+            tuple(address(o, i) for i in range(graph.chains[o].parallelism)),
+        )
+        for o in chain.outputs
+    )
+    rolling = _rolling(job)
+    nodes = []
+    for n in chain.nodes:
+        if n.kind == "reduce":
+            n.options["rolling"] = rolling
+        nodes.append(n)
+    try:
+        return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling)))
+    except Exception as exc:
+        raise JobError(
+            f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
+            f"{exc}. User code travels with cloudpickle; create what cannot be pickled "
+            "(locks, open files, connections, models on a device) in open() of a rich "
+            "function, or pass the class instead of an instance"
+        ) from exc
+
+
+def _rolling(job: Job) -> bool:
+    mode = job.config.get(k.RUNTIME_MODE)
+    if mode == "automatic":
+        return not all(getattr(t.fn, "bounded", True) for t in job.graph.transformations if t.kind == "source")
+    return mode == "streaming"
+
+
+def splits_of(graph: JobGraph) -> dict[tuple[int, int], list[Any]]:
+    """Per (chain, subtask index) of every source, its splits (round-robin)."""
+    out: dict[tuple[int, int], list[Any]] = {}
+    for c in graph.chains:
+        if c.head.kind == "source":
+            try:
+                splits = list(c.head.fn.create_splits(c.parallelism))
+            except Exception as exc:
+                raise JobError(
+                    f"source {c.head.name!r}: create_splits({c.parallelism}) raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            for i in range(c.parallelism):
+                out[(c.id, i)] = splits[i :: c.parallelism]
+    return out
+
+
+def source_total(graph: JobGraph) -> int | None:
+    """How many records the job's sources will read; ``None`` when one is unbounded."""
+    total = 0
+    for t in graph.transformations:
+        if t.kind == "source":
+            hint = t.fn.size_hint() if getattr(t.fn, "bounded", True) else None
+            if hint is None:
+                return None
+            total += hint
+    return total
+
+
+def slot_requests(graph: JobGraph, job_id: str, attempt: int) -> list[SlotRequest]:
+    """Slot request *i* holds subtask *i* of every chain (Flink's default slot sharing)."""
+    return [
+        SlotRequest(tuple(
+            SubtaskRequest(SubtaskKey(job_id, attempt, c.id, i), requester_name(c, i), c.resources)
+            for c in graph.chains if i < c.parallelism
+        ))
+        for i in range(graph.max_parallelism)
+    ]
+
+
+def job_config(cluster: Configuration, job: Configuration) -> Configuration:
+    """The cluster's config with the job's own :data:`JOB_KEYS` on top."""
+    raw = cluster.to_raw_dict()
+    job_raw = job.to_raw_dict()
+    raw.update({key.name: job_raw[key.name] for key in JOB_KEYS if key.name in job_raw})
+    return config_from(values=raw)
+
+
+def _unpicklable(chain: Chain) -> str:
+    """Name the first operator of ``chain`` whose function (or key function) does not pickle."""
+    for node in chain.nodes:
+        for what, obj in (("function", node.fn), ("key function", node.key_fn)):
+            try:
+                cloudpickle.dumps(obj)
+            except Exception:
+                return f"the {what} of operator {node.name!r} ({node.kind})"
+    return f"the operators of {chain.name!r}"
+
+
+def subtask_name(chain: Chain, index: int) -> str:
+    return f"{chain.name} ({index + 1}/{chain.parallelism})"
+
+
+def requester_name(chain: Chain, index: int) -> str:
+    """A subtask named after the operator(s) of its chain that requested devices."""
+    asked = " -> ".join(n.name for n in chain.nodes if n.resources) or chain.name
+    return f"{asked} ({index + 1}/{chain.parallelism})"
+
+
+def rebuild_error(te_id: str, class_name: str, text: str) -> AccelflowError:
+    """Re-raise a TaskExecutor's start-up error in the client, keeping its class."""
+    cls = getattr(_errors, class_name, None)
+    message = f"{te_id} could not start: {text}"
+    if isinstance(cls, type) and issubclass(cls, AccelflowError):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    return AccelflowError(message)

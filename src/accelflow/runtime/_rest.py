@@ -1,0 +1,249 @@
+"""The JobManager's REST API and web UI, on the standard library's threading HTTP server.
+
+Routes (JSON unless noted; errors are ``{"error": message}``):
+
+=======  ==============================  ==============================================
+GET      ``/``                           the web UI (``ui/index.html``, ``app.js``, ``style.css``)
+GET      ``/v1/overview``                TaskExecutors, slots, jobs by state, resources
+GET      ``/v1/taskexecutors``           devices with properties, free share and holders
+GET      ``/v1/jobs``                    every job, short
+GET      ``/v1/jobs/{id}``               operators, subtasks, devices, record counts
+GET      ``/v1/jobs/{id}/pending``       why a waiting job waits, per TaskExecutor/device
+POST     ``/v1/jobs/{id}/cancel``        cancel a job (202; 409 when it has ended)
+GET      ``/metrics``                    Prometheus text format
+=======  ==============================  ==============================================
+
+Safety: it binds ``rest.address`` (loopback by default; anything else prints a warning), and
+with ``rest.token`` set every ``/v1`` and ``/metrics`` request needs ``Authorization: Bearer
+<token>`` (401 otherwise). The UI's static files hold no cluster data and are served without
+the token; the UI sends it from ``?token=`` (kept in the tab's ``sessionStorage``). No route
+runs code, reads a file named by the request, or changes anything but a job's cancel flag.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import re
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from accelflow._errors import AccelflowError, ConfigError, MissingDependencyError
+from accelflow.config import Configuration
+from accelflow.config import _keys as k
+from accelflow.runtime._snapshot import View, cluster_view, job_summary, pending_view
+
+if TYPE_CHECKING:
+    from accelflow.runtime._jobmanager import JobManager
+
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/ui/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+_JOB = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<rest>/pending|/cancel)?$")
+_GET_ROUTES = ("/v1/overview", "/v1/taskexecutors", "/v1/jobs", "/metrics")
+
+
+class HttpError(Exception):
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class RestServer:
+    """Serves one JobManager until :meth:`stop`.
+
+    Example:
+        >>> server = RestServer(jobmanager, config)
+        >>> server.start()          # prints "accelflow: REST API and web UI at http://..."
+        'http://127.0.0.1:8081/'
+    """
+
+    def __init__(self, jobmanager: JobManager, config: Configuration) -> None:
+        self.jobmanager = jobmanager
+        self.address = config.get(k.REST_ADDRESS)
+        self.port = config.get(k.REST_PORT)
+        self.token = config.get_optional(k.REST_TOKEN)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise AccelflowError("the REST server is not running")
+        host, port = self._httpd.server_address[:2]
+        host = str(host)
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+
+    def start(self, *, announce: Callable[[str], None] | None = None) -> str:
+        """Bind and serve in a daemon thread; returns (and announces) the URL.
+
+        Raises:
+            ConfigError: the address/port cannot be bound (names ``rest.port``/``rest.address``).
+        """
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        server = _Server6 if ":" in self.address else _Server
+        try:
+            self._httpd = server((self.address, self.port), handler)
+        except OSError as exc:
+            key = "rest.port" if exc.errno in (98, 13) else "rest.address"
+            raise ConfigError(
+                f"cannot listen on {self.address}:{self.port}: {exc.strerror or exc}; choose "
+                "another rest.port (0 picks a free one) or rest.address", key=key,
+            ) from exc
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                        daemon=True, name="accelflow-rest")
+        self._thread.start()
+        say = announce or (lambda line: print(line, file=sys.stderr, flush=True))
+        if not _is_loopback(self.address):
+            say(f"accelflow: warning: the REST API listens on {self.address} (rest.address), "
+                "reachable from other machines" + ("" if self.token else "; set rest.token to require a bearer token"))
+        say(f"accelflow: REST API and web UI at {self.url}")
+        return self.url
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # -- routes --------------------------------------------------------------------------------
+    def get(self, path: str) -> tuple[bytes, str]:
+        if path in _STATIC:
+            name, ctype = _STATIC[path]
+            return resources.files("accelflow.runtime").joinpath("ui", name).read_bytes(), ctype
+        view = cluster_view(self.jobmanager)
+        if path == "/metrics":
+            from accelflow.runtime._metrics import CONTENT_TYPE, render_metrics
+
+            return render_metrics(view), CONTENT_TYPE
+        if path == "/v1/overview":
+            return _json(view["overview"])
+        if path == "/v1/taskexecutors":
+            return _json({"taskexecutors": view["taskexecutors"]})
+        if path == "/v1/jobs":
+            return _json({"jobs": [job_summary(j) for j in view["jobs"]]})
+        match = _JOB.match(path)
+        if match and match["rest"] != "/cancel":
+            job = _find_job(view, match["id"])
+            return _json(pending_view(job) if match["rest"] == "/pending" else job)
+        if match:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts POST only", {"Allow": "POST"})
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
+
+    def post(self, path: str) -> tuple[HTTPStatus, bytes]:
+        match = _JOB.match(path)
+        if match and match["rest"] == "/cancel":
+            try:
+                accepted = self.jobmanager.cancel(match["id"])
+            except KeyError:
+                raise HttpError(HTTPStatus.NOT_FOUND, f"no such job: {match['id']}") from None
+            if not accepted:
+                state = self.jobmanager.jobs[match["id"]].state
+                raise HttpError(HTTPStatus.CONFLICT, f"{match['id']} has already ended ({state})")
+            return HTTPStatus.ACCEPTED, _json({"job": match["id"], "cancel_requested": True})[0]
+        if path in _STATIC or path in _GET_ROUTES or match:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts GET only", {"Allow": "GET"})
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
+
+    def authorize(self, path: str, header: str | None) -> None:
+        if self.token is None or path in _STATIC:
+            return
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            raise HttpError(
+                HTTPStatus.UNAUTHORIZED,
+                "this cluster requires 'Authorization: Bearer <rest.token>'",
+                {"WWW-Authenticate": 'Bearer realm="accelflow"'},
+            )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_ref: RestServer
+    server_version = "accelflow"
+    sys_version = ""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._serve(lambda path: (HTTPStatus.OK, *self.server_ref.get(path)))
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve(lambda path: (*self.server_ref.post(path), "application/json"))
+
+    def _other(self) -> None:
+        self._serve(lambda path: _raise(HttpError(
+            HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command} is not allowed",
+            {"Allow": "GET, POST"},
+        )))
+
+    do_PUT = do_DELETE = do_PATCH = _other  # noqa: N815
+
+    def _serve(self, route: Callable[[str], tuple[HTTPStatus, bytes, str]]) -> None:
+        path = self.path.split("?", 1)[0]
+        headers: dict[str, str] = {}
+        try:
+            self.server_ref.authorize(path, self.headers.get("Authorization"))
+            status, body, ctype = route(path)
+        except HttpError as exc:
+            status, (body, ctype), headers = exc.status, _json({"error": exc.message}), exc.headers
+        except MissingDependencyError as exc:
+            status, (body, ctype) = HTTPStatus.NOT_IMPLEMENTED, _json({"error": str(exc)})
+        except AccelflowError as exc:
+            status, (body, ctype) = HTTPStatus.INTERNAL_SERVER_ERROR, _json({"error": str(exc)})
+        except Exception as exc:  # never take the server down; say what broke
+            status, (body, ctype) = HTTPStatus.INTERNAL_SERVER_ERROR, _json(
+                {"error": f"internal error: {type(exc).__name__}: {exc}"})
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per poll
+        pass
+
+
+def _raise(exc: Exception) -> tuple[HTTPStatus, bytes, str]:
+    raise exc
+
+
+def _json(value: Any) -> tuple[bytes, str]:
+    return json.dumps(value, indent=1).encode(), "application/json"
+
+
+def _find_job(view: View, job_id: str) -> View:
+    for job in view["jobs"]:
+        if job["id"] == job_id:
+            return dict(job)
+    raise HttpError(HTTPStatus.NOT_FOUND, f"no such job: {job_id}")
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False

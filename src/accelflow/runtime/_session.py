@@ -1,0 +1,339 @@
+"""The session cluster: a long-lived JobManager with its TaskExecutors, REST API and web UI,
+to which ``accelflow run --cluster URL job.py`` submits jobs (as Flink's session mode).
+
+``accelflow cluster start`` runs this module as a detached process (``setsid``). When the
+cluster is ready it writes a *state file* ``session-<pid>.json`` (mode 0600) into the per-user
+state directory (``$ACCELFLOW_STATE_DIR``, default ``$XDG_STATE_HOME/accelflow`` or
+``~/.local/state/accelflow``, mode 0700). The file maps the REST URL to the *submission
+channel*: a ``multiprocessing.connection`` Unix socket in a private 0700 directory, guarded by
+the random authentication key stored in the same file. Only the user who can read the file
+can submit code; the REST API cannot (see :mod:`accelflow.runtime._rest`).
+
+Messages on the submission channel (tuples, pickled; the job graph inside with cloudpickle):
+
+- ``("submit", graph_blob, job_config_raw)`` → ``("accepted", job_id, url)``, then
+  ``("progress", {...})``... and finally ``("result", JobResult)`` or
+  ``("error", class_name, message, reasons)``; the client may send ``("cancel",)``. A client
+  that disconnects leaves its job running (cancel it in the UI or with the REST API).
+- ``("status",)`` → ``("status", overview)``; ``("stop",)`` → ``("stopping",)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from accelflow._errors import AccelflowError, AllocationError, ConfigError, JobCancelledError
+from accelflow.config import Configuration, config_from
+from accelflow.runtime._jobmanager import JobManager
+from accelflow.runtime._jobs import Job
+from accelflow.runtime._rest import RestServer
+from accelflow.runtime._snapshot import cluster_view
+from accelflow.runtime.launchers import make_launcher
+
+STATE_DIR_ENV_VAR = "ACCELFLOW_STATE_DIR"
+"""Directory of session cluster state files (default ``$XDG_STATE_HOME/accelflow``)."""
+_STOP_JOBS_S = 20.0
+_PROGRESS_S = 0.5
+_log = logging.getLogger("accelflow.session")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What a state file says about one running session cluster."""
+
+    pid: int
+    url: str
+    socket: str
+    authkey: str  # hex
+    started: float
+    log: str
+
+    @property
+    def path(self) -> Path:
+        return state_dir() / f"session-{self.pid}.json"
+
+    def connect(self) -> Connection:
+        """Open the submission channel.
+
+        Raises:
+            AccelflowError: the session does not answer (it crashed or is stopping).
+        """
+        try:
+            return Client(self.socket, "AF_UNIX", authkey=bytes.fromhex(self.authkey))
+        except (OSError, EOFError) as exc:
+            raise AccelflowError(
+                f"the session cluster at {self.url} (pid {self.pid}) does not answer on "
+                f"{self.socket}: {exc}; see its log {self.log}"
+            ) from exc
+
+
+def state_dir() -> Path:
+    """The per-user state directory, created with mode 0700."""
+    base = os.environ.get(STATE_DIR_ENV_VAR)
+    if base:
+        path = Path(base)
+    else:
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        path = Path(xdg) / "accelflow"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def running_sessions() -> list[SessionInfo]:
+    """Every session whose process is alive; stale state files are removed."""
+    import psutil
+
+    found = []
+    for path in sorted(state_dir().glob("session-*.json")):
+        try:
+            info = SessionInfo(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            continue
+        if psutil.pid_exists(info.pid):
+            found.append(info)
+        else:
+            path.unlink(missing_ok=True)
+    return found
+
+
+def find_session(url: str | None) -> SessionInfo:
+    """The running session with REST URL ``url`` (or the only one when ``url`` is None).
+
+    Raises:
+        AccelflowError: none, or several and no URL, or none at that URL; says which exist.
+    """
+    sessions = running_sessions()
+    where = f"state directory {state_dir()} (${STATE_DIR_ENV_VAR})"
+    if url is None:
+        if len(sessions) == 1:
+            return sessions[0]
+        if not sessions:
+            raise AccelflowError(f"no session cluster is running ({where}); start one with "
+                                 "'accelflow cluster start'")
+        raise AccelflowError("several session clusters are running; choose one with --cluster: "
+                             + ", ".join(s.url for s in sessions))
+    wanted = _normal_url(url)
+    for s in sessions:
+        if _normal_url(s.url) == wanted:
+            return s
+    known = ", ".join(s.url for s in sessions) or "none"
+    raise AccelflowError(f"--cluster {url}: no session cluster of this user serves that URL "
+                         f"(running: {known}; {where})")
+
+
+def _normal_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    return url.replace("://localhost:", "://127.0.0.1:")
+
+
+class SessionCluster:
+    """The session cluster process: JobManager, TaskExecutors, REST server, submissions."""
+
+    def __init__(self, config: Configuration) -> None:
+        self.config = config
+        self.launcher = make_launcher(config)
+        self.jobmanager = JobManager(config, self.launcher)
+        self.rest = RestServer(self.jobmanager, config)
+        self.stopping = threading.Event()
+        self.job_threads: list[threading.Thread] = []
+        self.client_threads: list[threading.Thread] = []  # each tells its client how its job ended
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="accelflow-session-"))  # 0700
+        self.authkey = secrets.token_bytes(32)
+        self.listener: Listener | None = None
+        self.info: SessionInfo | None = None
+
+    def start(self, log_path: str) -> SessionInfo:
+        self.jobmanager.start_dispatcher()
+        self.jobmanager.start_cluster()
+        url = self.rest.start()
+        socket = str(self.socket_dir / "submit.sock")
+        self.listener = Listener(socket, "AF_UNIX", authkey=self.authkey)
+        threading.Thread(target=self._accept, daemon=True, name="accelflow-submit").start()
+        self.info = SessionInfo(os.getpid(), url, socket, self.authkey.hex(), time.time(), log_path)
+        _write_private(self.info.path, json.dumps(asdict(self.info)))
+        return self.info
+
+    def stop(self) -> None:
+        """Cancel every job, stop every TaskExecutor (devices released), remove the state."""
+        self.jobmanager.cancel_requested = True
+        deadline = time.monotonic() + _STOP_JOBS_S
+        for t in [*self.job_threads, *self.client_threads]:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.rest.stop()
+        if self.listener is not None:
+            self.listener.close()
+        self.launcher.stop()  # the dispatcher (which started the TaskExecutors) still lives
+        self.jobmanager.close()
+        if self.info is not None:
+            self.info.path.unlink(missing_ok=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    # -- submission channel ----------------------------------------------------------------
+    def _accept(self) -> None:
+        assert self.listener is not None
+        while not self.stopping.is_set():
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError):
+                if self.stopping.is_set():
+                    return
+                continue  # a failed handshake (wrong key) must not stop the cluster
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self.client_threads = [t for t in self.client_threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def _serve(self, conn: Connection) -> None:
+        try:
+            msg = conn.recv()
+            if msg[0] == "status":
+                conn.send(("status", dict(cluster_view(self.jobmanager)["overview"], url=self.rest.url, pid=os.getpid())))
+            elif msg[0] == "stop":
+                conn.send(("stopping",))
+                self.stopping.set()
+            elif msg[0] == "submit":
+                self._submit(conn, msg[1], msg[2])
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # our bug: tell the client instead of leaving it waiting
+            _log.exception("internal error while serving a submission")
+            try:
+                conn.send(("error", "AccelflowInternalError", f"{type(exc).__name__}: {exc}", ()))
+            except OSError:
+                pass
+        finally:
+            conn.close()
+
+    def _submit(self, conn: Connection, blob: bytes, raw: dict[str, Any]) -> None:
+        try:
+            graph = cloudpickle.loads(blob)
+            job_config = config_from(values=raw)
+        except Exception as exc:
+            conn.send(("error", "JobError", f"the session cluster cannot load the job: "
+                       f"{type(exc).__name__}: {exc}. Modules the job imports by name must be "
+                       "importable by the cluster (start it with them on PYTHONPATH)", ()))
+            return
+        if self.stopping.is_set():
+            conn.send(("error", "JobError", "the session cluster is stopping", ()))
+            return
+        try:
+            self.jobmanager.check_fits(graph, job_config)
+        except AllocationError as exc:
+            conn.send(("error", "AllocationError", str(exc), exc.reasons))
+            return
+        job = self.jobmanager.submit(graph, config=job_config)
+        outcome: dict[str, Any] = {}
+        thread = threading.Thread(target=self._run, args=(job, outcome), daemon=True, name=job.id)
+        self.job_threads.append(thread)
+        thread.start()
+        conn.send(("accepted", job.id, self.rest.url))
+        self._follow(conn, job, thread, outcome)
+
+    def _run(self, job: Job, outcome: dict[str, Any]) -> None:
+        try:
+            outcome["result"] = self.jobmanager.run_job(job)
+        except BaseException as exc:
+            outcome["error"] = exc
+            self.jobmanager.cleanup_after_failure(job.graph)
+
+    def _follow(self, conn: Connection, job: Job, thread: threading.Thread, outcome: dict[str, Any]) -> None:
+        last: dict[str, Any] | None = None
+        while thread.is_alive():
+            if conn.poll(_PROGRESS_S):
+                if conn.recv()[0] == "cancel":
+                    self.jobmanager.cancel(job.id)
+            snapshot = self.jobmanager.progress(job.graph)
+            if snapshot != last:
+                conn.send(("progress", snapshot))
+                last = snapshot
+        thread.join()
+        if "result" in outcome:
+            conn.send(("result", outcome["result"]))
+        else:
+            exc = outcome["error"]
+            conn.send(("error", type(exc).__name__, str(exc), getattr(exc, "reasons", ())))
+
+
+def rebuild_error(class_name: str, message: str, reasons: tuple[str, ...]) -> BaseException:
+    """The client-side exception for a job's ``("error", ...)`` message."""
+    from accelflow import _errors
+
+    if class_name == "AllocationError":
+        return AllocationError(message.split("\n  ")[0], reasons)
+    if class_name == "JobCancelledError":
+        return JobCancelledError(message)
+    cls = getattr(_errors, class_name, None)
+    if isinstance(cls, type) and issubclass(cls, AccelflowError) and cls is not ConfigError:
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    if class_name == "ConfigError":
+        return ConfigError(message)
+    return _errors.JobError(f"{class_name}: {message}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by this user only (0600)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m accelflow.runtime._session --log FILE [--conf FILE] [-D k=v ...]``."""
+    parser = argparse.ArgumentParser(prog="accelflow-session")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--conf")
+    parser.add_argument("-D", dest="definitions", action="append", default=[])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from(conf_file=args.conf, definitions=args.definitions)
+        cluster = SessionCluster(config)
+    except AccelflowError as exc:
+        print(f"accelflow: error: {exc}", file=sys.stderr, flush=True)
+        return 2 if isinstance(exc, ConfigError) else 1
+    signal.signal(signal.SIGTERM, lambda *_: cluster.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: cluster.stopping.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        info = cluster.start(args.log)
+        print(f"accelflow: session cluster ready (pid {info.pid}) at {info.url}", flush=True)
+        while not cluster.stopping.wait(0.5):
+            pass
+        print("accelflow: stopping the session cluster", flush=True)
+    except AccelflowError as exc:
+        print(f"accelflow: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        cluster.stop()
+    print("accelflow: session cluster stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""A consistent, JSON-ready view of a running JobManager, for the REST API, UI and metrics.
+
+:func:`cluster_view` copies everything it needs while holding the JobManager's ``lock`` (the
+JobManager changes its records only under that lock), so a view never mixes two moments:
+a device's free share and its holders always add up to one.
+
+Shares are exact: every share is ``{"exact": "1/2", "value": 0.5}`` (the fraction as a string,
+plus a float for convenience).
+
+Example:
+    >>> view = cluster_view(jobmanager)
+    >>> view["taskexecutors"][0]["resources"][0]["devices"][0]["holders"]
+    [{'job': 'job-1', 'operator': 'classify', 'subtask': 'classify (1/2)', 'share': {...}}]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from accelflow.runtime._jobs import JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState
+from accelflow.runtime._plan import source_total
+from accelflow.runtime._protocol import SubtaskKey
+from accelflow.scheduling import DeviceKey
+
+if TYPE_CHECKING:
+    from accelflow.runtime._jobmanager import JobManager
+
+View = dict[str, Any]
+
+
+def share(value: Fraction) -> dict[str, Any]:
+    """``Fraction(1, 2)`` → ``{"exact": "1/2", "value": 0.5}``."""
+    return {"exact": str(value), "value": float(value)}
+
+
+def cluster_view(jm: JobManager) -> View:
+    """Everything the REST API serves, taken at one moment.
+
+    Returns:
+        ``{"overview": ..., "taskexecutors": [...], "jobs": [...]}``; each job in ``jobs`` is
+        the full detail of ``GET /v1/jobs/{id}``.
+    """
+    with jm.lock:
+        jobs = [_job(jm, job) for job in jm.jobs.values()]
+        taskexecutors = [_taskexecutor(jm, te_id) for te_id in sorted(jm.taskexecutors)]
+    return {
+        "overview": _overview(taskexecutors, jobs),
+        "taskexecutors": taskexecutors,
+        "jobs": jobs,
+    }
+
+
+def job_summary(job: View) -> View:
+    """The short form of a job for ``GET /v1/jobs``: no operators or subtasks."""
+    return {k: v for k, v in job.items() if k not in ("operators", "subtasks", "pending")}
+
+
+def pending_view(job: View) -> View:
+    """``GET /v1/jobs/{id}/pending``: why the job's subtasks wait, per TaskExecutor/device."""
+    waiting = job["state"] == "PENDING" and job["pending"] is not None
+    return {
+        "job": job["id"],
+        "state": job["state"],
+        "waiting": waiting,
+        "subtasks": [s["name"] for s in job["subtasks"]] if waiting else [],
+        **(job["pending"] if waiting else {"message": None, "since": None, "reasons": []}),
+    }
+
+
+# -- pieces ------------------------------------------------------------------------------------
+def _overview(taskexecutors: list[View], jobs: list[View]) -> View:
+    resources: dict[str, dict[str, Any]] = {}
+    for te in taskexecutors:
+        for r in te["resources"]:
+            entry = resources.setdefault(r["name"], {"devices": 0, "total": Fraction(0), "free": Fraction(0)})
+            entry["devices"] += len(r["devices"])
+            entry["total"] += len(r["devices"])
+            entry["free"] += sum((Fraction(d["free"]["exact"]) for d in r["devices"]), Fraction(0))
+    return {
+        "taskexecutors": len(taskexecutors),
+        "slots": {
+            "total": sum(te["slots"]["total"] for te in taskexecutors),
+            "free": sum(te["slots"]["free"] for te in taskexecutors),
+        },
+        "jobs": {state: sum(1 for j in jobs if j["state"] == state) for state in JOB_STATES},
+        "resources": {
+            name: {"devices": e["devices"], "total": share(e["total"]), "free": share(e["free"])}
+            for name, e in sorted(resources.items())
+        },
+        "time": time.time(),
+    }
+
+
+def _taskexecutor(jm: JobManager, te_id: str) -> View:
+    te = jm.taskexecutors[te_id]
+    reg = te.registration
+    devices_of: dict[str, list[DeviceKey]] = {}
+    for d in jm.ledger.devices():
+        if d.taskexecutor == te_id:
+            devices_of.setdefault(d.resource, []).append(d)
+    resources = []
+    for r in reg.resources:
+        props = {_address(i): dict(i) for i in r["infos"]}
+        resources.append({
+            "name": r["name"], "amount": r["amount"], "driver": r["driver"],
+            "status": r["status"], "message": r["message"],
+            "devices": [_device(jm, d, props.get(d.address)) for d in devices_of.get(r["name"], [])],
+        })
+    return {
+        "id": te_id, "pid": reg.pid,
+        "slots": {"total": reg.slots, "free": reg.slots - te.used_slots},
+        "resources": resources,
+    }
+
+
+def _device(jm: JobManager, device: DeviceKey, properties: dict[str, str] | None) -> View:
+    return {
+        "address": device.address,
+        # a degraded or driver-less resource is counted by amount: "#0", "#1" stand in
+        "placeholder": properties is None,
+        "properties": properties or {},
+        "free": share(jm.ledger.free(device)),
+        "holders": [_holder(jm, h, s) for h, s in _sorted_holders(jm.ledger.holders(device))],
+    }
+
+
+def _sorted_holders(holders: Mapping[Hashable, Fraction]) -> list[tuple[Hashable, Fraction]]:
+    return sorted(holders.items(), key=lambda item: str(item[0]))
+
+
+def _holder(jm: JobManager, holder: Hashable, amount: Fraction) -> View:
+    st = jm.subtasks.get(holder) if isinstance(holder, SubtaskKey) else None
+    if st is None or not isinstance(holder, SubtaskKey):
+        return {"job": None, "operator": None, "subtask": str(holder), "share": share(amount)}
+    job = jm.jobs.get(holder.job_id)
+    return {
+        "job": holder.job_id,
+        "operator": _operator_of(job, holder) if job else None,
+        "subtask": st.name, "index": holder.index, "attempt": holder.attempt,
+        "share": share(amount),
+    }
+
+
+def _operator_of(job: Job, key: SubtaskKey) -> str:
+    chain = job.graph.chains[key.chain]
+    return " -> ".join(n.name for n in chain.nodes if n.resources) or chain.name
+
+
+def _job(jm: JobManager, job: Job) -> View:
+    states = [st for key, st in jm.subtasks.items() if key.job_id == job.id and key.attempt == job.attempt]
+    states.sort(key=lambda st: (st.key.chain, st.key.index))
+    operators = _operators(job, states)
+    source_out = sum(
+        st.counts[0][1] for st in states if st.counts and job.graph.chains[st.key.chain].head.kind == "source"
+    )
+    end = job.ended_at if job.ended_at is not None else time.time()
+    return {
+        "id": job.id, "name": job.name, "state": job.state, "attempt": job.attempt,
+        "submitted_at": job.submitted_at, "ended_at": job.ended_at,
+        "duration_s": round(end - job.submitted_at, 3),
+        "error": job.error if job.state in JOB_ENDED else None,
+        "progress": {"records": source_out, "total": source_total(job.graph)},
+        "subtasks_by_state": {s: sum(1 for st in states if st.state == s) for s in SUBTASK_STATES},
+        "operators": operators,
+        "subtasks": [_subtask(job, st) for st in states] if states else _planned(job),
+        "pending": None if job.pending is None else {
+            "message": job.pending.message, "since": job.pending.since,
+            "reasons": [_reason(r) for r in job.pending.reasons],
+        },
+    }
+
+
+def _operators(job: Job, states: list[SubtaskState]) -> list[View]:
+    counts: dict[str, list[int]] = {}
+    for st in states:
+        for node, (n_in, n_out) in zip(job.graph.chains[st.key.chain].nodes, st.counts):
+            entry = counts.setdefault(node.name, [0, 0])
+            entry[0] += n_in
+            entry[1] += n_out
+    return [
+        {
+            "name": t.name, "kind": t.kind, "parallelism": t.parallelism,
+            "resources": {r: share(a) for r, a in t.resources.items()},
+            "chain": next(c.id for c in job.graph.chains if t in c.nodes),
+            "records_in": counts.get(t.name, [0, 0])[0],
+            "records_out": counts.get(t.name, [0, 0])[1],
+        }
+        for t in job.graph.transformations
+    ]
+
+
+def _subtask(job: Job, st: SubtaskState) -> View:
+    chain = job.graph.chains[st.key.chain]
+    return {
+        "name": st.name, "chain": st.key.chain, "index": st.key.index, "attempt": st.key.attempt,
+        "state": st.state, "taskexecutor": st.taskexecutor,
+        "devices": [
+            {"resource": r, "address": a, "share": share(s)}
+            for r, items in sorted(st.devices.items()) for a, s in items
+        ],
+        "records": [
+            {"operator": node.name, "in": n_in, "out": n_out}
+            for node, (n_in, n_out) in zip(chain.nodes, st.counts)
+        ],
+    }
+
+
+def _planned(job: Job) -> list[View]:
+    """The subtasks of a job not placed yet (``CREATED``/``PENDING``): no TaskExecutor."""
+    return [
+        {
+            "name": f"{c.name} ({i + 1}/{c.parallelism})", "chain": c.id, "index": i,
+            "attempt": job.attempt, "state": "WAITING", "taskexecutor": None, "devices": [],
+            "records": [],
+        }
+        for c in job.graph.chains for i in range(c.parallelism)
+    ]
+
+
+def _reason(text: str) -> View:
+    """``"taskexecutor-1: gpu 0 has 0.5 free, 1 needed"`` → its TaskExecutor and the rest."""
+    te, sep, rest = text.partition(": ")
+    return {"taskexecutor": te, "reason": rest} if sep else {"taskexecutor": None, "reason": text}
+
+
+def _address(props: Mapping[str, str]) -> str:
+    from accelflow.resources._api import ExternalResourceInfo
+
+    return ExternalResourceInfo(dict(props)).address

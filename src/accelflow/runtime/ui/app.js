@@ -1,0 +1,129 @@
+// accelflow web UI: polls the REST API once a second and redraws. No build step.
+// A cluster with rest.token: open the UI once as /?token=TOKEN; the token is kept in this
+// tab's sessionStorage (not in the address bar) and sent as "Authorization: Bearer".
+"use strict";
+
+const POLL_MS = 1000;
+const params = new URLSearchParams(location.search);
+if (params.has("token")) {
+  sessionStorage.setItem("accelflow-token", params.get("token"));
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+}
+let selectedJob = null;
+
+function headers() {
+  const token = sessionStorage.getItem("accelflow-token");
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
+async function api(path, method = "GET") {
+  const response = await fetch(path, { method, headers: headers(), cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${body.error || ""}`);
+  return body;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function device(d, resource) {
+  const used = 1 - d.free.value;
+  return el("div", { class: "device", "data-resource": resource, "data-address": d.address },
+    el("div", { class: "addr" }, `${resource} ${d.address}`,
+       d.placeholder ? el("span", { class: "muted" }, " (no info)") : null),
+    el("div", { class: "bar", title: `${Math.round(used * 100)}% held` },
+       el("div", { style: `width:${used * 100}%` })),
+    el("div", {}, `free ${d.free.exact}`),
+    el("div", { class: "props" },
+       Object.entries(d.properties).map(([k, v]) => el("div", {}, `${k}: ${v}`))),
+    d.holders.length
+      ? el("ul", { class: "holders" }, d.holders.map(h =>
+          el("li", { class: "holder" }, `${h.subtask} · ${h.job} · ${h.share.exact}`)))
+      : el("div", { class: "muted" }, "no holder"));
+}
+
+function taskexecutor(te) {
+  return el("div", { class: "te", "data-te": te.id },
+    el("h3", {}, te.id),
+    el("div", { class: "muted" }, `slots ${te.slots.free} free of ${te.slots.total} · pid ${te.pid}`),
+    te.resources.map(r => el("div", { class: "resource" },
+      el("div", {}, el("b", {}, r.name), ` × ${r.amount} · driver ${r.driver} `,
+         el("span", { class: `badge ${r.status}` }, r.status)),
+      r.message ? el("div", { class: "error" }, r.message) : null,
+      el("div", { class: "devices" }, r.devices.map(d => device(d, r.name))))));
+}
+
+function progress(job) {
+  const p = job.progress;
+  if (p.total) return `${p.records.toLocaleString()} / ${p.total.toLocaleString()} (${Math.floor(100 * p.records / p.total)}%)`;
+  return `${p.records.toLocaleString()} records`;
+}
+
+function jobRow(job) {
+  const ended = ["FINISHED", "FAILED", "CANCELED"].includes(job.state);
+  const counts = Object.entries(job.subtasks_by_state).filter(([, n]) => n).map(([s, n]) => `${n} ${s}`).join(", ");
+  return el("tr", { "data-job": job.id },
+    el("td", {}, el("a", { href: "#", onclick: e => { e.preventDefault(); selectedJob = job.id; refresh(); } }, job.id)),
+    el("td", {}, job.name),
+    el("td", { class: `state-${job.state}` }, job.state),
+    el("td", {}, progress(job)),
+    el("td", {}, counts),
+    el("td", {}, `${job.duration_s.toFixed(1)} s`),
+    el("td", {}, ended ? "" : el("button", { class: "cancel", onclick: () => cancel(job.id) }, "Cancel")));
+}
+
+async function cancel(id) {
+  if (!confirm(`Cancel ${id}?`)) return;
+  try { await api(`/v1/jobs/${encodeURIComponent(id)}/cancel`, "POST"); } catch (e) { showError(e); }
+  refresh();
+}
+
+async function jobDetail() {
+  const box = document.getElementById("job-detail");
+  if (!selectedJob) { box.replaceChildren(); return; }
+  const job = await api(`/v1/jobs/${encodeURIComponent(selectedJob)}`);
+  const rows = job.subtasks.map(s => el("tr", {},
+    el("td", {}, s.name), el("td", { class: `state-${s.state}` }, s.state), el("td", {}, s.taskexecutor || ""),
+    el("td", {}, s.devices.map(d => `${d.resource} ${d.address} (${d.share.exact})`).join(", ")),
+    el("td", {}, s.records.map(r => `${r.operator}: ${r.in} in / ${r.out} out`).join("; "))));
+  box.replaceChildren(
+    el("h2", {}, `${job.id} · ${job.name}`),
+    job.error ? el("div", { class: "error" }, job.error) : null,
+    job.pending ? el("div", { class: "error" }, job.pending.message,
+      el("ul", {}, job.pending.reasons.map(r => el("li", {}, `${r.taskexecutor}: ${r.reason}`)))) : null,
+    el("table", {}, el("thead", {}, el("tr", {}, ["Subtask", "State", "TaskExecutor", "Devices", "Records"].map(h => el("th", {}, h)))),
+       el("tbody", {}, rows)));
+}
+
+function showError(e) { document.getElementById("status").textContent = e.message; }
+
+async function refresh() {
+  try {
+    const [overview, tes, jobs] = await Promise.all([api("/v1/overview"), api("/v1/taskexecutors"), api("/v1/jobs")]);
+    const running = overview.jobs.RUNNING + overview.jobs.PENDING;
+    document.getElementById("summary").textContent =
+      `${overview.taskexecutors} TaskExecutors · slots ${overview.slots.free}/${overview.slots.total} free · ` +
+      Object.entries(overview.resources).map(([n, r]) => `${n} ${r.free.exact}/${r.total.exact} free`).join(" · ") +
+      ` · ${running} active job(s)`;
+    document.getElementById("taskexecutors").replaceChildren(...tes.taskexecutors.map(taskexecutor));
+    document.querySelector("#jobs tbody").replaceChildren(...jobs.jobs.slice().reverse().map(jobRow));
+    await jobDetail();
+    document.getElementById("status").textContent = "";
+  } catch (e) {
+    showError(e);
+  }
+}
+
+refresh();
+setInterval(refresh, POLL_MS);

@@ -1,0 +1,72 @@
+"""``accelflow cluster start|status|stop`` and ``accelflow run --cluster``: the error paths
+(the working paths run against real session clusters in tests/rest)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from accelflow.testing import install_fake_nvidia_smi
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = install_fake_nvidia_smi(tmp_path / "bin", 2)
+    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"),
+               PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop("ACCELFLOW_CONF", None)
+    return subprocess.run([sys.executable, "-m", "accelflow", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _sessions() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "accelflow.runtime._session" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_status_and_stop_without_a_session_say_how_to_start_one(tmp_path: Path) -> None:
+    for action in ("status", "stop"):
+        out = _cli(tmp_path, "cluster", action)
+        assert out.returncode == 1
+        assert out.stderr == (
+            f"accelflow: error: no session cluster is running (state directory {tmp_path / 'state'} "
+            "($ACCELFLOW_STATE_DIR)); start one with 'accelflow cluster start'\n"
+        )
+    assert oct((tmp_path / "state").stat().st_mode & 0o777) == "0o700"
+
+
+def test_run_with_an_unknown_cluster_url_fails_before_the_script_runs(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("open('ran', 'w').close()\n", encoding="utf-8")
+    out = _cli(tmp_path, "run", "--cluster", "http://127.0.0.1:1/", str(script))
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        "accelflow: error: --cluster http://127.0.0.1:1/: no session cluster of this user serves that URL (running: none;"
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_start_with_a_bad_config_starts_nothing(tmp_path: Path) -> None:
+    before = {p.pid for p in _sessions()}
+    out = _cli(tmp_path, "cluster", "start", "-D", "rest.port=http")
+    assert out.returncode == 2
+    assert "rest.port" in out.stderr and "http" in out.stderr
+    assert {p.pid for p in _sessions()} == before
+    assert not list(tmp_path.glob("state/session-*.json"))
+
+
+def test_a_cluster_that_cannot_start_reports_its_log_and_leaves_no_process(tmp_path: Path) -> None:
+    before = {p.pid for p in _sessions()}
+    out = _cli(
+        tmp_path, "cluster", "start", "-D", "rest.port=0", "-D", "external-resources=gpu",
+        "-D", "external-resource.gpu.amount=3", "-D", "external-resource.gpu.driver-factory.class=gpu",
+        "-D", f"external-resource.gpu.param.coordination-file={tmp_path / 'coordination.json'}",
+    )
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("accelflow: error: the session cluster did not start (exit code 1):")
+    assert "taskexecutor-1 could not start" in out.stderr  # the TaskExecutor's own message, from the log
+    assert {p.pid for p in _sessions()} == before
+    assert not list((tmp_path / "state").glob("session-*.json"))

@@ -1,0 +1,93 @@
+"""The embedded cluster serves the REST API and UI for the life of its job (``rest.enabled``);
+``/metrics`` without ``prometheus-client`` says which extra to install."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from conftest import wait_until
+from rest_jobs import Slowly, discard, identity
+
+from accelflow import Environment, JobCancelledError, MissingDependencyError
+
+FPGA = {
+    "external-resources": "fpga",
+    "external-resource.fpga.amount": 2,
+    "external-resource.fpga.driver-factory.class": "accelflow.testing:StaticDriverFactory",
+    "external-resource.fpga.param.addresses": "0,1",
+    "rest.enabled": True,
+    "rest.port": 0,
+}
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    env = Environment(FPGA)
+    env.from_source(Slowly()).map(identity, name="infer", resources={"fpga": 1}).add_sink(discard)
+    client = env.execute_async("embedded")
+    try:
+        wait_until(lambda: client.rest is not None and client.status() == "RUNNING", "the REST server")
+        url = client.rest.url
+        held = wait_until(lambda: [
+            (d["address"], h["subtask"], h["share"]["exact"])
+            for te in _get(url + "v1/taskexecutors")["taskexecutors"]
+            for r in te["resources"] for d in r["devices"] for h in d["holders"]
+        ], "a holder")
+        assert held == [("0", "infer -> sink (1/1)", "1")]
+        assert _get(url + "v1/jobs")["jobs"][0]["state"] == "RUNNING"
+        assert f"accelflow: REST API and web UI at {url}" in capsys.readouterr().err
+    finally:
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(30)
+    with pytest.raises(urllib.error.URLError):  # gone with the cluster
+        _get(url + "v1/overview")
+
+
+def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelflow.runtime._metrics import render_metrics
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what "not installed" looks like
+    view = {"overview": {}, "taskexecutors": [], "jobs": []}
+    with pytest.raises(MissingDependencyError, match=r"GET /metrics needs an optional dependency: pip install 'accelflow\[rest\]'"):
+        render_metrics(view)
+
+
+def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:
+    import socket
+
+    from accelflow import ConfigError
+    from accelflow.config import config_from
+    from accelflow.runtime._rest import RestServer
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = RestServer(None, config_from(values={"rest.port": port}))  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=rf"rest.port: cannot listen on 127.0.0.1:{port}: .*choose another rest.port \(0 picks a free one\)"):
+            server.start()
+
+
+def test_a_non_loopback_address_prints_a_warning() -> None:
+    from accelflow.config import config_from
+    from accelflow.runtime._rest import RestServer
+
+    lines: list[str] = []
+    server = RestServer(None, config_from(values={"rest.port": 0, "rest.address": "0.0.0.0"}))  # type: ignore[arg-type]
+    server.start(announce=lines.append)
+    try:
+        assert lines[0] == ("accelflow: warning: the REST API listens on 0.0.0.0 (rest.address), reachable "
+                            "from other machines; set rest.token to require a bearer token")
+        assert lines[1].startswith("accelflow: REST API and web UI at http://0.0.0.0:")
+    finally:
+        server.stop()
