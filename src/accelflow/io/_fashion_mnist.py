@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelflow._errors import DataFormatError
+from accelflow.config._keys import DATA_DIR_ENV_VAR
 from accelflow.io._streams import PathLike
-
-DATA_DIR_ENV_VAR = "ACCELFLOW_DATA_DIR"
-"""A directory holding the Fashion-MNIST files (or a ``fashion-mnist/`` subdirectory of it)."""
 
 DEBIAN_FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 """Where Debian's ``dataset-fashion-mnist`` package installs the files."""

@@ -149,7 +149,8 @@ class JobManager:
             return None
 
     def _wanted_taskexecutors(self) -> list[str]:
-        n = self.config.get(k.NUMBER_TASKMANAGER)
+        ray = self.config.get(k.EXECUTION_TARGET) == "ray"
+        n = self.config.get(k.RAY_NUMBER_TASKMANAGER if ray else k.NUMBER_TASKMANAGER)
         return [f"taskexecutor-{i}" for i in range(1, n + 1)]
 
     def _await_registration(self, ids: list[str]) -> None:

@@ -40,14 +40,12 @@ import cloudpickle
 
 from accelflow._errors import AccelflowError, AllocationError, ConfigError, JobCancelledError
 from accelflow.config import Configuration, config_from
+from accelflow.config._keys import STATE_DIR_ENV_VAR
 from accelflow.runtime._jobmanager import JobManager
 from accelflow.runtime._jobs import Job
 from accelflow.runtime._rest import RestServer
 from accelflow.runtime._snapshot import cluster_view
 from accelflow.runtime.launchers import make_launcher
-
-STATE_DIR_ENV_VAR = "ACCELFLOW_STATE_DIR"
-"""Directory of session cluster state files (default ``$XDG_STATE_HOME/accelflow``)."""
 _STOP_JOBS_S = 20.0
 _PROGRESS_S = 0.5
 _log = logging.getLogger("accelflow.session")

@@ -46,6 +46,9 @@ class TaskExecutor:
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
 
+    #: True when the JobManager's connection dropped without a shutdown command
+    orphaned = False
+
     def serve(self) -> None:
         while True:
             sources: list[Any] = [self.jm]
@@ -62,6 +65,7 @@ class TaskExecutor:
         try:
             msg = self.jm.recv()
         except (EOFError, OSError):
+            self.orphaned = True  # the JobManager went away without saying shutdown
             return False
         if msg[0] == "deploy":
             self._deploy(msg[1])
@@ -132,6 +136,34 @@ class TaskExecutor:
             self.provider.close()
 
 
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True  # e.g. the parent-death signal: the client may be gone
+    sys.exit(143)
+
+
+def _client_gone(client: int, wait_s: float = 2.0) -> bool:
+    """Whether the client process has died (it may still be exiting when its socket closes:
+    the kernel closes a dying process's files before it re-parents its children)."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        if os.getppid() != client:
+            return True
+        try:
+            if psutil.Process(client).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
 def start_forkserver() -> None:
     """Start this process's forkserver, which forks the subtasks.
 
@@ -150,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     client = os.getppid()
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
     start_forkserver()
     with open(config_path, encoding="utf-8") as f:
@@ -169,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         te.serve()
     finally:
         te.shutdown()
-        if os.getppid() != client:
+        if (te.orphaned or _terminated) and _client_gone(client):
             # the client died without stopping the cluster: nobody else will remove its
             # working directory (sockets, spilled arrays that may be gigabytes)
             shutil.rmtree(os.path.dirname(os.path.abspath(config_path)), ignore_errors=True)

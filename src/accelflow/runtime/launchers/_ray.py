@@ -131,7 +131,6 @@ class RayLauncher(Launcher):
         self._alive: set[str] = set()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._started_once = False
         self._stopped = False
         atexit.register(self.stop)
 
@@ -159,18 +158,8 @@ class RayLauncher(Launcher):
         return True
 
     def start(self, ids: list[str]) -> None:
-        # ray.number-taskmanager actors: the JobManager asks for its own count of ids; the
-        # others are started too, and registered before the asked ones (see docs/ray.md).
-        n = self.config.get(k.RAY_NUMBER_TASKMANAGER)
-        every = [f"taskexecutor-{i}" for i in range(1, n + 1)]
-        if not self._started_once:
-            extra = [te for te in every if te not in ids]
-        else:
-            extra = [te for te in every if te not in ids and te not in self._alive]
-        self._started_once = True
-        order = extra + list(ids)
-        created = {te_id: self._create(te_id) for te_id in order}
-        thread = threading.Thread(target=self._register_all, args=(order, created, time.monotonic()),
+        created = {te_id: self._create(te_id) for te_id in ids}
+        thread = threading.Thread(target=self._register_all, args=(list(ids), created, time.monotonic()),
                                   daemon=True, name="accelflow-ray-start")
         thread.start()
         self._threads.append(thread)
