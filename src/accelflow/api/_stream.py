@@ -24,7 +24,8 @@ from accelflow.scheduling._amounts import Amount, ResourceProfile
 
 #: Layers that ``accelflow run`` adds around a job script's own config:
 #: (conf file or None, -D definitions). The script's dict sits between them.
-_CLI_LAYERS: list[tuple[str | None, list[str]]] = []
+#: (base keys, e.g. a session cluster's config; conf file or None; -D definitions).
+_CLI_LAYERS: list[tuple[dict[str, Any], str | None, list[str]]] = []
 
 
 class Environment:
@@ -40,9 +41,9 @@ class Environment:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
-        conf_file, definitions = _CLI_LAYERS[-1] if _CLI_LAYERS else (None, [])
+        base, conf_file, definitions = _CLI_LAYERS[-1] if _CLI_LAYERS else ({}, None, [])
         self.config: Configuration = config_from(
-            conf_file=conf_file, values=dict(config or {}), definitions=definitions
+            base=base, conf_file=conf_file, values=dict(config or {}), definitions=definitions
         )
         self._transformations: list[Transformation] = []
         #: the result of the last job this environment ran (set by ``execute``)

@@ -46,11 +46,14 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
     load_cli_config(args)  # validate --conf/-D up front, one message for every problem
+    base: dict[str, Any] = {}
     if args.cluster:
-        from accelflow.runtime._session import find_session
+        from accelflow.runtime._session import find_session, session_config
 
-        find_session(args.cluster)  # fail before the script runs when nothing serves the URL
-    _stream._CLI_LAYERS.append((conf_file(args), list(args.definitions)))
+        # fails before the script runs when nothing serves the URL; the cluster's keys are the
+        # lowest layer, so the script sees the cluster's external resources
+        base = session_config(find_session(args.cluster))
+    _stream._CLI_LAYERS.append((base, conf_file(args), list(args.definitions)))
     show = not args.no_progress and sys.stderr.isatty()
     previous, previous_target = _client.progress_hook, _client.cluster_target
     _client.progress_hook = _progress_display if show else None

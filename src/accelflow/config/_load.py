@@ -98,12 +98,15 @@ def load_config(
 
 def config_from(
     *,
+    base: Mapping[str, Any] | None = None,
     conf_file: str | os.PathLike[str] | None = None,
     definitions: Sequence[str] = (),
     values: Mapping[str, Any] | None = None,
 ) -> Configuration:
-    """The usual layering: YAML file, then a dict, then ``-D`` overrides."""
+    """The usual layering: ``base`` (a session cluster's keys), YAML file, a dict, then ``-D``."""
     layers: list[tuple[Mapping[str, Any], str]] = []
+    if base:
+        layers.append((dict(base), "session cluster"))
     errors: list[ConfigError] = []
     if conf_file is not None:
         try:

@@ -15,7 +15,9 @@ Messages on the submission channel (tuples, pickled; the job graph inside with c
   ``("progress", {...})``... and finally ``("result", JobResult)`` or
   ``("error", class_name, message, reasons)``; the client may send ``("cancel",)``. A client
   that disconnects leaves its job running (cancel it in the UI or with the REST API).
-- ``("status",)`` → ``("status", overview)``; ``("stop",)`` → ``("stopping",)``.
+- ``("status",)`` → ``("status", overview)``; ``("stop",)`` → ``("stopping",)``;
+  ``("config",)`` → ``("config", raw_config)``: the cluster's keys, the lowest config layer of
+  a job script run with ``--cluster`` (so it sees e.g. the cluster's external resources).
 """
 
 from __future__ import annotations
@@ -137,6 +139,17 @@ def find_session(url: str | None) -> SessionInfo:
                          f"(running: {known}; {where})")
 
 
+def session_config(info: SessionInfo) -> dict[str, Any]:
+    """The raw config keys the session cluster runs with (see the ``config`` message)."""
+    conn = info.connect()
+    try:
+        conn.send(("config",))
+        reply = conn.recv()
+    finally:
+        conn.close()
+    return dict(reply[1])
+
+
 def _normal_url(url: str) -> str:
     url = url.strip().rstrip("/")
     return url.replace("://localhost:", "://127.0.0.1:")
@@ -203,6 +216,8 @@ class SessionCluster:
             msg = conn.recv()
             if msg[0] == "status":
                 conn.send(("status", dict(cluster_view(self.jobmanager)["overview"], url=self.rest.url, pid=os.getpid())))
+            elif msg[0] == "config":
+                conn.send(("config", self.jobmanager.config.to_raw_dict()))
             elif msg[0] == "stop":
                 conn.send(("stopping",))
                 self.stopping.set()
