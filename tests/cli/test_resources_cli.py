@@ -155,7 +155,7 @@ def test_config_errors_exit_2_with_one_line_per_problem_and_no_traceback(tmp_pat
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
         "accelflow: config error: 6 problems",
-        f"  external-resource.fpga.amount (from -D): expected a positive integer, got '0'",
+        "  external-resource.fpga.amount (from -D): expected a positive integer, got '0'",
         f"  external-resource.fpga.kubernetes.config-key (from {conf}): expected "
         "'<vendor-domain>/<name>' such as 'nvidia.com/gpu', got 'fpga'",
         f"  external-resource.gpu.amount (from {conf}): expected a positive integer, got 1.5 (float)",

@@ -532,7 +532,7 @@ def test_all_errors_are_collected_and_reported_one_per_line_with_their_source(tm
 
     src = f"(from {conf})"
     assert str(info.value).splitlines() == [
-        f"external-resource.fpga.amount: resource 'fpga' is listed but has no amount",
+        "external-resource.fpga.amount: resource 'fpga' is listed but has no amount",
         f"external-resource.fpga.kubernetes.config-key {src}: 'nvidia.com/gpu' is also the "
         "kubernetes.config-key of resource 'gpu'; each resource needs its own key",
         f"external-resource.fpga.param.args {src}: expected a text, number or boolean, got None",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Session, start_session, stop_and_check, wait_until
+from rest_support import Session, start_session, stop_and_check, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -10,7 +10,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from rest_support import wait_until
 from rest_jobs import Slowly, discard, identity
 
 from accelflow import Environment, JobCancelledError, MissingDependencyError

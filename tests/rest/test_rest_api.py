@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Session, start_session, stop_and_check, wait_until
+from rest_support import Session, start_session, stop_and_check, wait_until
 from rest_jobs import Slowly, discard, identity
 
 from accelflow import AllocationError, Environment, JobCancelledError

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conftest import start_session, stop_and_check
+from rest_support import start_session, stop_and_check
 
 JOB = """
 from accelflow import Environment

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Session, start_session, stop_and_check
+from rest_support import Session, start_session, stop_and_check
 from rest_jobs import Slowly, discard, identity
 from test_done_when import CHROMIUM, CHROMIUM_ARGS
 

@@ -46,7 +46,7 @@ from accelflow.deploy._quantities import (
     kubernetes_memory,
 )
 from accelflow.deploy._requests import kubernetes_request
-from accelflow.resources.gpu._ray import is_gpu_plugin
+from accelflow.runtime.launchers._ray import actor_resources
 
 RAYCLUSTER_API_VERSION = "ray.io/v1"
 WORKER_GROUP = "taskexecutors"
@@ -107,15 +107,9 @@ def ray_start_params(config: Configuration) -> dict[str, str]:
         ...     "external-resources": "fpga", "external-resource.fpga.amount": 1}))
         {'num-cpus': '2', 'resources': '"{\\\\"fpga\\\\": 1}"'}
     """
-    params = {"num-cpus": str(config.get(k.NUMBER_OF_TASK_SLOTS))}
-    gpus = 0
-    custom: dict[str, int] = {}
-    for spec in config.external_resources.values():
-        if is_gpu_plugin(spec.driver_factory):
-            gpus += spec.amount
-        else:
-            name = spec.ray_resource_name or spec.name
-            custom[name] = custom.get(name, 0) + spec.amount
+    actor = actor_resources(config)  # the same request the Ray launcher makes
+    params = {"num-cpus": str(actor["num_cpus"])}
+    gpus, custom = actor["num_gpus"], actor["resources"]
     if gpus:
         params["num-gpus"] = str(gpus)
     if custom:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from accelflow._errors import AccelflowError, JobCancelledError, JobError
+from accelflow._errors import AccelflowError, JobCancelledError
 from accelflow.runtime._graph import JobGraph, build_job_graph
 from accelflow.config import _keys as k
 from accelflow.runtime._jobmanager import JobManager, JobResult
@@ -24,6 +24,8 @@ from accelflow.runtime.launchers import make_launcher
 if TYPE_CHECKING:
     from accelflow.api._stream import Environment
 
+_CANCEL_WAIT_S = 30.0
+
 #: Set by ``accelflow run`` to show a progress display: called with the JobManager.
 progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
 #: Set by ``accelflow run --cluster URL``: (the session cluster's URL, the job script's
@@ -31,7 +33,44 @@ progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
 cluster_target: tuple[str, str | None] | None = None
 
 
-class JobClient:
+class _Waitable:
+    """``wait()`` shared by the embedded and the session-cluster job clients."""
+
+    name: str
+    _done: threading.Event
+    _error: BaseException | None
+    _result: JobResult | None
+    _stop_progress: Callable[[], None] | None
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Wait for the end of the job and return its result.
+
+        Raises:
+            TimeoutError: still running after ``timeout`` seconds.
+            JobCancelledError: the job was cancelled.
+            JobError / AllocationError / ...: the job failed; the message says why.
+        """
+        try:
+            if not self._done.wait(timeout):
+                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
+        except KeyboardInterrupt:
+            self.cancel()
+            self._done.wait(_CANCEL_WAIT_S)
+            raise
+        finally:
+            if self._done.is_set() and self._stop_progress is not None:
+                self._stop_progress()
+                self._stop_progress = None
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+class JobClient(_Waitable):
     """Handle of a running job: ``status()``, ``cancel()``, ``wait()``."""
 
     def __init__(self, env: Environment, name: str) -> None:
@@ -87,30 +126,6 @@ class JobClient:
     def cancel(self) -> None:
         """Ask the job to stop; ``wait()`` then raises ``JobCancelledError``."""
         self.jobmanager.cancel_requested = True
-
-    def wait(self, timeout: float | None = None) -> JobResult:
-        """Wait for the end of the job and return its result.
-
-        Raises:
-            TimeoutError: still running after ``timeout`` seconds.
-            JobCancelledError: the job was cancelled.
-            JobError / AllocationError / ...: the job failed; the message says why.
-        """
-        try:
-            if not self._done.wait(timeout):
-                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
-        except KeyboardInterrupt:
-            self.cancel()
-            self._done.wait(30)
-            raise
-        finally:
-            if self._done.is_set() and self._stop_progress is not None:
-                self._stop_progress()
-                self._stop_progress = None
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
 
 
 def job_graph(env: Environment, name: str) -> JobGraph:

@@ -47,7 +47,7 @@ class _Collector:
         self.view = view
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import GaugeMetricFamily
 
         device = ["taskexecutor", "resource", "address"]
         allocated = GaugeMetricFamily("accelflow_device_allocated_share", "Share of the device held by subtasks (0..1).", labels=device)

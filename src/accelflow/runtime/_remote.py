@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from accelflow._errors import AccelflowError, JobError
+from accelflow.runtime._client import _Waitable
 from accelflow.runtime._jobmanager import JobResult
 
 if TYPE_CHECKING:
     from accelflow.api._stream import Environment
 
-_CANCEL_WAIT_S = 30.0
 
 
 class _Listeners:
@@ -33,7 +32,7 @@ class _Listeners:
         self.progress_listeners: list[Any] = []
 
 
-class RemoteJobClient:
+class RemoteJobClient(_Waitable):
     """Handle of a job on a session cluster: ``status()``, ``cancel()``, ``wait()``, ``job_id``.
 
     Raises (from the constructor):
@@ -122,24 +121,6 @@ class RemoteJobClient:
                 self._conn.send(("cancel",))
         except OSError:
             pass  # already over
-
-    def wait(self, timeout: float | None = None) -> JobResult:
-        """Wait for the end of the job and return its result (see ``JobClient.wait``)."""
-        try:
-            if not self._done.wait(timeout):
-                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
-        except KeyboardInterrupt:
-            self.cancel()
-            self._done.wait(_CANCEL_WAIT_S)
-            raise
-        finally:
-            if self._done.is_set() and self._stop_progress is not None:
-                self._stop_progress()
-                self._stop_progress = None
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
 
 
 def _pickle_by_value(script_dir: str | None) -> None:
