@@ -5,6 +5,7 @@ Layout: the public API is re-exported here from private modules (``_errors``, ``
 :mod:`accelflow.testing`. ``tests/test_public_api.py`` pins this surface.
 """
 
+from accelflow._exports import publish
 from accelflow._errors import (
     AccelflowError,
     AccelflowInternalError,
@@ -69,8 +70,4 @@ __all__ = [
     "Source",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):
-        _obj.__module__ = "accelflow"
-del _name, _obj
+publish(globals(), __all__)

@@ -16,6 +16,7 @@ Example: the 10,000 Fashion-MNIST test images and labels, whole or as 2 splits::
         images, labels = pair.read_range(start, stop)
 """
 
+from accelflow._exports import publish
 from accelflow.io._fashion_mnist import (
     DATA_DIR_ENV_VAR,
     DEBIAN_FASHION_MNIST_DIR,
@@ -55,8 +56,4 @@ __all__ = [
     "split_ranges",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or callable(_obj):
-        _obj.__module__ = "accelflow.io"
-del _name, _obj
+publish(globals(), __all__)

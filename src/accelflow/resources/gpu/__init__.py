@@ -9,6 +9,7 @@ Registered as the entry point ``gpu`` of ``accelflow.external_resources``::
 Every implementation module is private; this namespace only re-exports. See ``docs/gpu.md``.
 """
 
+from accelflow._exports import publish
 from accelflow.resources.gpu._coordination import (
     Allocation,
     CoordinationFile,
@@ -40,8 +41,4 @@ __all__ = [
     "run_discovery_script",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):
-        _obj.__module__ = __name__
-del _name, _obj
+publish(globals(), __all__)
