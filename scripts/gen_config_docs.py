@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the key tables of ``docs/configuration.md`` from ``accelflow.config._keys``.
+"""Regenerate the key tables of ``docs/configuration.md`` from ``accelflow.config.keys``.
 
 The tables sit between the ``BEGIN``/``END`` markers below; the rest of the page is prose.
 ``tests/config/test_config_docs.py`` fails when the committed page is out of date.
@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from accelflow.config import _keys
-from accelflow.config._keys import KEYS, RESOURCE_SUFFIXES, Key
+from accelflow.config import keys
+from accelflow.config.keys import KEYS, RESOURCE_SUFFIXES, Key
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
-BEGIN = "<!-- BEGIN GENERATED KEYS: edit src/accelflow/config/_keys.py, then run scripts/gen_config_docs.py -->"
+BEGIN = "<!-- BEGIN GENERATED KEYS: edit src/accelflow/config/keys.py, then run scripts/gen_config_docs.py -->"
 END = "<!-- END GENERATED KEYS -->"
 
 # What the loader (accelflow.config._load) checks instead of, or beyond, the value parser.
@@ -54,12 +54,12 @@ def render() -> str:
         "### Per-resource keys: `external-resource.<name>.<suffix>`",
         "",
         *_table(("Suffix", "Default", "Accepts", "Meaning"), _key_rows(RESOURCE_SUFFIXES.values())),
-        _row((f"`{_keys.PARAM_PREFIX}<p>`", "—", "any text, number or boolean",
+        _row((f"`{keys.PARAM_PREFIX}<p>`", "—", "any text, number or boolean",
               "Handed to the driver factory as `{p: text}`, read-only, prefix stripped.")),
         "",
         "### Environment variables and names",
         "",
-        *_table(("Variable or name", "Constant in `_keys.py`", "Meaning"), _constant_rows()),
+        *_table(("Variable or name", "Constant in `keys.py`", "Meaning"), _constant_rows()),
         "",
         END,
     ]
@@ -94,8 +94,8 @@ def _accepts(key: Key[Any]) -> str:
 
 
 def _constant_rows() -> list[tuple[str, ...]]:
-    """Module constants of ``_keys`` documented by the string literal that follows them."""
-    tree = ast.parse(Path(_keys.__file__).read_text(encoding="utf-8"))
+    """Module constants of ``keys`` documented by the string literal that follows them."""
+    tree = ast.parse(Path(keys.__file__).read_text(encoding="utf-8"))
     rows: list[tuple[str, ...]] = []
     for node, following in zip(tree.body, tree.body[1:]):
         if not (isinstance(node, ast.Assign) and isinstance(following, ast.Expr)):
@@ -103,10 +103,10 @@ def _constant_rows() -> list[tuple[str, ...]]:
         if not (isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
             continue
         name = node.targets[0].id if isinstance(node.targets[0], ast.Name) else ""
-        value = getattr(_keys, name, None)
+        value = getattr(keys, name, None)
         if isinstance(value, str):
             rows.append((f"`{value}`", f"`{name}`", " ".join(following.value.value.split())))
-    rows.append((f"`{_keys.ENTRY_POINT_GROUP}`", "entry-point group",
+    rows.append((f"`{keys.ENTRY_POINT_GROUP}`", "entry-point group",
                  "Where driver factories register by name, e.g. `gpu`."))
     return rows
 

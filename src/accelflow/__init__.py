@@ -20,8 +20,8 @@ from accelflow._errors import (
     JobError,
     MissingDependencyError,
 )
-from accelflow.api._context import RuntimeContext
-from accelflow.api._functions import (
+from accelflow.dataflow import RuntimeContext
+from accelflow.dataflow import (
     RichFilterFunction,
     RichFlatMapFunction,
     RichFunction,
@@ -31,11 +31,11 @@ from accelflow.api._functions import (
     SinkFunction,
     Source,
 )
-from accelflow.api._idx_source import IdxSource
-from accelflow.api._stream import DataStream, Environment, KeyedStream
-from accelflow.resources._api import ExternalResourceInfo
-from accelflow.runtime._client import JobClient
-from accelflow.runtime._jobmanager import JobResult
+from accelflow.dataflow import IdxSource
+from accelflow.api import DataStream, Environment, KeyedStream
+from accelflow.resources import ExternalResourceInfo
+from accelflow.runtime.client import JobClient
+from accelflow.runtime.jobmanager import JobResult
 
 __version__ = "0.1.0"
 

@@ -6,7 +6,7 @@ import pytest
 
 from accelflow import ConfigError, Environment
 from accelflow.config import config_from
-from accelflow.runtime._graph import build_job_graph
+from accelflow.dataflow._graph import build_job_graph
 
 
 def chains(env: Environment) -> list[list[str]]:

@@ -24,7 +24,7 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _sessions() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"])
-            if "accelflow.runtime._session" in " ".join(p.info["cmdline"] or [])]
+            if "accelflow.runtime.service._session" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_status_and_stop_without_a_session_say_how_to_start_one(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from accelflow import ConfigError
 from accelflow.config import Configuration, config_from, load_config, parse_definitions, read_yaml
-from accelflow.config import _keys as k
+from accelflow.config import keys as k
 
 GPU = {"external-resources": "gpu", "external-resource.gpu.amount": 1}
 

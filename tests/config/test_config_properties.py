@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from accelflow import ConfigError
 from accelflow.config import Configuration, config_from, read_yaml
-from accelflow.config._keys import KEYS, RESOURCE_SUFFIXES
+from accelflow.config.keys import KEYS, RESOURCE_SUFFIXES
 
 NAMES = ["gpu", "fpga", "GPU", "none", "a.b", "x y", "", "gpu-2"]
 SUFFIXES = [*RESOURCE_SUFFIXES, "param.path", "param.", "param.x.y", "amout", ""]

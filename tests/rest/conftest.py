@@ -13,14 +13,14 @@ from rest_support import Session, start_session, stop_and_check
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     """One session cluster (1 TaskExecutor, 4 slots, 2 fake GPUs) shared by a module's tests;
     the test process submits to it through ``accelflow run --cluster``'s code path."""
-    from accelflow.runtime import _client
+    from accelflow.runtime.client import ExecutionContext, use_context
 
     tmp = tmp_path_factory.mktemp("session")
     cluster = start_session(tmp)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ACCELFLOW_STATE_DIR", cluster.env["ACCELFLOW_STATE_DIR"])
-        mp.setattr(_client, "cluster_target", (cluster.url, None))
         try:
-            yield cluster
+            with use_context(ExecutionContext(cluster_url=cluster.url)):
+                yield cluster
         finally:
             stop_and_check(cluster)

@@ -54,7 +54,7 @@ def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.Capt
 
 
 def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelflow.runtime._metrics import render_metrics
+    from accelflow.runtime.service._metrics import render_metrics
 
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what "not installed" looks like
     view = {"overview": {}, "taskexecutors": [], "jobs": []}
@@ -67,7 +67,7 @@ def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:
 
     from accelflow import ConfigError
     from accelflow.config import config_from
-    from accelflow.runtime._rest import RestServer
+    from accelflow.runtime.service._rest import RestServer
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -80,7 +80,7 @@ def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:
 
 def test_a_non_loopback_address_prints_a_warning() -> None:
     from accelflow.config import config_from
-    from accelflow.runtime._rest import RestServer
+    from accelflow.runtime.service._rest import RestServer
 
     lines: list[str] = []
     server = RestServer(None, config_from(values={"rest.port": 0, "rest.address": "0.0.0.0"}))  # type: ignore[arg-type]

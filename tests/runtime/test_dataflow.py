@@ -273,7 +273,7 @@ def test_stable_hash_agrees_between_processes() -> None:
     import subprocess
     import sys
 
-    code = ("from accelflow.runtime._subtask import stable_hash; "
+    code = ("from accelflow.runtime.subtask import stable_hash; "
             "print([stable_hash(k) for k in [None, (None, 'a', 1), frozenset({None, 'b'}), 'x', b'y', 2.5]])")
     outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout for seed in (1, 2)}

@@ -14,18 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from accelflow._errors import ConfigError
-from accelflow.api._functions import Source
-from accelflow.api._sources import ArraySource, CollectionSource, SequenceSource
+from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
-from accelflow.config import _keys as k
-from accelflow.runtime._graph import Kind, Partitioning, Transformation
-from accelflow.scheduling._amounts import Amount, ResourceProfile
-
-#: Layers that ``accelflow run`` adds around a job script's own config:
-#: (conf file or None, -D definitions). The script's dict sits between them.
-#: (base keys, e.g. a session cluster's config; conf file or None; -D definitions).
-_CLI_LAYERS: list[tuple[dict[str, Any], str | None, list[str]]] = []
+from accelflow.config import keys as k
+from accelflow.dataflow import (
+    ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Source,
+    Transformation, build_job_graph,
+)
+from accelflow.runtime.client import ExecutionContext, current_context
+from accelflow.scheduling import Amount, ResourceProfile
 
 
 class Environment:
@@ -41,9 +38,13 @@ class Environment:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
-        base, conf_file, definitions = _CLI_LAYERS[-1] if _CLI_LAYERS else ({}, None, [])
+        #: how this environment's jobs run (``accelflow run`` installs one; see
+        #: :class:`accelflow.runtime.client.ExecutionContext`)
+        self._context: ExecutionContext = current_context()
+        ctx = self._context
         self.config: Configuration = config_from(
-            base=base, conf_file=conf_file, values=dict(config or {}), definitions=definitions
+            base=dict(ctx.base_config), conf_file=ctx.conf_file, values=dict(config or {}),
+            definitions=list(ctx.definitions),
         )
         self._transformations: list[Transformation] = []
         #: the result of the last job this environment ran (set by ``execute``)
@@ -99,9 +100,22 @@ class Environment:
 
     def execute_async(self, name: str = "accelflow job") -> Any:
         """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""
-        from accelflow.runtime._client import submit
+        from accelflow.runtime.client import submit
 
-        return submit(self, name)
+        return submit(self._job_graph(name), self.config, self._context)
+
+    def _job_graph(self, name: str) -> JobGraph:
+        """Check the job built so far and turn it into its graph (the environment is emptied)."""
+        if not self._transformations:
+            raise AccelflowError("the job has no operators: add a source and a sink first")
+        if not any(t.is_sink for t in self._transformations):
+            raise AccelflowError(
+                "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
+                "execute_and_collect()"
+            )
+        graph = build_job_graph(name, list(self._transformations))
+        self._transformations.clear()
+        return graph
 
     # -- internals ----------------------------------------------------------------------------
     def _add(self, kind: Kind, name: str, fn: Any, parallelism: int | None,

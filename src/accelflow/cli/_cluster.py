@@ -21,7 +21,7 @@ import psutil
 
 from accelflow._errors import AccelflowError
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config
-from accelflow.config import _keys as k
+from accelflow.config import keys as k
 
 _EXTRA_START_S = 30.0
 _STOP_TIMEOUT_S = 60.0
@@ -45,10 +45,11 @@ def register(sub: Any) -> None:
 
 
 def start_cluster(args: argparse.Namespace) -> int:
-    from accelflow.runtime._session import state_dir
+    from accelflow.runtime import service
+    from accelflow.runtime.service import state_dir
 
     config = load_cli_config(args)  # one message for every problem, before anything starts
-    command = [sys.executable, "-m", "accelflow.runtime._session"]
+    command = [sys.executable, "-m", service.__name__]
     conf = conf_file(args)
     if conf:
         command += ["--conf", str(Path(conf).absolute())]
@@ -69,7 +70,7 @@ def start_cluster(args: argparse.Namespace) -> int:
 
 
 def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> Any:
-    from accelflow.runtime._session import running_sessions
+    from accelflow.runtime.service import running_sessions
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -86,7 +87,7 @@ def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> An
 
 
 def status(args: argparse.Namespace) -> int:
-    from accelflow.runtime._session import find_session
+    from accelflow.runtime.service import find_session
 
     info = find_session(args.cluster)
     with info.connect() as conn:
@@ -103,7 +104,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from accelflow.runtime._session import find_session
+    from accelflow.runtime.service import find_session
 
     info = find_session(args.cluster)
     try:

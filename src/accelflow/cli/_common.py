@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from accelflow.config import Configuration, config_from
-from accelflow.config._keys import ACCELFLOW_CONF_ENV_VAR
+from accelflow.config.keys import ACCELFLOW_CONF_ENV_VAR
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:

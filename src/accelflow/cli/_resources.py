@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from accelflow.cli._common import add_config_options, load_cli_config
-from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
-from accelflow.resources._registry import list_driver_entry_points
+from accelflow.resources import ExternalResourceInfoProvider, ResourceStatus
+from accelflow.resources import list_driver_entry_points
 
 
 def register(sub: Any) -> None:

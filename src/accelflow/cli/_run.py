@@ -19,9 +19,8 @@ from typing import Any
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from accelflow._errors import ConfigError
-from accelflow.api import _stream
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
-from accelflow.runtime import _client
+from accelflow.runtime.client import ExecutionContext, ProgressSource, use_context
 
 
 def register(sub: Any) -> None:
@@ -48,34 +47,32 @@ def run(args: argparse.Namespace) -> int:
     load_cli_config(args)  # validate --conf/-D up front, one message for every problem
     base: dict[str, Any] = {}
     if args.cluster:
-        from accelflow.runtime._session import find_session, session_config
+        from accelflow.runtime.service import find_session, session_config
 
         # fails before the script runs when nothing serves the URL; the cluster's keys are the
         # lowest layer, so the script sees the cluster's external resources
         base = session_config(find_session(args.cluster))
-    _stream._CLI_LAYERS.append((base, conf_file(args), list(args.definitions)))
     show = not args.no_progress and sys.stderr.isatty()
-    previous, previous_target = _client.progress_hook, _client.cluster_target
-    _client.progress_hook = _progress_display if show else None
-    if args.cluster:
-        _client.cluster_target = (args.cluster, str(script.parent.absolute()))
+    context = ExecutionContext(
+        base_config=base, conf_file=conf_file(args), definitions=tuple(args.definitions),
+        progress=_progress_display if show else None, cluster_url=args.cluster,
+        script_dir=str(script.parent.absolute()) if args.cluster else None,
+    )
     argv = sys.argv
     sys.argv = [str(script), *[a for a in args.args if a != "--"]]
     sys.path.insert(0, str(script.parent.absolute()))
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with use_context(context):
+            runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv = argv
         sys.path.remove(str(script.parent.absolute()))
-        _client.progress_hook = previous
-        _client.cluster_target = previous_target
-        _stream._CLI_LAYERS.pop()
     return 0
 
 
-def _progress_display(jobmanager: Any, graph: Any) -> Callable[[], None]:
+def _progress_display(source: ProgressSource, graph: Any) -> Callable[[], None]:
     progress = Progress(
         SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
         TextColumn("{task.completed:,.0f}{task.fields[of]} records"), TimeElapsedColumn(),
@@ -89,5 +86,5 @@ def _progress_display(jobmanager: Any, graph: Any) -> Callable[[], None]:
         progress.update(task, completed=snapshot["records"], total=total,
                         of=f" / {total:,}" if total else "")
 
-    jobmanager.progress_listeners.append(update)
+    source.progress_listeners.append(update)
     return progress.stop

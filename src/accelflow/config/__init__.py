@@ -1,6 +1,6 @@
 """Configuration: flat Flink-style keys from YAML files, ``-D`` overrides and dicts."""
 
-from accelflow.config._keys import KEYS, RESOURCE_SUFFIXES, Key
+from accelflow.config.keys import KEYS, RESOURCE_SUFFIXES, Key
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
 from accelflow.config._load import config_from, load_config, parse_definitions, read_yaml
 from accelflow.config._model import Configuration, ExternalResourceSpec

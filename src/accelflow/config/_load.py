@@ -17,7 +17,7 @@ import yaml
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
-from accelflow.config import _keys as k
+from accelflow.config import keys as k
 from accelflow.config._model import Configuration, ExternalResourceSpec
 
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from accelflow.config._keys import KEYS, Key
+from accelflow.config.keys import KEYS, Key
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from accelflow.config._model import Configuration
+from accelflow.config import Configuration
 from accelflow.deploy._kubernetes import (
     RenderOptions,
     config_map,

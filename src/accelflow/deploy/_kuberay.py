@@ -22,8 +22,8 @@ from fractions import Fraction
 from typing import Any, cast
 
 from accelflow._errors import DeploymentError
-from accelflow.config import _keys as k
-from accelflow.config._model import Configuration
+from accelflow.config import keys as k
+from accelflow.config import Configuration
 from accelflow.deploy._kubernetes import (
     CONFIG_MOUNT_PATH,
     CONFIG_VOLUME,
@@ -46,7 +46,7 @@ from accelflow.deploy._quantities import (
     kubernetes_memory,
 )
 from accelflow.deploy._requests import kubernetes_request
-from accelflow.runtime.launchers._ray import actor_resources
+from accelflow.runtime.launchers import actor_resources
 
 RAYCLUSTER_API_VERSION = "ray.io/v1"
 WORKER_GROUP = "taskexecutors"

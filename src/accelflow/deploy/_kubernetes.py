@@ -18,7 +18,7 @@ import yaml
 
 from accelflow import __version__
 from accelflow._errors import ConfigError
-from accelflow.config._keys import (
+from accelflow.config.keys import (
     KUBERNETES_IMAGE,
     KUBERNETES_JOB_NAME,
     KUBERNETES_NAMESPACE,
@@ -26,7 +26,7 @@ from accelflow.config._keys import (
     TASKMANAGER_CPU,
     TASKMANAGER_MEMORY,
 )
-from accelflow.config._model import Configuration
+from accelflow.config import Configuration
 from accelflow._names import dns_label_problem, object_name_problem
 from accelflow.deploy._pod_template import CONTAINER_NAME, load_pod_template, merge_pod_template
 from accelflow.deploy._quantities import (

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 import yaml
 
 from accelflow._errors import ConfigError, ConfigProblem
-from accelflow.config._keys import KUBERNETES_POD_TEMPLATE_FILE
+from accelflow.config.keys import KUBERNETES_POD_TEMPLATE_FILE
 
 CONTAINER_NAME = "accelflow-taskexecutor"
 """Name of the container that runs ``accelflow run`` (find it in a pod template by this name)."""

@@ -14,13 +14,13 @@ from fractions import Fraction
 from typing import Any
 
 from accelflow._errors import ConfigError, MissingDependencyError
-from accelflow.config._keys import (
+from accelflow.config.keys import (
     NUMBER_OF_TASK_SLOTS,
     NUMBER_TASKMANAGER,
     TASKMANAGER_CPU,
     TASKMANAGER_MEMORY,
 )
-from accelflow.config._model import Configuration
+from accelflow.config import Configuration
 
 MIB = 2**20
 _BINARY_SUFFIXES = tuple((s, 1024**p) for p, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))

@@ -27,21 +27,21 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from accelflow._errors import AccelflowError, ConfigError, DeploymentError
-from accelflow.config._keys import NUMBER_TASKMANAGER
-from accelflow.config._model import Configuration, ExternalResourceSpec
+from accelflow.config.keys import NUMBER_TASKMANAGER
+from accelflow.config import Configuration, ExternalResourceSpec
 from accelflow._names import (
     kubernetes_extended_resource_problem,
     label_key_problem,
     label_value_problem,
     yarn_resource_type_problem,
 )
-from accelflow.resources._api import (
+from accelflow.resources import (
     ExternalResourceDriverFactory,
     KubernetesResourceDecorator,
     KubernetesResources,
     YarnResourceDecorator,
 )
-from accelflow.resources._registry import load_driver_factory
+from accelflow.resources import load_driver_factory
 
 log = logging.getLogger("accelflow.deploy")
 

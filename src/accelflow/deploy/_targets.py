@@ -13,8 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from accelflow._errors import DeploymentError
-from accelflow.config._keys import EXECUTION_TARGET
-from accelflow.config._model import Configuration
+from accelflow.config.keys import EXECUTION_TARGET
+from accelflow.config import Configuration
 from accelflow.deploy._job import render_local_job
 from accelflow.deploy._kuberay import render_ray_cluster
 from accelflow.deploy._kubernetes import DEFAULT_JOB_PATH, RenderOptions

@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelflow._errors import ConfigError, DeploymentError
-from accelflow.config._keys import (
+from accelflow.config.keys import (
     EXECUTION_TARGET,
     EXTERNAL_RESOURCES,
     YARN_APPLICATION_NAME,
     YARN_QUEUE,
 )
-from accelflow.config._model import Configuration
+from accelflow.config import Configuration
 from accelflow.deploy._kubernetes import (
     CONFIG_FILE_NAME,
     DEFAULT_JOB_PATH,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelflow._errors import DataFormatError
-from accelflow.config._keys import DATA_DIR_ENV_VAR
+from accelflow.config.keys import DATA_DIR_ENV_VAR
 from accelflow.io._streams import PathLike
 
 DEBIAN_FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")

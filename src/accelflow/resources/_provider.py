@@ -9,8 +9,8 @@ from types import MappingProxyType
 from typing import Literal
 
 from accelflow._errors import AccelflowError, ConfigError, ConfigProblem, DiscoveryError
-from accelflow.config._keys import KEYS, RESOURCE_PREFIX
-from accelflow.config._model import Configuration, ExternalResourceSpec
+from accelflow.config.keys import KEYS, RESOURCE_PREFIX
+from accelflow.config import Configuration, ExternalResourceSpec
 from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
 from accelflow.resources._registry import load_driver_factory
 

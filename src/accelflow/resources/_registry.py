@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
 from accelflow._errors import DriverLoadError
-from accelflow.config._keys import ENTRY_POINT_GROUP
+from accelflow.config.keys import ENTRY_POINT_GROUP
 from accelflow.resources._api import ExternalResourceDriverFactory
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

@@ -1,1 +1,34 @@
-"""The runtime: JobManager, TaskExecutors, subtasks and launchers (private modules)."""
+"""The runtime. Each subpackage runs in one kind of process:
+
+- :mod:`.client`: the user's process: submits a job (embedded cluster or session cluster);
+- :mod:`.jobmanager`: the JobManager (in the client, or in a session cluster's process);
+- :mod:`.launchers`: how TaskExecutors come to life (OS processes or Ray actors);
+- :mod:`.taskexecutor`: a TaskExecutor process (drivers, slots, forks subtasks);
+- :mod:`.subtask`: one subtask process (operators, channels, partitioning, sinks);
+- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
+
+This module re-exports only what every process shares: the typed messages that cross process
+boundaries (:mod:`._messages`), process hygiene and the sink-file protocol.
+See ``docs/architecture.md``.
+"""
+
+from accelflow.runtime._messages import (
+    ChainPlan,
+    OutputEdge,
+    Registration,
+    SubtaskDescriptor,
+    SubtaskKey,
+)
+from accelflow.runtime._process import die_with_parent
+from accelflow.runtime._sinkfiles import commit_files, remove_stale_parts
+
+__all__ = [
+    "ChainPlan",
+    "OutputEdge",
+    "Registration",
+    "SubtaskDescriptor",
+    "SubtaskKey",
+    "commit_files",
+    "die_with_parent",
+    "remove_stale_parts",
+]

@@ -6,7 +6,7 @@ import glob
 import os
 from collections.abc import Callable
 
-from accelflow.runtime._graph import JobGraph
+from accelflow.dataflow import JobGraph
 
 
 def commit_files(graph: JobGraph, parts_of: Callable[[int, int], list[str]]) -> None:

@@ -1,6 +1,6 @@
 """Exact amounts, the device ledger and pure placement decisions."""
 
-from accelflow.scheduling._amounts import ResourceProfile, format_amount, parse_amount
+from accelflow.scheduling._amounts import ONE, Amount, ResourceProfile, format_amount, parse_amount
 from accelflow.scheduling._assign import (
     SlotAssignment,
     SlotRequest,
@@ -12,6 +12,8 @@ from accelflow.scheduling._assign import (
 from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
 
 __all__ = [
+    "ONE",
+    "Amount",
     "DeviceKey",
     "DeviceLedger",
     "ResourceProfile",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Set
 
 from accelflow._errors import ConfigError
-from accelflow.resources._api import (
+from accelflow.resources import (
     ExternalResourceDriver,
     ExternalResourceDriverFactory,
     ExternalResourceInfo,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from accelflow.resources._api import ExternalResourceInfo
+from accelflow.resources import ExternalResourceInfo
 
 INDEX = "index"
 """The device index as ``nvidia-smi`` prints it (PCI bus order), e.g. ``"0"``; MIG units are

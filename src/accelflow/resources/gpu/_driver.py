@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from accelflow._errors import DiscoveryError
-from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
+from accelflow.resources import ExternalResourceDriver, ExternalResourceInfo
 from accelflow.resources.gpu import _discovery, _script
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, coordination_file_of
 from accelflow.resources.gpu._coordination import CoordinationFile

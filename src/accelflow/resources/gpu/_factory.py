@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from accelflow.resources._api import ExternalResourceDriverFactory
+from accelflow.resources import ExternalResourceDriverFactory
 from accelflow.resources.gpu._driver import GPUDriver
 from accelflow.resources.gpu._params import parse_params
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow.config import _parse
-from accelflow.config._keys import ACCELFLOW_HOME_ENV_VAR
+from accelflow.config.keys import ACCELFLOW_HOME_ENV_VAR
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, args_problem
 from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S
 

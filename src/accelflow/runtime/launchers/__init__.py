@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from accelflow.config import Configuration
-from accelflow.config import _keys as k
-from accelflow.runtime.launchers._base import Launcher
+from accelflow.config import keys as k
+from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+from accelflow.runtime.launchers._ray import actor_resources
+
+__all__ = ["Event", "Launcher", "TaskExecutorHandle", "actor_resources", "make_launcher"]
 
 
 def make_launcher(config: Configuration) -> Launcher:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from accelflow.config import Configuration
-from accelflow.runtime._taskexecutor import AUTHKEY_ENV_VAR
+from accelflow.runtime import taskexecutor
+from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
 
 _STOP_TIMEOUT_S = 10.0
@@ -61,7 +62,7 @@ class LocalLauncher(Launcher):
         env[AUTHKEY_ENV_VAR] = self.authkey.hex()
         for te_id in ids:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "accelflow.runtime._taskexecutor", te_id,
+                [sys.executable, "-m", taskexecutor.__name__, te_id,
                  str(self.workdir / "jm.sock"), str(self.config_path)],
                 env=env, stdin=subprocess.DEVNULL,
             )

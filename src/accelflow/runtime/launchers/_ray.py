@@ -30,10 +30,10 @@ from typing import Any
 
 from accelflow._errors import MissingDependencyError
 from accelflow.config import Configuration
-from accelflow.config import _keys as k
-from accelflow.resources.gpu._ray import is_gpu_plugin
-from accelflow.runtime._protocol import SubtaskDescriptor
-from accelflow.runtime._subtask import RELAY_PREFIX
+from accelflow.config import keys as k
+from accelflow.resources.gpu import is_gpu_plugin
+from accelflow.runtime import SubtaskDescriptor
+from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
 
 _POLL_S = 0.25

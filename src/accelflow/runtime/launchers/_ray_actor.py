@@ -1,6 +1,6 @@
 """The TaskExecutor as a Ray actor, and the relay that carries data channels through Ray.
 
-Inside the actor the ordinary :class:`~accelflow.runtime._taskexecutor.TaskExecutor` runs
+Inside the actor the ordinary :class:`~accelflow.runtime.taskexecutor._taskexecutor.TaskExecutor` runs
 unchanged in a thread; its "JobManager connection" is one end of an in-process pipe. Actor
 calls stand in for the socket the local launcher uses:
 
@@ -44,14 +44,14 @@ import ray
 
 from accelflow._errors import AccelflowError
 from accelflow.config import config_from
-from accelflow.config import _keys as k
-from accelflow.resources._provider import ExternalResourceInfoProvider
-from accelflow.resources.gpu._ray import RAY_GPU_IDS_ENV_VAR, is_gpu_plugin
-from accelflow.runtime._protocol import Registration
-from accelflow.runtime._subtask import (
+from accelflow.config import keys as k
+from accelflow.resources import ExternalResourceInfoProvider
+from accelflow.resources.gpu import RAY_GPU_IDS_ENV_VAR, is_gpu_plugin
+from accelflow.runtime import Registration
+from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
 )
-from accelflow.runtime._taskexecutor import TaskExecutor, start_forkserver
+from accelflow.runtime.taskexecutor import TaskExecutor, start_forkserver
 
 log = logging.getLogger("accelflow.runtime")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from accelflow._errors import MissingDependencyError
-from accelflow.runtime._snapshot import View
+from accelflow.runtime.service._snapshot import View
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from accelflow.runtime._graph import Partitioning
+from accelflow.dataflow import Partitioning
 
 PROTOCOL = 1
 

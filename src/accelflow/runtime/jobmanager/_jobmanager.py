@@ -15,7 +15,7 @@ Threads and state:
 - each job is driven by the thread that calls :meth:`JobManager.run` / :meth:`run_job`, which
   reads only that job's queue;
 - ``lock`` guards ``taskexecutors``, ``ledger``, ``jobs``, ``subtasks`` and the slot book;
-  every change happens under it, so :mod:`accelflow.runtime._snapshot` can read a consistent
+  every change happens under it, so :mod:`accelflow.runtime.service._snapshot` can read a consistent
   view from other threads (the REST server) by taking it too.
 
 A job that does not fit in the capacity free now but would fit the empty cluster waits
@@ -37,24 +37,24 @@ from typing import Any
 
 from accelflow import _errors
 from accelflow._errors import AccelflowError, AllocationError, JobCancelledError, JobError
-from accelflow.api._sources import ArraySource
+from accelflow.dataflow import ArraySource
 from accelflow.config import Configuration
-from accelflow.config import _keys as k
-from accelflow.runtime._graph import JobGraph
-from accelflow.runtime._jobs import (
+from accelflow.config import keys as k
+from accelflow.dataflow import JobGraph
+from accelflow.runtime.jobmanager._jobs import (
     Job, JobResult, PendingReason, SubtaskState, TaskExecutorInfo,
 )
-from accelflow.runtime._plan import (
+from accelflow.runtime.jobmanager._plan import (
     JOB_KEYS, chain_blob, job_config, rebuild_error, requester_name, slot_requests, source_total,
     splits_of, subtask_name,
 )
-from accelflow.runtime._protocol import Registration, SubtaskDescriptor, SubtaskKey
-from accelflow.runtime._sinkfiles import commit_files, remove_stale_parts
-from accelflow.runtime.launchers._base import Event, Launcher
+from accelflow.runtime import Registration, SubtaskDescriptor, SubtaskKey
+from accelflow.runtime import commit_files, remove_stale_parts
+from accelflow.runtime.launchers import Event, Launcher
 from accelflow.scheduling import (
     DeviceKey, DeviceLedger, SlotAssignment, SlotRequest, TaskExecutorOffer, format_amount, place,
 )
-from accelflow.scheduling._amounts import ONE
+from accelflow.scheduling import ONE
 
 __all__ = ["JOB_KEYS", "JobManager", "JobResult", "SubtaskState", "TaskExecutorInfo"]
 
@@ -579,7 +579,7 @@ class JobManager:
 
 
 def _address(props: dict[str, str]) -> str:
-    from accelflow.resources._api import ExternalResourceInfo
+    from accelflow.resources import ExternalResourceInfo
 
     return ExternalResourceInfo(props).address
 

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from accelflow._errors import AccelflowError, ConfigError, MissingDependencyError
 from accelflow.config import Configuration
-from accelflow.config import _keys as k
-from accelflow.runtime._snapshot import View, cluster_view, job_summary, pending_view
+from accelflow.config import keys as k
+from accelflow.runtime.service._snapshot import View, cluster_view, job_summary, pending_view
 
 if TYPE_CHECKING:
-    from accelflow.runtime._jobmanager import JobManager
+    from accelflow.runtime.jobmanager import JobManager
 
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -121,10 +121,10 @@ class RestServer:
     def get(self, path: str) -> tuple[bytes, str]:
         if path in _STATIC:
             name, ctype = _STATIC[path]
-            return resources.files("accelflow.runtime").joinpath("ui", name).read_bytes(), ctype
+            return resources.files("accelflow.runtime.service").joinpath("ui", name).read_bytes(), ctype
         view = cluster_view(self.jobmanager)
         if path == "/metrics":
-            from accelflow.runtime._metrics import CONTENT_TYPE, render_metrics
+            from accelflow.runtime.service._metrics import CONTENT_TYPE, render_metrics
 
             return render_metrics(view), CONTENT_TYPE
         if path == "/v1/overview":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from accelflow.scheduling._amounts import ResourceProfile
+from accelflow.scheduling import ResourceProfile
 
 Partitioning = Literal["forward", "rebalance", "hash"]
 Kind = Literal[

@@ -10,6 +10,6 @@ Only the forkserver imports this module; importing it elsewhere would tie that p
 its parent too.
 """
 
-from accelflow.runtime._subtask import die_with_parent
+from accelflow.runtime import die_with_parent
 
 die_with_parent()

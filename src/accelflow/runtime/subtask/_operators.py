@@ -14,9 +14,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from accelflow.api._context import RuntimeContext
-from accelflow.runtime._chunks import from_batch, iter_records, to_batch
-from accelflow.runtime._graph import Transformation
+from accelflow.dataflow import RuntimeContext
+from accelflow.dataflow import from_batch, iter_records, to_batch
+from accelflow.dataflow import Transformation
 
 _METHODS = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
             "map_batches": "map_batch", "sink_user": "invoke"}
@@ -202,7 +202,7 @@ OPERATORS: dict[str, type[Operator]] = {
 
 
 def _slice(chunk: Any, start: int, stop: int) -> Any:
-    from accelflow.runtime._chunks import Columns
+    from accelflow.dataflow import Columns
 
     if isinstance(chunk, Columns):
         return chunk.slice(start, stop)

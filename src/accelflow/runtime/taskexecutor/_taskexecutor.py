@@ -5,7 +5,7 @@ that subtask's isolation environment (e.g. ``CUDA_VISIBLE_DEVICES``).
 It never outlives the JobManager: when the JobManager's connection drops (the client exited
 or crashed) it kills its subtasks, gives its devices back and exits.
 
-Run as ``python -m accelflow.runtime._taskexecutor ID JM_ADDRESS CONFIG_JSON`` with the
+Run as ``python -m accelflow.runtime.taskexecutor ID JM_ADDRESS CONFIG_JSON`` with the
 authentication key in ``$ACCELFLOW_AUTHKEY`` (hex).
 """
 
@@ -25,11 +25,12 @@ from typing import Any
 
 from accelflow._errors import AccelflowError
 from accelflow.config import config_from
-from accelflow.config import _keys as k
-from accelflow.resources._api import ExternalResourceInfo
-from accelflow.resources._provider import ExternalResourceInfoProvider
-from accelflow.runtime._protocol import Registration, SubtaskDescriptor, SubtaskKey
-from accelflow.runtime._subtask import die_with_parent, run_subtask
+from accelflow.config import keys as k
+from accelflow.resources import ExternalResourceInfo
+from accelflow.resources import ExternalResourceInfoProvider
+from accelflow.runtime import Registration, SubtaskDescriptor, SubtaskKey
+from accelflow.runtime import die_with_parent
+from accelflow.runtime.subtask import run_subtask
 
 AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
 _TERM_GRACE_S = 2.0
@@ -172,7 +173,7 @@ def start_forkserver() -> None:
     """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(
-        ["accelflow.runtime._forkserver_guard", "accelflow.runtime._subtask", "numpy", "cloudpickle"]
+        ["accelflow.runtime.taskexecutor._forkserver_guard", "accelflow.runtime.subtask._runner", "numpy", "cloudpickle"]
     )
     forkserver.ensure_running()
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from types import MappingProxyType
 
-from accelflow.resources._api import ExternalResourceInfo
+from accelflow.resources import ExternalResourceInfo
 
 
 class RuntimeContext:

@@ -3,8 +3,8 @@
 ``JobClient`` is what ``Environment.execute_async`` returns. The cluster lives exactly as long
 as the job; Ctrl-C (or any exception) in the caller cancels the job and stops the cluster.
 With ``rest.enabled: true`` the cluster serves the REST API and web UI for as long as it
-lives. Under ``accelflow run --cluster URL`` (:data:`cluster_target` set), jobs go to that
-session cluster instead (:class:`accelflow.runtime._remote.RemoteJobClient`).
+lives. When the execution context names a session cluster (``accelflow run --cluster URL``),
+jobs go there instead (:class:`accelflow.runtime.client._remote.RemoteJobClient`).
 """
 
 from __future__ import annotations
@@ -12,25 +12,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from accelflow._errors import AccelflowError, JobCancelledError
-from accelflow.runtime._graph import JobGraph, build_job_graph
-from accelflow.config import _keys as k
-from accelflow.runtime._jobmanager import JobManager, JobResult
-from accelflow.runtime._rest import RestServer
+from accelflow._errors import JobCancelledError
+from accelflow.config import Configuration
+from accelflow.config import keys as k
+from accelflow.dataflow import JobGraph
+from accelflow.runtime.client._context import ExecutionContext
+from accelflow.runtime.jobmanager import JobManager, JobResult
 from accelflow.runtime.launchers import make_launcher
-
-if TYPE_CHECKING:
-    from accelflow.api._stream import Environment
+from accelflow.runtime.service import RestServer
 
 _CANCEL_WAIT_S = 30.0
-
-#: Set by ``accelflow run`` to show a progress display: called with the JobManager.
-progress_hook: Callable[[JobManager, Any], Callable[[], None]] | None = None
-#: Set by ``accelflow run --cluster URL``: (the session cluster's URL, the job script's
-#: directory, whose modules travel by value).
-cluster_target: tuple[str, str | None] | None = None
 
 
 class _Waitable:
@@ -73,20 +66,20 @@ class _Waitable:
 class JobClient(_Waitable):
     """Handle of a running job: ``status()``, ``cancel()``, ``wait()``."""
 
-    def __init__(self, env: Environment, name: str) -> None:
-        self.name = name
+    def __init__(self, graph: JobGraph, config: Configuration, context: ExecutionContext) -> None:
+        self.name = graph.name
         self.submitted = time.monotonic()
-        self.graph = job_graph(env, name)
-        self.launcher = make_launcher(env.config)
-        self.jobmanager = JobManager(env.config, self.launcher)
+        self.graph = graph
+        self.launcher = make_launcher(config)
+        self.jobmanager = JobManager(config, self.launcher)
         self.rest: RestServer | None = None
         self._status = "CREATED"
         self._result: JobResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._stop_progress: Callable[[], None] | None = None
-        if progress_hook is not None:
-            self._stop_progress = progress_hook(self.jobmanager, self.graph)
+        if context.progress is not None:
+            self._stop_progress = context.progress(self.jobmanager, self.graph)
         self._thread = threading.Thread(target=self._run, name="accelflow-jobmanager", daemon=True)
         self._thread.start()
 
@@ -128,24 +121,11 @@ class JobClient(_Waitable):
         self.jobmanager.cancel_requested = True
 
 
-def job_graph(env: Environment, name: str) -> JobGraph:
-    """Check the environment's job and turn it into its graph (the environment is emptied)."""
-    if not env._transformations:
-        raise AccelflowError("the job has no operators: add a source and a sink first")
-    if not any(t.is_sink for t in env._transformations):
-        raise AccelflowError(
-            "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
-            "execute_and_collect()"
-        )
-    graph = build_job_graph(name, list(env._transformations))
-    env._transformations.clear()
-    return graph
+def submit(graph: JobGraph, config: Configuration, context: ExecutionContext) -> Any:
+    """Start ``graph`` with ``config``: a :class:`JobClient` on a new embedded cluster, or a
+    job on the session cluster that ``context`` names."""
+    if context.cluster_url is not None:
+        from accelflow.runtime.client._remote import RemoteJobClient
 
-
-def submit(env: Environment, name: str) -> Any:
-    """A :class:`JobClient` on the embedded cluster, or a remote one under ``--cluster``."""
-    if cluster_target is not None:
-        from accelflow.runtime._remote import RemoteJobClient
-
-        return RemoteJobClient(env, name, *cluster_target)
-    return JobClient(env, name)
+        return RemoteJobClient(graph, config, context)
+    return JobClient(graph, config, context)

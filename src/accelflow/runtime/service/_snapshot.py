@@ -20,13 +20,13 @@ from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from accelflow.runtime._jobs import JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState
-from accelflow.runtime._plan import source_total
-from accelflow.runtime._protocol import SubtaskKey
+from accelflow.runtime.jobmanager import JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState
+from accelflow.runtime.jobmanager import source_total
+from accelflow.runtime import SubtaskKey
 from accelflow.scheduling import DeviceKey
 
 if TYPE_CHECKING:
-    from accelflow.runtime._jobmanager import JobManager
+    from accelflow.runtime.jobmanager import JobManager
 
 View = dict[str, Any]
 
@@ -227,6 +227,6 @@ def _reason(text: str) -> View:
 
 
 def _address(props: Mapping[str, str]) -> str:
-    from accelflow.resources._api import ExternalResourceInfo
+    from accelflow.resources import ExternalResourceInfo
 
     return ExternalResourceInfo(dict(props)).address

@@ -15,10 +15,10 @@ import cloudpickle
 from accelflow import _errors
 from accelflow._errors import AccelflowError, JobError
 from accelflow.config import Configuration, config_from
-from accelflow.config import _keys as k
-from accelflow.runtime._graph import Chain, JobGraph
-from accelflow.runtime._jobs import Job
-from accelflow.runtime._protocol import ChainPlan, OutputEdge, SubtaskKey
+from accelflow.config import keys as k
+from accelflow.dataflow import Chain, JobGraph
+from accelflow.runtime.jobmanager._jobs import Job
+from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey
 from accelflow.scheduling import SlotRequest, SubtaskRequest
 
 #: Keys a job submitted to a session cluster may set for itself; every other key (resources,

@@ -7,7 +7,7 @@ state directory (``$ACCELFLOW_STATE_DIR``, default ``$XDG_STATE_HOME/accelflow``
 ``~/.local/state/accelflow``, mode 0700). The file maps the REST URL to the *submission
 channel*: a ``multiprocessing.connection`` Unix socket in a private 0700 directory, guarded by
 the random authentication key stored in the same file. Only the user who can read the file
-can submit code; the REST API cannot (see :mod:`accelflow.runtime._rest`).
+can submit code; the REST API cannot (see :mod:`accelflow.runtime.service._rest`).
 
 Messages on the submission channel (tuples, pickled; the job graph inside with cloudpickle):
 
@@ -42,11 +42,11 @@ import cloudpickle
 
 from accelflow._errors import AccelflowError, AllocationError, ConfigError, JobCancelledError
 from accelflow.config import Configuration, config_from
-from accelflow.config._keys import STATE_DIR_ENV_VAR
-from accelflow.runtime._jobmanager import JobManager
-from accelflow.runtime._jobs import Job
-from accelflow.runtime._rest import RestServer
-from accelflow.runtime._snapshot import cluster_view
+from accelflow.config.keys import STATE_DIR_ENV_VAR
+from accelflow.runtime.jobmanager import JobManager
+from accelflow.runtime.jobmanager import Job
+from accelflow.runtime.service._rest import RestServer
+from accelflow.runtime.service._snapshot import cluster_view
 from accelflow.runtime.launchers import make_launcher
 _STOP_JOBS_S = 20.0
 _PROGRESS_S = 0.5
@@ -317,7 +317,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m accelflow.runtime._session --log FILE [--conf FILE] [-D k=v ...]``."""
+    """``python -m accelflow.runtime.service --log FILE [--conf FILE] [-D k=v ...]``."""
     parser = argparse.ArgumentParser(prog="accelflow-session")
     parser.add_argument("--log", required=True)
     parser.add_argument("--conf")

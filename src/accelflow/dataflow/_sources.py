@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from accelflow.api._context import RuntimeContext
-from accelflow.api._functions import Source
-from accelflow.runtime._chunks import CHUNK_RECORDS, Columns
+from accelflow.dataflow._context import RuntimeContext
+from accelflow.dataflow._functions import Source
+from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
 
 
 def even_ranges(total: int, parts: int) -> list[tuple[int, int]]:

@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from accelflow._errors import ConfigError
-from accelflow.api._context import RuntimeContext
-from accelflow.api._functions import Source
-from accelflow.runtime._chunks import CHUNK_RECORDS, Columns
+from accelflow.dataflow._context import RuntimeContext
+from accelflow.dataflow._functions import Source
+from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
 
 
 class IdxSource(Source[Any]):

@@ -10,26 +10,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 
 from accelflow._errors import AccelflowError, JobError
-from accelflow.runtime._client import _Waitable
-from accelflow.runtime._jobmanager import JobResult
-
-if TYPE_CHECKING:
-    from accelflow.api._stream import Environment
-
-
-
-class _Listeners:
-    """What ``accelflow run``'s progress display attaches to (like a JobManager)."""
-
-    def __init__(self) -> None:
-        self.progress_listeners: list[Any] = []
+from accelflow.config import Configuration
+from accelflow.dataflow import JobGraph
+from accelflow.runtime.client._client import _Waitable
+from accelflow.runtime.client._context import ExecutionContext
+from accelflow.runtime.jobmanager import JobResult
 
 
 class RemoteJobClient(_Waitable):
@@ -39,32 +32,32 @@ class RemoteJobClient(_Waitable):
         AccelflowError: no session cluster at ``url``, or it refused the job.
     """
 
-    def __init__(self, env: Environment, name: str, url: str, script_dir: str | None = None) -> None:
-        from accelflow.runtime import _client
-        from accelflow.runtime._session import find_session
+    def __init__(self, graph: JobGraph, config: Configuration, context: ExecutionContext) -> None:
+        from accelflow.runtime.service import find_session
 
-        self.name = name
-        self.graph = _client.job_graph(env, name)
-        session = find_session(url)
-        _pickle_by_value(script_dir)
+        self.name = graph.name
+        self.graph = graph
+        session = find_session(context.cluster_url)
+        _pickle_by_value(context.script_dir)
         try:
             blob = cloudpickle.dumps(self.graph)
         except Exception as exc:
             raise JobError(f"the job cannot be sent to the session cluster: {type(exc).__name__}: {exc}") from exc
         self.url = session.url
         self._conn: Connection = session.connect()
-        self._conn.send(("submit", blob, env.config.to_raw_dict()))
+        self._conn.send(("submit", blob, config.to_raw_dict()))
         self._status = "CREATED"
         self._result: JobResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._send_lock = threading.Lock()
-        self.jobmanager = _Listeners()
+        #: progress displays attached to this job (see ``ExecutionContext.progress``)
+        self.progress_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.job_id = self._accepted()
         self._status = "RUNNING"
         self._stop_progress = None
-        if _client.progress_hook is not None:
-            self._stop_progress = _client.progress_hook(self.jobmanager, self.graph)  # type: ignore[arg-type]
+        if context.progress is not None:
+            self._stop_progress = context.progress(self, self.graph)
         threading.Thread(target=self._read, daemon=True, name="accelflow-remote").start()
 
     def _accepted(self) -> str:
@@ -84,7 +77,7 @@ class RemoteJobClient(_Waitable):
 
     @staticmethod
     def _error_of(msg: tuple[Any, ...]) -> BaseException:
-        from accelflow.runtime._session import rebuild_error
+        from accelflow.runtime.service import rebuild_error
 
         if msg[0] == "error":
             return rebuild_error(msg[1], msg[2], tuple(msg[3]))
@@ -95,7 +88,7 @@ class RemoteJobClient(_Waitable):
             while True:
                 msg = self._recv()
                 if msg[0] == "progress":
-                    for listener in self.jobmanager.progress_listeners:
+                    for listener in self.progress_listeners:
                         listener(msg[1])
                     continue
                 if msg[0] == "result":

@@ -1,7 +1,7 @@
 """The JobManager's book-keeping records: registered TaskExecutors, jobs and their subtasks.
 
 Every field here is read by the REST API while the JobManager changes it, so the JobManager
-mutates these records only while holding its ``lock`` (see :mod:`accelflow.runtime._snapshot`).
+mutates these records only while holding its ``lock`` (see :mod:`accelflow.runtime.service._snapshot`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 from accelflow.config import Configuration
-from accelflow.runtime._graph import JobGraph
-from accelflow.runtime._protocol import Registration, SubtaskKey
+from accelflow.dataflow import JobGraph
+from accelflow.runtime import Registration, SubtaskKey
 
 #: States of a job, in the order a job usually passes them.
 JOB_STATES = ("CREATED", "PENDING", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED")

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from accelflow.api._context import RuntimeContext
+from accelflow.dataflow._context import RuntimeContext
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -101,7 +101,7 @@ class Source(ABC, Generic[OUT]):
 
         Override for speed (e.g. yield NumPy slices); the default groups :meth:`read`.
         """
-        from accelflow.runtime._chunks import group_records
+        from accelflow.dataflow._chunks import group_records
 
         return group_records(self.read(split, ctx))
 

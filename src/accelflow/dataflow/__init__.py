@@ -1,0 +1,61 @@
+"""The dataflow model shared by the API (which builds it) and the runtime (which runs it):
+the job graph, record chunks, function contracts, built-in sources and the runtime context.
+
+It imports neither :mod:`accelflow.api` nor :mod:`accelflow.runtime`.
+"""
+
+from accelflow.dataflow._chunks import (
+    CHUNK_LATENCY_S,
+    CHUNK_RECORDS,
+    Columns,
+    chunk_len,
+    from_batch,
+    group_records,
+    iter_records,
+    to_batch,
+)
+from accelflow.dataflow._context import RuntimeContext
+from accelflow.dataflow._functions import (
+    RichFilterFunction,
+    RichFlatMapFunction,
+    RichFunction,
+    RichMapBatchesFunction,
+    RichMapFunction,
+    RichReduceFunction,
+    SinkFunction,
+    Source,
+)
+from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
+from accelflow.dataflow._idx_source import IdxSource
+from accelflow.dataflow._sources import ArraySource, CollectionSource, SequenceSource, even_ranges
+
+__all__ = [
+    "CHUNK_LATENCY_S",
+    "CHUNK_RECORDS",
+    "ArraySource",
+    "Chain",
+    "CollectionSource",
+    "Columns",
+    "IdxSource",
+    "JobGraph",
+    "Kind",
+    "Partitioning",
+    "RichFilterFunction",
+    "RichFlatMapFunction",
+    "RichFunction",
+    "RichMapBatchesFunction",
+    "RichMapFunction",
+    "RichReduceFunction",
+    "RuntimeContext",
+    "SequenceSource",
+    "SinkFunction",
+    "Source",
+    "Transformation",
+    "build_job_graph",
+    "chunk_len",
+    "even_ranges",
+    "from_batch",
+    "group_records",
+    "iter_records",
+    "to_batch",
+]

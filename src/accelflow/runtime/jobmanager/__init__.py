@@ -1,0 +1,28 @@
+"""The JobManager: job lifecycle, TaskExecutor membership and deployment."""
+
+from accelflow.runtime.jobmanager._jobmanager import JobManager
+from accelflow.runtime.jobmanager._jobs import (
+    JOB_ENDED,
+    JOB_STATES,
+    SUBTASK_STATES,
+    Job,
+    JobResult,
+    PendingReason,
+    SubtaskState,
+    TaskExecutorInfo,
+)
+from accelflow.runtime.jobmanager._plan import JOB_KEYS, source_total
+
+__all__ = [
+    "JOB_ENDED",
+    "JOB_KEYS",
+    "JOB_STATES",
+    "SUBTASK_STATES",
+    "Job",
+    "JobManager",
+    "JobResult",
+    "PendingReason",
+    "SubtaskState",
+    "TaskExecutorInfo",
+    "source_total",
+]

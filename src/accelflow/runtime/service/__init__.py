@@ -1,0 +1,23 @@
+"""The session cluster's process: submissions, the REST API, Prometheus metrics, the web UI."""
+
+from accelflow.runtime.service._metrics import render_metrics
+from accelflow.runtime.service._rest import RestServer
+from accelflow.runtime.service._session import (
+    SessionCluster,
+    SessionInfo,
+    find_session,
+    running_sessions,
+    session_config,
+    state_dir,
+)
+
+__all__ = [
+    "RestServer",
+    "SessionCluster",
+    "SessionInfo",
+    "find_session",
+    "render_metrics",
+    "running_sessions",
+    "session_config",
+    "state_dir",
+]
