@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--data-dir")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs per figure")
     args = parser.parse_args()
-    images, labels = find_fashion_mnist(args.data_dir).test
+    images, labels = find_fashion_mnist(args.data_dir, splits=("test",)).test
     base = max(numpy_baseline(images, labels) for _ in range(args.repeat))
     print(f"numpy, one process:       {base[0]:>10,.0f} images/s  (accuracy {base[1]:.4f})")
     for p in (1, 2):

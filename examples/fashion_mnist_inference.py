@@ -78,7 +78,8 @@ def _format(record: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", help="directory of the Fashion-MNIST IDX files")
+    parser.add_argument("--data-dir", help="directory of the Fashion-MNIST test files "
+                        "(t10k-images/labels, raw or .gz); the training files are not needed")
     parser.add_argument("--limit", type=int, help="classify only the first N test images")
     parser.add_argument("--parallelism", type=int, default=1, help="classifier subtasks")
     parser.add_argument("--gpu-amount", default="1", help="GPU share per classifier subtask")
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
 
-    files = find_fashion_mnist(args.data_dir)
+    files = find_fashion_mnist(args.data_dir, splits=("test",))  # inference: t10k-* only
     images, labels = files.test
     load_model(args.model)  # fail now, naming the file, rather than in every subtask
     env = Environment({"taskmanager.numberOfTaskSlots": max(1, args.parallelism)})

@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     schedule = TrainingSchedule(epochs=args.epochs, seed=args.seed)
     try:
-        files = find_fashion_mnist(args.data_dir)
+        files = find_fashion_mnist(args.data_dir)  # training reads both splits
         train_images, train_labels = read_labeled_pair(*files.train)
         test_images, test_labels = read_labeled_pair(*files.test)
     except AccelflowError as exc:

@@ -1,11 +1,32 @@
 # Shared set-up steps of scripts/test and scripts/run-example (sourced, not run).
 
 setup_venv() {  # setup_venv ".[extra]": create .venv (once) and install the project into it
+    # Installing takes seconds even when nothing changed, so a stamp in .venv records the hash
+    # of pyproject.toml each extra was installed with; a later call installs again only when
+    # that hash changed, the stamp is missing (a fresh .venv) or the install is broken.
     if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     fi
+    local hash stamp
+    hash="$(.venv/bin/python -c 'import hashlib; print(hashlib.sha256(open("pyproject.toml", "rb").read()).hexdigest())')"
+    stamp=".venv/accelflow-installed-$(printf '%s' "$1" | tr -c 'A-Za-z0-9' '_')"
+    if _installed "$hash" "$stamp" "$1"; then
+        return 0
+    fi
+    rm -f "$stamp"
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -e "$1"
+    echo "$hash" > "$stamp"
+}
+
+_installed() {  # _installed HASH STAMP SPEC: SPEC was installed from this pyproject.toml
+    if [ "$(cat "$2" 2>/dev/null)" != "$1" ]; then
+        # "." (no extra) is part of every extra: any stamp with this hash will do
+        [ "$3" = "." ] && grep -qsx "$1" .venv/accelflow-installed-* || return 1
+    fi
+    # the editable install still points at this checkout and its console script exists
+    [ -x .venv/bin/accelflow ] && .venv/bin/python -c 'import accelflow, os, sys
+sys.exit(not accelflow.__file__.startswith(os.path.abspath("src") + os.sep))' 2>/dev/null
 }
 
 FASHION_MNIST_DIR=/usr/share/datasets/fashion-mnist

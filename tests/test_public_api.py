@@ -41,6 +41,7 @@ ACCELFLOW = [
     "RuntimeContext",
     "SinkFunction",
     "Source",
+    "TransportError",
 ]
 
 RESOURCES = [
@@ -53,10 +54,15 @@ RESOURCES = [
     "ExternalResourceInfoProvider",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "RayResourceDecorator",
+    "RayResources",
     "ResourceStatus",
     "YarnResourceDecorator",
+    "info_properties",
     "list_driver_entry_points",
     "load_driver_factory",
+    "ray_accelerator_env",
+    "ray_resources_of",
 ]
 
 

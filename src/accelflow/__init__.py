@@ -1,7 +1,7 @@
 """accelflow: stream and batch processing whose scheduler understands accelerators.
 
-Layout: the public API is re-exported here from private modules (``_errors``, ``api._*``,
-``runtime._*``); driver authors use :mod:`accelflow.resources`, test authors
+Layout: the public API is re-exported here from private modules (``_errors``, ``api``,
+``dataflow``, ``runtime``); driver authors use :mod:`accelflow.resources`, test authors
 :mod:`accelflow.testing`. ``tests/test_public_api.py`` pins this surface.
 """
 
@@ -19,19 +19,20 @@ from accelflow._errors import (
     JobCancelledError,
     JobError,
     MissingDependencyError,
+    TransportError,
 )
-from accelflow.dataflow import RuntimeContext
 from accelflow.dataflow import (
+    IdxSource,
     RichFilterFunction,
     RichFlatMapFunction,
     RichFunction,
     RichMapBatchesFunction,
     RichMapFunction,
     RichReduceFunction,
+    RuntimeContext,
     SinkFunction,
     Source,
 )
-from accelflow.dataflow import IdxSource
 from accelflow.api import DataStream, Environment, KeyedStream
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime.client import JobClient
@@ -68,6 +69,7 @@ __all__ = [
     "RuntimeContext",
     "SinkFunction",
     "Source",
+    "TransportError",
 ]
 
 publish(globals(), __all__)

@@ -12,16 +12,24 @@ message and a non-zero exit code, without a traceback::
     ├── AllocationError          a resource request cannot be met (names the culprit per device)
     ├── DataFormatError          an input file (e.g. IDX) is malformed; names the file
     ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
-    │   └── JobCancelledError    the job was cancelled on request
+    │   ├── JobCancelledError    the job was cancelled on request
+    │   └── TransportError       a channel between accelflow's own processes broke
     ├── DeploymentError          a Kubernetes/YARN/Ray request cannot be rendered or placed
     ├── MissingDependencyError   an optional extra is needed; names the ``pip install`` to run
     └── AccelflowInternalError   a bug in accelflow itself: please report it
+
+Errors cross process boundaries (TaskExecutor → JobManager, subtask → JobManager, session
+cluster → client, Ray actor → client) through one codec, :func:`encode_error` and
+:func:`decode_error`: the receiving side raises the *same class* with the same attributes
+(e.g. ``DataFormatError.path``), whatever its constructor looks like.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class AccelflowError(Exception):
@@ -133,6 +141,11 @@ class JobCancelledError(JobError):
     """The job was cancelled on request."""
 
 
+class TransportError(JobError):
+    """A data or control channel between accelflow's own processes broke (e.g. a downstream
+    subtask never came up, or a relay lost its receiver). Not a bug in user code."""
+
+
 class DeploymentError(AccelflowError):
     """A request to a cluster manager (Kubernetes, YARN, Ray) cannot be rendered or placed."""
 
@@ -153,6 +166,84 @@ class AccelflowInternalError(AccelflowError):
     """A bug in accelflow itself. Please report it with the message and traceback."""
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteError:
+    """An exception on its way between processes (picklable; see :func:`encode_error`).
+
+    Attributes:
+        class_path: ``module:qualname`` of the exception's class.
+        message: ``str(exc)``.
+        attributes: the exception's own attributes that pickle (e.g. ``path``, ``reasons``).
+        remote_traceback: the formatted traceback where it was raised, or ``None``.
+    """
+
+    class_path: str
+    message: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    remote_traceback: str | None = None
+
+    @property
+    def class_name(self) -> str:
+        return self.class_path.rpartition(":")[2]
+
+
+def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
+    """``exc`` as a :class:`RemoteError`, keeping its class and picklable attributes."""
+    import pickle
+    import traceback
+
+    attributes: dict[str, Any] = {}
+    for name, value in getattr(exc, "__dict__", {}).items():
+        try:
+            pickle.dumps(value)
+        except Exception:
+            continue
+        attributes[name] = value
+    cls = type(exc)
+    return RemoteError(
+        f"{cls.__module__}:{cls.__qualname__}", str(exc), attributes,
+        "".join(traceback.format_exception(exc)) if with_traceback else None,
+    )
+
+
+def decode_error(error: RemoteError, *, context: str | None = None) -> AccelflowError:
+    """The exception to raise for ``error`` on this side: the same :class:`AccelflowError`
+    subclass with the same attributes, its message prefixed by ``context`` (e.g. ``subtask
+    map (1/2) on taskexecutor-1 failed``). Any other exception (user code raised
+    ``ValueError``) becomes a :class:`JobError` carrying the remote traceback.
+    """
+    cls = _accelflow_class(error.class_path)
+    prefix = f"{context}: " if context else ""
+    if cls is None:
+        if error.remote_traceback:
+            return JobError(f"{context or 'remote error'}:\n{error.remote_traceback.rstrip()}")
+        return JobError(f"{prefix}{error.class_name}: {error.message}")
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, prefix + error.message)
+    try:
+        exc.__dict__.update(error.attributes)
+    except AttributeError:  # a __slots__ exception: attributes cannot travel
+        pass
+    if error.remote_traceback:
+        exc.add_note("remote traceback:\n" + error.remote_traceback.rstrip())
+    return exc
+
+
+def _accelflow_class(class_path: str) -> type[AccelflowError] | None:
+    """The :class:`AccelflowError` subclass named ``module:qualname``; ``None`` for any
+    other class (or one that cannot be imported here)."""
+    module_name, _, qualname = class_path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    if isinstance(obj, type) and issubclass(obj, AccelflowError):
+        return obj
+    return None
+
+
 __all__ = [
     "AccelflowError",
     "AccelflowInternalError",
@@ -167,4 +258,8 @@ __all__ = [
     "JobCancelledError",
     "JobError",
     "MissingDependencyError",
+    "RemoteError",
+    "TransportError",
+    "decode_error",
+    "encode_error",
 ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,3 +71,52 @@ def test_a_cluster_that_cannot_start_reports_its_log_and_leaves_no_process(tmp_p
     assert "taskexecutor-1 could not start" in out.stderr  # the TaskExecutor's own message, from the log
     assert {p.pid for p in _sessions()} == before
     assert not list((tmp_path / "state").glob("session-*.json"))
+
+
+def _stranger() -> subprocess.Popen[bytes]:
+    """An unrelated process of this user: what a reused pid belongs to."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def _plant(tmp_path: Path, pid: int, **fields: object) -> Path:
+    """A state file left by a session cluster that died, naming ``pid``."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    path = state / f"session-{pid}.json"
+    info = {"pid": pid, "url": "http://127.0.0.1:1/", "socket": str(tmp_path / "gone.sock"),
+            "authkey": "00" * 32, "started": 0.0, "log": str(tmp_path / "log"), **fields}
+    path.write_text(json.dumps(info), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def test_stop_with_a_stale_state_file_signals_no_stranger(tmp_path: Path) -> None:
+    session_cmdline = [sys.executable, "-m", "accelflow.runtime.service", "--log", str(tmp_path / "log")]
+    stranger = _stranger()
+    try:
+        me = psutil.Process(stranger.pid)
+        cases = {  # the pid was reused: another start time; or the same start time, another command
+            "start time": {"create_time": me.create_time() - 1000, "cmdline": me.cmdline()},
+            "command line": {"create_time": me.create_time(), "cmdline": session_cmdline},
+        }
+        for what, fields in cases.items():
+            path = _plant(tmp_path, stranger.pid, token="t" * 32, **fields)
+            out = _cli(tmp_path, "cluster", "stop")
+            assert out.returncode == 1, what
+            assert out.stderr.startswith(
+                f"accelflow: removed the stale state file {path}: its session cluster at "
+                f"http://127.0.0.1:1/ is gone (pid {stranger.pid} now belongs to another process ("
+            ), (what, out.stderr)
+            assert "nothing was signalled\n" in out.stderr
+            assert "no session cluster is running" in out.stderr
+            assert not path.exists()
+            assert stranger.poll() is None and me.status() != psutil.STATUS_STOPPED, what
+        # a state file of an older accelflow (no start time): ignored, never signalled
+        path = _plant(tmp_path, stranger.pid)
+        out = _cli(tmp_path, "cluster", "stop")
+        assert out.returncode == 1
+        assert f"accelflow: ignored {path}: not a session state file of this accelflow version" in out.stderr
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -164,3 +164,13 @@ def test_conf_file_and_image_option(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert yaml.safe_load(documents[0]["data"]["accelflow-conf.yaml"]) == yaml.safe_load(
         conf.read_text(encoding="utf-8")
     )
+
+
+def test_a_resource_without_a_cluster_key_warns_in_the_one_warning_format() -> None:
+    result = accelflow("render", "yarn", "-D", "external-resources=gpu",
+                       "-D", "external-resource.gpu.amount=1")
+
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("accelflow: warning: external resource 'gpu' is not requested from YARN")
+    assert "external-resource.gpu.yarn.config-key" in line

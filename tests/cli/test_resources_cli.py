@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from accelflow.cli._main import main
+from accelflow.testing import install_fake_nvidia_smi
 
 STATIC = "accelflow.testing:StaticDriverFactory"
 GOOD = [
@@ -27,11 +28,26 @@ GOOD = [
 ]
 
 
+def overriding(args: tuple[str, ...]) -> list[str]:
+    """``args`` with a later ``-D key=value`` replacing an earlier one of the same key (the CLI
+    refuses a key given twice with different values), so tests can write ``*GOOD, -D ...``."""
+    definitions: dict[str, str] = {}
+    rest: list[str] = []
+    items = iter(args)
+    for arg in items:
+        if arg == "-D":
+            definition = next(items)
+            definitions[definition.partition("=")[0]] = definition
+        else:
+            rest.append(arg)
+    return [*(a for d in definitions.values() for a in ("-D", d)), *rest]
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"}
     base["COLUMNS"] = "200"  # rich wraps at 80 columns when stdout is not a terminal
     return subprocess.run(
-        [sys.executable, "-m", "accelflow", "resources", *args],
+        [sys.executable, "-m", "accelflow", "resources", *overriding(args)],
         capture_output=True, text=True, env={**base, **(env or {})}, timeout=60, check=False,
     )
 
@@ -40,7 +56,7 @@ def run_in_process(
     capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, list[str], str]:
     """``main()`` as the console script calls it: exit code, stderr lines, stdout."""
-    code = main(["resources", *args])
+    code = main(["resources", *overriding(args)])
     out, err = capsys.readouterr()
     return code, err.splitlines(), out
 
@@ -107,10 +123,41 @@ def test_keys_of_unlisted_resources_are_warned_about_not_rejected(
 
     assert code == 0
     assert err == [
-        "warning: external-resource.gpu.amount: resource 'gpu' is not listed in "
+        "accelflow: warning: external-resource.gpu.amount: resource 'gpu' is not listed in "
         "external-resources; ignored"
     ]
     assert [r["name"] for r in json.loads(out)["resources"]] == ["fpga"]
+
+
+def test_a_drivers_warning_is_one_stderr_line_in_the_one_warning_format() -> None:
+    done = run_cli(*GOOD, "-D", "external-resource.fpga.param.addresses=3,10,2")
+
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("accelflow: warning: ") and "keeping the first 2 (2, 3)" in line
+    assert "warning" not in done.stdout  # said once, on stderr, not again in the table
+
+
+def test_uuids_are_never_cut_when_piped_to_a_narrow_width(tmp_path: Path) -> None:
+    """stdout is a pipe and COLUMNS=40: every UUID (and the factory path) appears whole."""
+    exe = install_fake_nvidia_smi(tmp_path / "bin", 2)
+    env = {"PATH": f"{exe.parent}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "40"}
+    args = ["-D", "external-resources=gpu", "-D", "external-resource.gpu.amount=1",
+            "-D", "external-resource.gpu.driver-factory.class=gpu",
+            "-D", f"external-resource.gpu.param.coordination-file={tmp_path / 'c.json'}"]
+
+    as_json = run_cli(*args, "--json", env=env)
+    table = run_cli(*args, env=env)
+
+    assert as_json.returncode == 0 and table.returncode == 0, as_json.stderr + table.stderr
+    (gpu,) = json.loads(as_json.stdout)["resources"]
+    uuids = [info["uuid"] for info in gpu["infos"]]
+    assert len(uuids) == 1 and len(uuids[0]) > 30  # a GPU-... UUID, fake or (on a GPU host) real
+    lines = table.stdout.splitlines()
+    for uuid in uuids:
+        assert any(uuid in line for line in lines), table.stdout
+    assert "…" not in table.stdout
+    assert any("driver gpu" in line for line in lines)
 
 
 def test_more_devices_than_the_amount_are_trimmed_with_a_warning(

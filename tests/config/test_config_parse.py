@@ -166,3 +166,40 @@ def test_every_parser_has_a_one_line_docstring_for_the_docs() -> None:
                p.boolean, p.string, p.choice("a", "b"), p.json_object, p.string_map, p.json_list]
     for parser in parsers:
         assert parser.__doc__ and parser.__doc__.strip(), parser
+
+
+# -- issue 16, item 10: bounded parsers ------------------------------------------------------
+
+
+def test_int_in_range_states_the_bound_and_why() -> None:
+    parse = p.int_in_range(1, 8, "each one is a process")
+    assert [parse(1), parse("8")] == [1, 8]
+    with pytest.raises(ValueError, match=r"^expected a positive integer up to 8 \(each one is a process\), got 9"):
+        parse(9)
+    with pytest.raises(ValueError, match=r"^expected a positive integer up to 8, got 0 \(int\)$"):
+        parse(0)
+    with pytest.raises(ValueError, match=r"^expected an integer from 0 to 8, got 'x'$"):
+        p.int_in_range(0, 8)("x")
+
+
+@pytest.mark.parametrize("value", ["2Gi", "512Mi", "1.5Gi", "2G", "1000", "3", "1e9", "+1Gi", 4096])
+def test_memory_size_accepts_kubernetes_quantities_and_keeps_the_text(value: object) -> None:
+    assert p.memory_size(value) == str(value).strip()
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("-5Gi", "must be positive"), ("0", "must be positive"), ("2GB", "not a Kubernetes quantity"),
+     ("", "not a Kubernetes quantity"), (None, "not a Kubernetes quantity"), (True, "not a Kubernetes quantity"),
+     ("500m", "did you mean 'Mi'"), ("1.5", "not a whole number of bytes"), ("2Pi", "more than the 1Pi"),
+     ("9" * 40, "not a Kubernetes quantity"), ("1e99999", "not a Kubernetes quantity")],
+)
+def test_memory_size_rejects(value: object, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        p.memory_size(value)
+
+
+def test_durations_are_bounded_by_a_year() -> None:
+    assert p.seconds(p.MAX_SECONDS) == p.MAX_SECONDS
+    with pytest.raises(ValueError, match="at most one year"):
+        p.seconds(p.MAX_SECONDS + 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from accelflow.cli._main import main
+from accelflow.cli._run import misplaced_options
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
@@ -65,3 +66,42 @@ def test_each_example_is_the_commands_current_output(
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+_ROOT = DOC.parents[1]
+_RUN = re.compile(r"accelflow run((?:\\{1,2}\n|[^`\n#|\"])*)")  # with \-continued lines
+
+
+def _run_commands() -> list[tuple[str, str]]:
+    """Every ``accelflow run ...`` command line in the README, docs, examples and benchmarks."""
+    found = []
+    paths = [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("*.md")),
+             *sorted((_ROOT / "examples").glob("*.py")), *sorted((_ROOT / "benchmarks").glob("*.py")),
+             *sorted((_ROOT / "scripts").iterdir())]
+    for path in paths:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        for match in _RUN.finditer(text):
+            command = re.sub(r"\\+\n", " ", match.group(1))
+            found.append((f"{path.relative_to(_ROOT)}: accelflow run{command.rstrip()}", command))
+    return found
+
+
+RUN_COMMANDS = _run_commands()
+
+
+def test_the_docs_show_accelflow_run_commands() -> None:
+    assert len(RUN_COMMANDS) >= 10
+
+
+@pytest.mark.parametrize(("where", "command"), RUN_COMMANDS, ids=[w for w, _ in RUN_COMMANDS])
+def test_no_documented_command_puts_an_option_after_the_script(where: str, command: str) -> None:
+    """After the script, ``--conf``/``-D``/``--cluster`` are the script's and the config is lost."""
+    words = [w for w in shlex.split(command.replace("\\", " ")) if w not in ("[", "]")]
+    words = [w.strip("[]") for w in words]
+    # skip accelflow run's options with their values; the first other word is the script
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in ("-D", "--conf", "--cluster") else 1
+    assert not misplaced_options(words[i + 1:]), where

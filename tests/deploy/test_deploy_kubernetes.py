@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from accelflow import ConfigError, MissingDependencyError
+from accelflow.cli._main import build_parser
 from accelflow.config import Configuration, config_from
 from accelflow.deploy import (
     CONTAINER_NAME,
@@ -67,11 +68,19 @@ def test_the_done_when_config_asks_for_two_gpus_in_requests_and_limits() -> None
     assert res["limits"]["nvidia.com/gpu"] == "2"
 
 
+def test_accelflow_run_reads_the_rendered_args_as_its_own_options() -> None:
+    """``--conf`` after the script would be handed to the script and the config dropped."""
+    args = build_parser().parse_args(container(render(*GPU, job="/app/train.py"))["args"])
+    assert (args.conf, args.script, args.args) == (
+        "/etc/accelflow/accelflow-conf.yaml", "/app/train.py", []
+    )
+
+
 def test_the_container_runs_accelflow_run_with_the_mounted_config() -> None:
     documents = render(*GPU, job="/app/train.py")
     main = container(documents)
     assert main["command"] == ["accelflow"]
-    assert main["args"] == ["run", "/app/train.py", "--conf", "/etc/accelflow/accelflow-conf.yaml"]
+    assert main["args"] == ["run", "--conf", "/etc/accelflow/accelflow-conf.yaml", "/app/train.py"]
     assert main["image"] == DEFAULT_IMAGE
     (mount,) = main["volumeMounts"]
     assert (mount["mountPath"], mount["readOnly"]) == ("/etc/accelflow", True)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from accelflow import ConfigError, DeploymentError
+from accelflow.cli._main import build_parser
 from accelflow.config import Configuration, config_from
 from accelflow.deploy import SPARK_YARN_RESOURCE_TYPES, render_yarn, yarn_properties
 
@@ -47,7 +48,7 @@ def test_the_spec_has_the_shape_of_the_services_api() -> None:
         "taskexecutor", 1, "NEVER"
     )
     assert shlex.split(comp["launch_command"]) == [
-        "accelflow", "run", "/jobs/train.py", "--conf", "conf/accelflow-conf.yaml"
+        "accelflow", "run", "--conf", "conf/accelflow-conf.yaml", "/jobs/train.py"
     ]
     assert comp["resource"]["cpus"] == 1 and isinstance(comp["resource"]["cpus"], int)
     assert comp["resource"]["memory"] == "1024"
@@ -57,7 +58,16 @@ def test_the_spec_has_the_shape_of_the_services_api() -> None:
 
 def test_a_job_path_with_spaces_is_quoted_for_the_shell() -> None:
     command = component(render_yarn(conf(*GPU), job="/jobs/my job.py"))["launch_command"]
-    assert shlex.split(command)[2] == "/jobs/my job.py"
+    assert shlex.split(command)[-1] == "/jobs/my job.py"
+
+
+def test_accelflow_run_reads_the_launch_command_as_its_own_options() -> None:
+    """``--conf`` after the script would be handed to the script and the config dropped."""
+    command = component(render_yarn(conf(*GPU), job="/jobs/train.py"))["launch_command"]
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert (args.conf, args.script, args.args) == (
+        "conf/accelflow-conf.yaml", "/jobs/train.py", []
+    )
 
 
 def test_resources_are_multiplied_by_the_taskexecutors() -> None:

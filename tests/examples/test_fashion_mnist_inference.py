@@ -3,12 +3,15 @@ subprocess on a slice of the real Fashion-MNIST test set (Debian's dataset-fashi
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accelflow.testing import install_fake_nvidia_smi
@@ -84,9 +87,32 @@ def test_fake_gpus_each_subtask_uses_its_own_device(tmp_path: Path) -> None:
     assert len({(te, gpu) for _, te, gpu in devices}) == 4
 
 
-@needs_data
 def test_missing_data_dir_says_how_to_get_the_files(tmp_path: Path) -> None:
     proc = run_job("examples/fashion_mnist_inference.py", "--data-dir", str(tmp_path))
     assert proc.returncode != 0
     assert "dataset-fashion-mnist" in proc.stderr
+    assert "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]" in proc.stderr
+    assert "train-images" not in proc.stderr  # inference never needs the training files
     assert "Traceback" not in proc.stderr
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes(), mtime=0)
+
+
+def test_inference_runs_with_only_the_test_files(tmp_path: Path) -> None:
+    """A data directory holding just t10k-images/labels (no 26 MB training files) suffices."""
+    data = tmp_path / "fashion"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    (data / "t10k-images-idx3-ubyte.gz").write_bytes(_idx_gz(rng.integers(0, 256, (40, 28, 28))))
+    (data / "t10k-labels-idx1-ubyte.gz").write_bytes(_idx_gz(rng.integers(0, 10, 40)))
+    out = tmp_path / "predictions.csv"
+
+    proc = run_job("--no-progress", "examples/fashion_mnist_inference.py", "--data-dir", str(data),
+                   "--parallelism", "1", "--output", str(out))
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("accuracy: ")
+    assert len(out.read_text().splitlines()) == 40

@@ -118,3 +118,70 @@ def test_not_found_says_how_to_get_the_files(no_defaults: Path) -> None:
     assert "apt-get install dataset-fashion-mnist" in message
     assert "https://github.com/zalandoresearch/fashion-mnist" in message
     assert f"set {DATA_DIR_ENV_VAR} to it" in message
+
+
+# -- inference needs only the test split -----------------------------------------------------
+
+
+def test_only_the_test_files_suffice_for_the_test_split(tmp_path: Path) -> None:
+    directory = tmp_path / "t10k-only"
+    directory.mkdir()
+    for stem in STEMS[2:]:
+        (directory / f"{stem}.gz").write_bytes(b"")
+
+    files = find_fashion_mnist(directory, splits=("test",))
+
+    assert files.test == (directory / "t10k-images-idx3-ubyte.gz",
+                          directory / "t10k-labels-idx1-ubyte.gz")
+    assert (files.train_images, files.train_labels) == (None, None)
+    with pytest.raises(DataFormatError, match=r"has no Fashion-MNIST train files \(train-images"):
+        _ = files.train
+
+
+def test_the_test_split_skips_a_directory_without_test_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$ACCELFLOW_DATA_DIR itself holds only training files; its fashion-mnist/ has the test ones."""
+    base = tmp_path / "data"
+    base.mkdir()
+    for stem in STEMS[:2]:
+        (base / stem).write_bytes(b"")
+    populate(base / "fashion-mnist", suffixes=(".gz",) * 4)
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(base))
+
+    assert find_fashion_mnist(splits=("test",)).directory == base / "fashion-mnist"
+    assert find_fashion_mnist(splits=("train",)).directory == base
+
+
+def test_training_still_needs_the_training_files(tmp_path: Path) -> None:
+    directory = tmp_path / "t10k-only"
+    directory.mkdir()
+    for stem in STEMS[2:]:
+        (directory / stem).write_bytes(b"")
+
+    with pytest.raises(DataFormatError) as caught:
+        find_fashion_mnist(directory)  # both splits by default
+
+    assert "(missing train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz])" in str(
+        caught.value
+    )
+
+
+def test_a_missing_test_split_names_only_the_test_files(tmp_path: Path) -> None:
+    with pytest.raises(DataFormatError) as caught:
+        find_fashion_mnist(tmp_path, splits=("test",))
+
+    message = str(caught.value)
+    assert "missing t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz])" in message
+    assert "train-" not in message
+    assert "the two t10k-*.gz files" in message
+
+
+@pytest.mark.parametrize("splits", [(), ("validation",), "tset"])
+def test_unknown_splits_are_refused_naming_them(tmp_path: Path, splits: object) -> None:
+    with pytest.raises(ValueError, match=r"expected 'train' and/or 'test', got"):
+        find_fashion_mnist(populate(tmp_path / "d"), splits=splits)  # type: ignore[arg-type]
+
+
+def test_a_bare_string_is_one_split(tmp_path: Path) -> None:
+    assert find_fashion_mnist(populate(tmp_path / "d"), splits="test").test_images is not None  # type: ignore[arg-type]

@@ -9,11 +9,19 @@ typed config: the config-key map is ``{name: spec.kubernetes_config_key}``, the 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from accelflow import ConfigError, DriverLoadError
 from accelflow.config import Configuration, ExternalResourceSpec, config_from
 from accelflow.resources import ExternalResourceInfo, ExternalResourceInfoProvider
+from accelflow.testing import install_fake_nvidia_smi
+from accelflow.testing._nvidia_smi import fake_gpu_uuid
 
 STATIC = "accelflow.testing:StaticDriverFactory"
 
@@ -162,3 +170,81 @@ def test_33_the_provider_returns_an_empty_set_for_an_unknown_name() -> None:
     """Flink: provider, unknown name -> an empty set."""
     assert ExternalResourceInfoProvider.from_config(config_from()).get_external_resource_infos("foo") == frozenset()
     assert ExternalResourceInfoProvider().get_external_resource_infos("foo") == frozenset()
+
+
+# -- issue 12.1: Flink's GPU config runs verbatim ---------------------------------------------
+
+FLINK_BLOG_CONFIG = """\
+external-resources: gpu
+external-resource.gpu.driver-factory.class: org.apache.flink.externalresource.gpu.GPUDriverFactory
+external-resource.gpu.amount: 1
+external-resource.gpu.param.discovery-script.args: --enable-coordination
+"""
+
+
+def _resources_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accelflow", "resources", *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )
+
+
+def _fake_gpu_env(tmp_path: Path, gpus: int = 2) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCELFLOW_CONF", "ACCELFLOW_HOME")}
+    env["COLUMNS"] = "200"
+    temp = tmp_path / "tmp"  # the default coordination file lives under the temp directory
+    temp.mkdir()
+    env["TMPDIR"] = str(temp)
+    install_fake_nvidia_smi(tmp_path / "bin", gpus, environ=env)
+    return env
+
+
+def test_flinks_blog_config_verbatim_discovers_a_gpu(tmp_path: Path) -> None:
+    """https://flink.apache.org/2020/08/06/accelerating-your-workload-with-gpu-and-other-external-resources/"""
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(FLINK_BLOG_CONFIG)
+    env = _fake_gpu_env(tmp_path)
+
+    table = _resources_cli(env, "--conf", str(conf))
+    as_json = _resources_cli(env, "--conf", str(conf), "--json")
+
+    assert table.returncode == 0, table.stderr
+    assert "Traceback" not in table.stderr
+    assert fake_gpu_uuid(0) in table.stdout and fake_gpu_uuid(1) not in table.stdout
+    assert as_json.returncode == 0, as_json.stderr
+    (gpu,) = json.loads(as_json.stdout)["resources"]
+    assert gpu["status"] == "ok"
+    assert gpu["driver"] == "org.apache.flink.externalresource.gpu.GPUDriverFactory"
+    assert [(i["index"], i["uuid"]) for i in gpu["infos"]] == [("0", fake_gpu_uuid(0))]
+    # --enable-coordination turned on the host coordination file (default place: temp dir)
+    assert list((tmp_path / "tmp").rglob("*.json")), list((tmp_path / "tmp").rglob("*"))
+
+
+def test_flinks_coordination_file_argument_names_the_file(tmp_path: Path) -> None:
+    coordination = tmp_path / "flink-gpu-coordination.json"
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(
+        FLINK_BLOG_CONFIG.replace(
+            "--enable-coordination\n",
+            f"--enable-coordination-mode --coordination-file {coordination}\n",
+        )
+    )
+
+    done = _resources_cli(_fake_gpu_env(tmp_path), "--conf", str(conf), "--json")
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resources"][0]["status"] == "ok"
+    assert coordination.is_file()
+    assert not list((tmp_path / "tmp").rglob("*.json"))  # not the default file
+
+
+def test_an_unknown_default_discovery_argument_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    conf = tmp_path / "flink-conf.yaml"
+    conf.write_text(FLINK_BLOG_CONFIG.replace("--enable-coordination", "--enable-coordination --gpus-per-node 4"))
+
+    done = _resources_cli(_fake_gpu_env(tmp_path), "--conf", str(conf))
+
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "external-resource.gpu.param.discovery-script.args" in done.stderr
+    assert "--gpus-per-node" in done.stderr

@@ -144,8 +144,24 @@ def test_an_unknown_class_is_named(modules: Callable[[str, str], None]) -> None:
     assert str(load_error("acme_drivers:Factroy")) == f"{KEY}: module 'acme_drivers' has no attribute 'Factroy'"
     # the dotted form is module.Class; a nested class needs the colon form
     assert str(load_error("acme_drivers.Outer.Inner")).startswith(
-        f"{KEY}: cannot import module 'acme_drivers.Outer': ModuleNotFoundError"
+        f"{KEY}: cannot import module 'acme_drivers.Outer' (for 'acme_drivers.Outer.Inner', "
+        "read as 'module.Class'): ModuleNotFoundError"
     )
+
+
+@pytest.mark.parametrize("reference", ["org.example.someinvalidclass", "accelflow.testing.NoSuchFactory"])
+def test_a_dotted_class_that_fails_to_load_is_named_as_configured(reference: str) -> None:
+    """Flink's ExternalResourceUtilsTest: the configured class appears in the message (issue 12.6)."""
+    error = load_error(reference)
+    assert reference in str(error)
+    assert error.key == KEY
+
+
+def test_flinks_gpu_factory_class_is_an_alias_of_the_builtin_gpu_driver() -> None:
+    from accelflow.resources.gpu import GPUDriverFactory
+
+    factory = load("org.apache.flink.externalresource.gpu.GPUDriverFactory")
+    assert type(factory) is GPUDriverFactory
 
 
 def test_a_class_that_is_not_a_factory_is_rejected(modules: Callable[[str, str], None]) -> None:

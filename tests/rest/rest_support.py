@@ -6,12 +6,14 @@ cluster stop``, after which no process of it may remain.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -29,15 +31,21 @@ if str(HERE) not in sys.path:  # rest_jobs, for jobs submitted from the tests
 class Session:
     """A running session cluster and a small HTTP client for its REST API."""
 
-    def __init__(self, env: dict[str, str], tmp: Path, definitions: dict[str, Any]) -> None:
+    def __init__(self, env: dict[str, str], tmp: Path, definitions: dict[str, Any],
+                 preexec: Callable[[], None] | None = None) -> None:
         self.env, self.tmp = env, tmp
         self.coordination = Path(definitions["external-resource.gpu.param.coordination-file"])
         args = [a for key, value in definitions.items() for a in ("-D", f"{key}={value}")]
-        out = cli(env, "cluster", "start", *args)
+        out = cli(env, "cluster", "start", *args, preexec=preexec)
         assert out.returncode == 0, out.stderr
-        self.url = next(line.split()[-1] for line in out.stdout.splitlines() if line.startswith("REST API"))
+        line = {ln.split(":", 1)[0]: ln.split()[-1] for ln in out.stdout.splitlines() if ":" in ln}
+        self.url = line["REST API and web UI"]
+        self.ui_url = line["open the web UI at"]
+        self.token: str = line["REST token"]
+        self.log = Path(line["log"])
         self.pid = int(out.stdout.split("(pid ")[1].split(")")[0])
-        self.token: str | None = definitions.get("rest.token")
+        assert self.ui_url == f"{self.url}?token={self.token}"
+        assert self.token == definitions.get("rest.token", self.token)
 
     def request(self, path: str, method: str = "GET", token: str | None = None) -> tuple[int, Any]:
         """(status, parsed JSON or text) of one request; sends the session's token if any."""
@@ -52,6 +60,20 @@ class Session:
             status, body, ctype = err.code, err.read(), err.headers["Content-Type"]
             err.close()
         return status, json.loads(body) if ctype == "application/json" else body.decode()
+
+    def raw(self, path: str, method: str = "GET", headers: dict[str, str] | None = None,
+            body: bytes | None = None) -> tuple[int, Any]:
+        """One request with exactly these headers (``Host`` too, when given; no token unless
+        given): what a browser or an attacker sends."""
+        where = urllib.parse.urlsplit(self.url)
+        conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data, ctype = resp.read(), resp.headers["Content-Type"]
+            return resp.status, json.loads(data) if ctype == "application/json" else data.decode()
+        finally:
+            conn.close()
 
     def get(self, path: str) -> Any:
         status, body = self.request(path)
@@ -75,9 +97,10 @@ class Session:
         assert out.returncode == 0, out.stderr
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(env: dict[str, str], *args: str, timeout: float = 60,
+        preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "accelflow", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, preexec_fn=preexec)
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20) -> Any:
@@ -114,8 +137,9 @@ def gpu_definitions(tmp: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
-def start_session(tmp: Path, gpus: int = 2, **extra: Any) -> Session:
-    return Session(_environment(tmp, gpus), tmp, gpu_definitions(tmp, **extra))
+def start_session(tmp: Path, gpus: int = 2, preexec: Callable[[], None] | None = None,
+                  **extra: Any) -> Session:
+    return Session(_environment(tmp, gpus), tmp, gpu_definitions(tmp, **extra), preexec)
 
 
 def stop_and_check(session: Session) -> None:

@@ -5,6 +5,7 @@ free share, ``/metrics`` exposes the same allocation, the UI in headless Chromiu
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-SCREENSHOT = Path(__file__).parents[2] / "benchmarks" / "results" / "ui-screenshot.png"
+#: where to copy the UI screenshot (docs/observability.md shows benchmarks/results/ui-screenshot.png);
+#: unset, the screenshot stays in the test's temporary directory and no tracked file changes
+SCREENSHOT_ENV_VAR = "ACCELFLOW_UI_SCREENSHOT"
 
 JOB = """
     from accelflow import Environment
@@ -55,7 +58,7 @@ def _ui(session: Session, tmp_path: Path) -> None:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(session.url)
+            page.goto(session.ui_url)
             gpu0 = page.locator('[data-te="taskexecutor-1"] .device[data-address="0"]')
             expect(gpu0.locator(".holder")).to_have_count(2, timeout=15000)
             expect(gpu0).to_contain_text("uuid: GPU-00000000-0000-4000-8000-000000000000")
@@ -68,8 +71,8 @@ def _ui(session: Session, tmp_path: Path) -> None:
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, SCREENSHOT)
+    if os.environ.get(SCREENSHOT_ENV_VAR):
+        shutil.copyfile(shot, os.environ[SCREENSHOT_ENV_VAR])
 
 
 def test_done_when(tmp_path: Path) -> None:

@@ -25,8 +25,9 @@ FPGA = {
 }
 
 
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+def _get(url: str, token: str = "") -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         return json.loads(resp.read())
 
 
@@ -36,15 +37,17 @@ def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.Capt
     client = env.execute_async("embedded")
     try:
         wait_until(lambda: client.rest is not None and client.status() == "RUNNING", "the REST server")
-        url = client.rest.url
+        url, token = client.rest.url, client.rest.token
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # a token even when none is configured
+            _get(url + "v1/jobs")
         held = wait_until(lambda: [
             (d["address"], h["subtask"], h["share"]["exact"])
-            for te in _get(url + "v1/taskexecutors")["taskexecutors"]
+            for te in _get(url + "v1/taskexecutors", token)["taskexecutors"]
             for r in te["resources"] for d in r["devices"] for h in d["holders"]
         ], "a holder")
         assert held == [("0", "infer -> sink (1/1)", "1")]
-        assert _get(url + "v1/jobs")["jobs"][0]["state"] == "RUNNING"
-        assert f"accelflow: REST API and web UI at {url}" in capsys.readouterr().err
+        assert _get(url + "v1/jobs", token)["jobs"][0]["state"] == "RUNNING"
+        assert f"accelflow: REST API and web UI at {url}?token={token}\n" in capsys.readouterr().err
     finally:
         client.cancel()
         with pytest.raises(JobCancelledError):
@@ -87,7 +90,7 @@ def test_a_non_loopback_address_prints_a_warning() -> None:
     server.start(announce=lines.append)
     try:
         assert lines[0] == ("accelflow: warning: the REST API listens on 0.0.0.0 (rest.address), reachable "
-                            "from other machines; set rest.token to require a bearer token")
-        assert lines[1].startswith("accelflow: REST API and web UI at http://0.0.0.0:")
+                            "from other machines; it is plain HTTP: put it behind TLS or use an SSH tunnel")
+        assert lines[1] == f"accelflow: REST API and web UI at {server.url}?token={server.token}"
     finally:
         server.stop()

@@ -1,5 +1,6 @@
-"""The web UI in real headless Chromium (Playwright): the cancel button, and a cluster with
-``rest.token`` used through ``/?token=`` (kept in sessionStorage, dropped from the URL)."""
+"""The web UI in real headless Chromium (Playwright): the job detail and the cancel button
+(through the link with the generated token), and a cluster with ``rest.token`` used through
+``/?token=`` (kept in sessionStorage, dropped from the URL)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,15 @@ def test_the_cancel_button_cancels_the_job(session: Session) -> None:
         try:
             page = browser.new_page()
             page.on("dialog", lambda dialog: dialog.accept())  # "Cancel job-N?"
-            page.goto(session.url)
+            page.goto(session.ui_url)
             row = page.locator(f'tr[data-job="{client.job_id}"]')
             expect(row).to_contain_text("RUNNING", timeout=15000)
+            row.locator("a").click()  # the detail of a job with no error that does not wait
+            detail = page.locator("#job-detail")
+            expect(detail.locator("h2")).to_have_text(f"{client.job_id} · to cancel", timeout=15000)
+            expect(detail.locator("tbody tr")).to_have_count(2)
+            assert "null" not in detail.inner_text()  # was "nullnull" before the table
+            assert detail.locator(".error").count() == 0
             row.locator("button.cancel").click()
             expect(row).to_contain_text("CANCELED", timeout=15000)
             expect(row.locator("button.cancel")).to_have_count(0)

@@ -333,3 +333,39 @@ class BrokenSplits(Source[int]):
 
     def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
         yield from ()
+
+
+class RaiseTyped(RichMapFunction[int, int]):
+    """Raises ``DataFormatError`` (with its ``path``) on record ``bad``."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def map(self, value: int) -> int:
+        if value == self.bad:
+            from accelflow import DataFormatError
+
+            raise DataFormatError("record header is truncated", path=f"/data/part-{value}.idx")
+        return value
+
+
+class Exit(RichMapFunction[int, int]):
+    """Ends its subtask process silently with ``os._exit(code)`` (no Python error at all)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def map(self, value: int) -> int:
+        import os
+
+        os._exit(self.code)
+
+
+class SubtaskIndex(RichMapFunction[Any, tuple[int, Any]]):
+    """``(index of this subtask, record)``."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.index = ctx.index_of_this_subtask
+
+    def map(self, value: Any) -> tuple[int, Any]:
+        return (self.index, value)

@@ -436,3 +436,56 @@ def test_multi_subtask_slots_never_oversubscribe(job: list[list[dict[str, Fracti
                 assert mine == ([F(1)] * int(amount) if amount >= 1 else [amount])
     for device in c.ledger.devices():
         assert c.ledger.free(device) >= 0
+
+
+# -- issue 12, item 8: a resource no TaskExecutor has says how to configure it ----------------------
+GPU_HINT = (
+    "no TaskExecutor has a gpu: configure it with 'external-resources: gpu', "
+    "'external-resource.gpu.amount: 2' and 'external-resource.gpu.driver-factory.class: gpu' "
+    "(see docs/configuration.md), or check that discovery found its devices"
+)
+
+
+def test_a_resource_no_taskexecutor_has_comes_with_the_keys_that_configure_it() -> None:
+    with pytest.raises(AllocationError) as info:
+        place([slot("a", gpu=2)], [offer("taskexecutor-1"), offer("taskexecutor-2", fpga=2)])
+    first_line = str(info.value).splitlines()[0]  # what a pending job shows as its reason
+    assert first_line == (
+        "cannot place op (a) asking for gpu: 2 on any of 2 TaskExecutor(s) (128 slots in all); "
+        f"{GPU_HINT}:"
+    )
+    assert info.value.reasons == ("taskexecutor-1: has no gpu", "taskexecutor-2: has no gpu")
+
+
+def test_another_resource_names_its_own_keys_and_a_driver_placeholder() -> None:
+    with pytest.raises(AllocationError) as info:
+        place([slot("a", tpu=0.5)], [offer("taskexecutor-1")])
+    assert "'external-resources: tpu', 'external-resource.tpu.amount: 1' and " \
+           "'external-resource.tpu.driver-factory.class: <driver factory>'" in str(info.value)
+
+
+def test_a_misspelt_resource_is_told_the_close_name() -> None:
+    with pytest.raises(AllocationError) as info:
+        place([slot("a", gpus=1)], [offer("taskexecutor-1", gpu=2)])
+    assert "; no TaskExecutor has a gpus; did you mean 'gpu'?:" in str(info.value)
+    assert "external-resources" not in str(info.value)
+
+
+def test_no_hint_when_some_taskexecutor_has_the_resource_but_it_is_busy() -> None:
+    with pytest.raises(AllocationError) as info:
+        place([slot("a", gpu=1)], [offer("taskexecutor-1", gpu={"0": 0}), offer("taskexecutor-2")])
+    assert "configure" not in str(info.value) and "did you mean" not in str(info.value)
+    assert info.value.reasons == (
+        "taskexecutor-1: gpu needs 1 whole device(s), 0 of 1 are wholly free (gpu 0 has 0 free)",
+        "taskexecutor-2: has no gpu",
+    )
+
+
+def test_a_real_job_asking_for_an_unconfigured_gpu_says_how_to_configure_it() -> None:
+    from accelflow import Environment
+
+    env = Environment({"taskmanager.numberOfTaskSlots": 1})
+    with pytest.raises(AllocationError) as info:
+        env.from_sequence(0, 1).map(abs, name="infer", resources={"gpu": 2}).execute_and_collect()
+    assert GPU_HINT in str(info.value)
+    assert info.value.reasons == ("taskexecutor-1: has no gpu",)

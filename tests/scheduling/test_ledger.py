@@ -86,14 +86,60 @@ def test_release_returns_exactly_what_was_held(ledger: DeviceLedger) -> None:
     assert ledger.release("a") == {GPU0: Fraction(1, 3), OTHER: Fraction(1)}
     assert ledger.free(GPU0) == Fraction(2, 3)
     assert ledger.free(OTHER) == 1
-    assert ledger.release("a") == {}  # nothing left: releasing again gives nothing back
     assert ledger.holders(GPU0) == {"b": Fraction(1, 3)}
     _check_invariant(ledger)
 
 
-def test_releasing_an_unknown_holder_returns_nothing(ledger: DeviceLedger) -> None:
-    assert ledger.release("nobody") == {}
+def test_releasing_twice_is_refused(ledger: DeviceLedger) -> None:
+    """Spark: releasing an address the task does not hold is an error (issue 12.6)."""
+    ledger.acquire("a", {GPU0: Fraction(1, 3)})
+    ledger.release("a")
+    with pytest.raises(AccelflowInternalError, match="'a' releases devices it does not hold"):
+        ledger.release("a")
+    assert ledger.free(GPU0) == 1
+    _check_invariant(ledger)
+
+
+def test_releasing_an_unknown_holder_is_refused(ledger: DeviceLedger) -> None:
+    with pytest.raises(AccelflowInternalError, match="'nobody' releases devices it does not hold"):
+        ledger.release("nobody")
     assert all(ledger.free(d) == 1 for d in ledger.devices())
+
+
+def test_releasing_a_device_the_holder_does_not_hold_is_refused_and_releases_nothing(
+    ledger: DeviceLedger,
+) -> None:
+    ledger.acquire("a", {GPU0: Fraction(1, 2)})
+    ledger.acquire("b", {GPU1: Fraction(1)})
+    with pytest.raises(AccelflowInternalError, match="'a' releases taskexecutor-1: gpu 1, which it does not hold"):
+        ledger.release("a", [GPU0, GPU1])
+    assert ledger.held_by("a") == {GPU0: Fraction(1, 2)}
+    assert ledger.holders(GPU1) == {"b": Fraction(1)}
+    _check_invariant(ledger)
+
+
+def test_releasing_some_devices_keeps_the_others(ledger: DeviceLedger) -> None:
+    ledger.acquire("a", {GPU0: Fraction(1, 2), GPU1: Fraction(1, 4)})
+    assert ledger.release("a", [GPU1]) == {GPU1: Fraction(1, 4)}
+    assert ledger.held_by("a") == {GPU0: Fraction(1, 2)} and ledger.is_holder("a")
+    assert ledger.release("a", [GPU0]) == {GPU0: Fraction(1, 2)}
+    assert not ledger.is_holder("a")
+    _check_invariant(ledger)
+
+
+def test_a_holder_of_no_device_releases_nothing_once(ledger: DeviceLedger) -> None:
+    ledger.acquire("cpu-only", {})
+    assert ledger.release("cpu-only") == {}
+    with pytest.raises(AccelflowInternalError):
+        ledger.release("cpu-only")
+
+
+def test_release_if_held_is_for_cleanup_paths(ledger: DeviceLedger) -> None:
+    ledger.acquire("a", {GPU0: Fraction(1, 2)})
+    assert ledger.release_if_held("a") == {GPU0: Fraction(1, 2)}
+    assert ledger.release_if_held("a") == {}
+    assert ledger.release_if_held("nobody") == {}
+    _check_invariant(ledger)
 
 
 def test_removing_a_taskexecutor_forgets_its_devices_and_holders(ledger: DeviceLedger) -> None:
@@ -102,6 +148,14 @@ def test_removing_a_taskexecutor_forgets_its_devices_and_holders(ledger: DeviceL
     assert ledger.devices() == [OTHER]
     assert ledger.held_by("a") == {OTHER: Fraction(1, 2)}
     assert ledger.release("a") == {OTHER: Fraction(1, 2)}
+
+
+def test_a_holder_whose_taskexecutor_was_removed_may_still_release(ledger: DeviceLedger) -> None:
+    ledger.acquire("a", {GPU0: Fraction(1, 2)})
+    ledger.remove_taskexecutor("taskexecutor-1")
+    assert ledger.release("a") == {}  # its devices are gone; the holder was still known
+    with pytest.raises(AccelflowInternalError):
+        ledger.release("a")
 
 
 def test_statistics_list_free_share_and_holders(ledger: DeviceLedger) -> None:

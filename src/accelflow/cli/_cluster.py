@@ -1,9 +1,11 @@
 """``accelflow cluster start|status|stop``: the session cluster, as Flink users know it.
 
 ``start`` launches the JobManager and TaskExecutors as a detached process (its own session,
-``setsid``), returns once they have registered and prints the REST/UI URL; ``status`` shows
-what runs; ``stop`` cancels every job, stops every TaskExecutor (devices released) and waits
-until no process of the cluster is left.
+``setsid``), returns once they have registered and prints the REST/UI URL with its token;
+``status`` shows what runs; ``stop`` cancels every job, stops every TaskExecutor (devices
+released) and waits until no process of the cluster is left. Each first removes stale state
+files and the socket directories of clusters that died, and says so; ``stop`` signals a pid
+only while its start time and command line match the state file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import psutil
 from accelflow._errors import AccelflowError
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config
 from accelflow.config import keys as k
+from accelflow.runtime import StatusRequest, StopRequest
 
 _EXTRA_START_S = 30.0
 _STOP_TIMEOUT_S = 60.0
@@ -44,11 +47,16 @@ def register(sub: Any) -> None:
         p.set_defaults(func=func)
 
 
+def _say(line: str) -> None:
+    print(f"accelflow: {line}", file=sys.stderr, flush=True)
+
+
 def start_cluster(args: argparse.Namespace) -> int:
     from accelflow.runtime import service
-    from accelflow.runtime.service import state_dir
+    from accelflow.runtime.service import state_dir, sweep_stale
 
     config = load_cli_config(args)  # one message for every problem, before anything starts
+    sweep_stale(_say)
     command = [sys.executable, "-m", service.__name__]
     conf = conf_file(args)
     if conf:
@@ -56,7 +64,8 @@ def start_cluster(args: argparse.Namespace) -> int:
     for definition in args.definitions:
         command += ["-D", definition]
     log = state_dir() / f"cluster-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    with open(log, "ab") as out:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # it shows the REST token
+    with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(
             [*command, "--log", str(log)], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=os.getcwd(),
@@ -64,6 +73,8 @@ def start_cluster(args: argparse.Namespace) -> int:
     info = _await_ready(proc, log, config.get(k.STARTUP_TIMEOUT) + _EXTRA_START_S)
     print(f"session cluster started (pid {info.pid})")
     print(f"REST API and web UI: {info.url}")
+    print(f"open the web UI at:  {info.ui_url}")
+    print(f"REST token:          {info.token}")
     print(f"submit jobs with:    accelflow run --cluster {info.url} job.py")
     print(f"log:                 {log}")
     return 0
@@ -87,14 +98,16 @@ def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> An
 
 
 def status(args: argparse.Namespace) -> int:
-    from accelflow.runtime.service import find_session
+    from accelflow.runtime.service import find_session, sweep_stale
 
+    sweep_stale(_say)
     info = find_session(args.cluster)
     with info.connect() as conn:
-        conn.send(("status",))
-        _, overview = conn.recv()
+        conn.send(StatusRequest())
+        overview = conn.recv().overview
     jobs = ", ".join(f"{n} {s.lower()}" for s, n in overview["jobs"].items() if n) or "no jobs"
     print(f"session cluster (pid {info.pid}) at {info.url}")
+    print(f"  web UI: {info.ui_url}")
     print(f"  TaskExecutors: {overview['taskexecutors']}, slots {overview['slots']['free']} free "
           f"of {overview['slots']['total']}")
     for name, r in overview["resources"].items():
@@ -104,19 +117,28 @@ def status(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from accelflow.runtime.service import find_session
+    from accelflow.runtime.service import find_session, session_process, sweep_stale
 
+    sweep_stale(_say)
     info = find_session(args.cluster)
+    root = session_process(info)  # checked again here: the pid must still be the cluster's
+    if root is None:
+        info.path.unlink(missing_ok=True)
+        raise AccelflowError(f"the session cluster at {info.url} (pid {info.pid}) has gone; removed "
+                             f"its stale state file {info.path}; nothing was signalled")
     try:
-        processes = [psutil.Process(info.pid), *psutil.Process(info.pid).children(recursive=True)]
+        processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         processes = []
     try:
         with info.connect() as conn:
-            conn.send(("stop",))
+            conn.send(StopRequest())
             conn.recv()
     except (AccelflowError, EOFError, OSError):
-        _terminate(info.pid)  # not answering: SIGTERM still stops it in order
+        try:
+            root.terminate()  # not answering: SIGTERM still stops it in order (psutil checks
+        except psutil.NoSuchProcess:  # that the pid was not reused before signalling)
+            pass
     _, alive = psutil.wait_procs(processes, timeout=_STOP_TIMEOUT_S)
     if alive:
         for p in alive:

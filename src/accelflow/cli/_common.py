@@ -7,8 +7,8 @@ import os
 import sys
 
 from rich.console import Console
-from rich.text import Text
 
+from accelflow._warn import warn
 from accelflow.config import Configuration, config_from
 from accelflow.config.keys import ACCELFLOW_CONF_ENV_VAR
 
@@ -38,7 +38,7 @@ def load_cli_config(args: argparse.Namespace) -> Configuration:
     """The config the user gave: ``--conf`` (or ``$ACCELFLOW_CONF``), then ``-D``."""
     config = config_from(conf_file=conf_file(args), definitions=args.definitions)
     for warning in config.warnings:
-        stderr().print(Text(f"warning: {warning}", style="yellow"))
+        warn(warning)
     return config
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from accelflow import __version__
 from accelflow._errors import AccelflowError, ConfigError
+from accelflow._warn import MessageFormatter
 
 # name -> module; each module defines register(subparsers)
 _COMMANDS = ("resources", "run", "render", "cluster")
@@ -41,10 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, e.g. 'run' sees a '--'
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(MessageFormatter())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -1,4 +1,9 @@
-"""``accelflow resources``: validate the config and run the drivers as a TaskExecutor would."""
+"""``accelflow resources``: validate the config and run the drivers as a TaskExecutor would.
+
+Values people copy (UUIDs, PCI bus ids, factory paths) are never cut: a table wider than the
+terminal (or than 80 columns when stdout is a pipe) is printed at its full width, and the
+summary lines are not wrapped. Warnings go to stderr, ``accelflow: warning: ...``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -50,11 +56,11 @@ def _list_drivers(as_json: bool) -> int:
     if as_json:
         print(json.dumps([_ep(e) for e in entries], indent=2))
         return 0
-    table = Table("name", "factory", "package")
+    table = _table("name", "factory", "package")
     for e in entries:  # Text: names come from installed packages, not from our markup
         package = f"{e.distribution or '?'} {e.version or ''}".strip()
         table.add_row(Text(e.name), Text(e.value), Text(package))
-    Console().print(table)
+    print_uncut(table)
     return 0
 
 
@@ -75,18 +81,33 @@ def _print_table(statuses: list[ResourceStatus]) -> None:
             f"driver {escape(spec.driver_factory or '-')}  status [{color}]{status.status}[/]"
             f"  kubernetes {escape(spec.kubernetes_config_key or '-')}"
             f"  yarn {escape(spec.yarn_config_key or '-')}",
-            highlight=False,
+            highlight=False, soft_wrap=True,
         )
         # driver messages and properties are printed as plain text, never as rich markup
+        # status.warnings were logged on stderr (accelflow: warning: ...) when discovered
         if status.message:
-            console.print(Text(f"  {status.message}", style=color))
-        for warning in status.warnings:
-            console.print(Text(f"  warning: {warning}", style="yellow"))
+            console.print(Text(f"  {status.message}", style=color), soft_wrap=True)
         if status.infos:
             keys = sorted({key for info in status.infos for key in info.get_keys()})
-            table = Table()
-            for key in keys:
-                table.add_column(Text(key))
+            table = _table(*keys)
             for info in status.infos:
                 table.add_row(*(Text(info.get_property(key) or "") for key in keys))
-            console.print(table)
+            print_uncut(table)
+
+
+def _table(*headers: str) -> Table:
+    """A table whose cells are never wrapped or cut (headers as plain text, not markup)."""
+    table = Table()
+    for header in headers:
+        table.add_column(Text(header), no_wrap=True, overflow="ignore")
+    return table
+
+
+def print_uncut(table: Table, console: Console | None = None) -> None:
+    """Print ``table`` at its natural width, wider than the terminal if need be, so no value
+    (a UUID, a factory path) is ever truncated or ellipsized."""
+    console = console or Console()
+    needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    if needed > console.width:
+        console = Console(file=console.file, width=needed, force_terminal=console.is_terminal)
+    console.print(table)

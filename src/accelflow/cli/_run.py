@@ -1,49 +1,116 @@
-"""``accelflow run job.py [--conf FILE] [-D k=v ...] [-- script args]``: run a job script (like
-``flink run``) with the CLI's config around the script's own: ``--conf`` below the script's
-``Environment({...})`` dict, ``-D`` above it. Shows a progress bar for bounded jobs and a
-live record count otherwise (on a terminal).
+"""``accelflow run [--conf FILE] [-D k=v ...] [--cluster URL] job.py [script args]``: run a job
+script (like ``flink run [OPTIONS] <job> <args>``) with the CLI's config around the script's
+own: ``--conf`` below the script's ``Environment({...})`` dict, ``-D`` above it. Options go
+before the script: everything after it is the script's (``sys.argv``), so an ``accelflow run``
+option found there draws a warning naming it (``--`` after the script says "these are the
+script's own" and silences it). Shows a progress bar for bounded jobs and a live record count
+otherwise (on a terminal).
 
-``--cluster URL`` submits the script's jobs to a running session cluster (``accelflow cluster
-start``) instead of starting an embedded one; then only the job-level keys of the config
-(restart strategy, placement policy, isolation, runtime mode, batch size) apply to the job."""
+Where the script's jobs run: the embedded local cluster started for them (default), a running
+session cluster with ``--cluster URL`` (``accelflow cluster start``; then only the job-level
+keys of the config (restart strategy, placement policy, isolation, runtime mode, batch size)
+apply to the job), or Ray with ``-D execution.target=ray`` (docs/ray.md)."""
 
 from __future__ import annotations
 
 import argparse
 import runpy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from accelflow._errors import ConfigError
+from accelflow._warn import warn
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
 from accelflow.runtime.client import ExecutionContext, ProgressSource, use_context
+
+_DESCRIPTION = """\
+Run a Python job script, like 'flink run [OPTIONS] <job> <args>': options go before the
+script; whatever follows the script is the script's own arguments.
+
+Where its jobs run:
+  (default)                  an embedded local cluster started for the script
+  --cluster URL              a running session cluster (see 'accelflow cluster start')
+  -D execution.target=ray    Ray actors: a local Ray instance, or a running Ray cluster with
+                             -D ray.address=auto (see docs/ray.md)
+
+Config layers, lowest first: --conf (or $ACCELFLOW_CONF), the script's own
+Environment({...}), then -D."""
+
+_EPILOG = """\
+examples:
+  accelflow run examples/fashion_mnist_inference.py
+  accelflow run --conf conf/accelflow.yaml examples/fashion_mnist_inference.py --parallelism 4
+  accelflow run --cluster http://127.0.0.1:8081 job.py
+  accelflow run -D execution.target=ray -D ray.address=auto job.py"""
+
+#: ``accelflow run``'s own options: after the script they reach the script instead
+_OPTIONS_WITH_VALUE = ("-D", "--conf", "--cluster")
+_FLAGS = ("--no-progress",)
 
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "run", help="run a job script on the embedded local cluster",
-        description="Run a Python job script. Config layers, lowest first: --conf (or "
-        "$ACCELFLOW_CONF), the script's own Environment({...}), then -D.",
+        "run", help="run a job script: embedded local cluster, session cluster (--cluster) or Ray",
+        description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_options(parser)
     parser.add_argument("script", help="the job script, e.g. examples/fashion_mnist_inference.py")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments for the script (after it; options of accelflow run go "
+                        "before the script)")
     parser.add_argument("--no-progress", action="store_true", help="do not show progress")
     parser.add_argument(
         "--cluster", metavar="URL",
-        help="submit to the session cluster serving this REST URL (see 'accelflow cluster start')",
+        help="submit to the session cluster serving this REST URL (see 'accelflow cluster start') "
+        "instead of starting an embedded one",
     )
     parser.set_defaults(func=run)
+
+
+def misplaced_options(script_args: Sequence[str]) -> list[str]:
+    """The ``accelflow run`` options among the arguments after the job script, each with its
+    value (``'-D execution.target=ray'``), up to a ``--``.
+
+    Example:
+        >>> misplaced_options(["--epochs", "3", "-D", "execution.target=ray", "--conf=a.yaml"])
+        ['-D execution.target=ray', '--conf=a.yaml']
+        >>> misplaced_options(["--", "-D", "x=1"])
+        []
+    """
+    found = []
+    for i, arg in enumerate(script_args):
+        if arg == "--":
+            break
+        if arg in _OPTIONS_WITH_VALUE:
+            value = script_args[i + 1] if i + 1 < len(script_args) else ""
+            found.append(f"{arg} {value}".strip())
+        elif arg in _FLAGS or (arg.startswith("-D") and arg != "-D") or any(
+            arg.startswith(f"{option}=") for option in _OPTIONS_WITH_VALUE if option != "-D"
+        ):
+            found.append(arg)
+    return found
+
+
+def _warn_misplaced(args: argparse.Namespace) -> None:
+    raw: list[str] = getattr(args, "argv", [])
+    n = len(args.args)
+    if len(raw) >= n + 2 and raw[len(raw) - n - 1] == "--" and raw[len(raw) - n - 2] == args.script:
+        return  # 'job.py -- ...': the user said these are the script's (argparse dropped the --)
+    for option in misplaced_options(args.args):
+        warn(f"'{option}' comes after the job script, so the script gets it and accelflow run "
+             f"does not; put it before the script (accelflow run {option} {args.script} ...)")
 
 
 def run(args: argparse.Namespace) -> int:
     script = Path(args.script)
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
+    _warn_misplaced(args)
     load_cli_config(args)  # validate --conf/-D up front, one message for every problem
     base: dict[str, Any] = {}
     if args.cluster:
@@ -59,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         script_dir=str(script.parent.absolute()) if args.cluster else None,
     )
     argv = sys.argv
-    sys.argv = [str(script), *[a for a in args.args if a != "--"]]
+    sys.argv = [str(script), *_without_separator(args.args)]
     sys.path.insert(0, str(script.parent.absolute()))
     try:
         with use_context(context):
@@ -70,6 +137,14 @@ def run(args: argparse.Namespace) -> int:
         sys.argv = argv
         sys.path.remove(str(script.parent.absolute()))
     return 0
+
+
+def _without_separator(script_args: list[str]) -> list[str]:
+    """The script's arguments without the first ``--`` (the end of accelflow run's options)."""
+    if "--" in script_args:
+        i = script_args.index("--")
+        return [*script_args[:i], *script_args[i + 1:]]
+    return script_args
 
 
 def _progress_display(source: ProgressSource, graph: Any) -> Callable[[], None]:

@@ -3,7 +3,7 @@
 from accelflow.config.keys import KEYS, RESOURCE_SUFFIXES, Key
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
 from accelflow.config._load import config_from, load_config, parse_definitions, read_yaml
-from accelflow.config._model import Configuration, ExternalResourceSpec
+from accelflow.config._model import Configuration, ExternalResourceSpec, local_slots
 
 __all__ = [
     "KEYS",
@@ -14,6 +14,7 @@ __all__ = [
     "config_from",
     "kubernetes_extended_resource_problem",
     "load_config",
+    "local_slots",
     "parse_definitions",
     "read_yaml",
     "yarn_resource_type_problem",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,16 @@ from accelflow.config._model import Configuration, ExternalResourceSpec
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
+MAX_CONFIG_FILE_BYTES = 1 << 20
+"""The largest config file read (1 MiB); flat keys never need more."""
+
+
 def parse_definitions(definitions: Sequence[str]) -> dict[str, str]:
-    """Parse ``-D key=value`` arguments.
+    """Parse ``-D key=value`` arguments. A key given twice with the same value is allowed.
 
     Raises:
-        ConfigError: an argument without ``=`` or with an empty key, one line each.
+        ConfigError: an argument without ``=`` or with an empty key, or a key given twice with
+            different values, one line each.
     """
     values: dict[str, str] = {}
     problems = []
@@ -36,7 +42,15 @@ def parse_definitions(definitions: Sequence[str]) -> dict[str, str]:
         if not sep or not key.strip():
             problems.append(ConfigProblem(f"-D {_shown(item)}", "expected -D key=value"))
             continue
-        values[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        if key in values and values[key] != value:
+            problems.append(ConfigProblem(
+                _shown(key),
+                f"given twice with different values ({values[key]!r} and {value!r}); give it once",
+                "-D",
+            ))
+            continue
+        values[key] = value
     if problems:
         raise ConfigError(problems)
     return values
@@ -50,15 +64,16 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = _read_bounded(file).decode("utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config file: {exc.strerror}", key=str(file)) from exc
+        raise ConfigError(f"cannot read config file: {exc.strerror or exc}", key=str(file)) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"not UTF-8 text (byte {exc.start}); save the config file as UTF-8", key=str(file)
         ) from exc
+    duplicates: list[tuple[str, int, int]] = []
     try:
-        data = yaml.safe_load(text)
+        data = _load_strict(text, duplicates)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -66,6 +81,16 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # e.g. the timestamp 2024-13-01, deep nesting
         raise ConfigError(f"not valid YAML: {exc}; quote values that are not meant as dates",
                           key=str(file)) from exc
+    if duplicates:
+        raise ConfigError([
+            ConfigProblem(
+                _shown(key),
+                f"set twice, at lines {first} and {line}; keep one" if first != line
+                else f"set twice on line {line}; keep one",
+                str(file),
+            )
+            for key, first, line in duplicates
+        ])
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
@@ -74,6 +99,67 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
             key=str(file),
         )
     return data
+
+
+def _read_bounded(file: Path) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_CONFIG_FILE_BYTES`.
+
+    Opened without blocking, so a FIFO with no writer is refused instead of waited for.
+
+    Raises:
+        OSError: the file cannot be opened, is not a regular file, or is too large.
+    """
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file (a directory, device or pipe); give a YAML file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_CONFIG_FILE_BYTES:
+                raise OSError(
+                    f"larger than {MAX_CONFIG_FILE_BYTES // 1024} KiB; a config file holds flat keys only"
+                )
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _load_strict(text: str, duplicates: list[tuple[str, int, int]]) -> Any:
+    """``yaml.safe_load(text)``, noting each key set twice in one mapping in ``duplicates``."""
+    loader = _StrictLoader(text)
+    try:
+        data = loader.get_single_data()
+    finally:
+        loader.dispose()
+    duplicates.extend(loader.duplicates)
+    return data
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that records keys set twice in one mapping (PyYAML keeps the last)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int, int]] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys merged in with << may be overridden, as YAML intends
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    self.duplicates.append((str(key), seen[key], line))
+                else:
+                    seen[key] = line
+            except TypeError:
+                continue  # an unhashable key: SafeLoader refuses it below
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
 def load_config(

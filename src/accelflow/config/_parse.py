@@ -7,6 +7,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -38,6 +39,24 @@ def non_negative_int(value: object) -> int:
     if number < 0:
         raise ValueError(f"expected an integer >= 0, got {_describe(value)}")
     return number
+
+
+def int_in_range(low: int, high: int, why: str = "") -> Callable[[object], int]:
+    """A parser of whole numbers ``low..high``; ``why`` says what the upper bound protects."""
+
+    def parse(value: object) -> int:
+        try:
+            number: int | None = _int(value)
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            reason = f" ({why})" if why and number is not None and number > high else ""
+            raise ValueError(f"expected {rule}{reason}, got {_describe(value)}")
+        return number
+
+    rule = f"a positive integer up to {high}" if low == 1 else f"an integer from {low} to {high}"
+    parse.__doc__ = f"{rule[0].upper()}{rule[1:]}."
+    return parse
 
 
 def port(value: object) -> int:
@@ -74,8 +93,25 @@ def positive_number(value: object) -> Fraction:
     return number
 
 
+def positive_number_up_to(high: int) -> Callable[[object], Fraction]:
+    """A parser of exact positive amounts no larger than ``high``."""
+
+    def parse(value: object) -> Fraction:
+        number = positive_number(value)
+        if number > high:
+            raise ValueError(f"expected a positive number up to {high}, got {_describe(value)}")
+        return number
+
+    parse.__doc__ = f"An exact positive number up to {high}, e.g. `2`, `0.25` or `1/3`."
+    return parse
+
+
+MAX_SECONDS = 365 * 24 * 3600
+"""The longest duration any key accepts (one year): longer waits overflow timers."""
+
+
 def seconds(value: object) -> float:
-    """A duration: ``10`` (seconds), ``"2.5 s"``, ``"500 ms"``, ``"1 min"``."""
+    """A duration up to one year: ``10`` (seconds), ``"2.5 s"``, ``"500 ms"``, ``"1 min"``."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as '10 s' or '500 ms', got {_describe(value)}")
     if isinstance(value, int | float):
@@ -90,6 +126,8 @@ def seconds(value: object) -> float:
         result = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
     if not math.isfinite(result) or result <= 0:
         raise ValueError(f"expected a positive, finite duration, got {_describe(value)}")
+    if result > MAX_SECONDS:
+        raise ValueError(f"expected a duration of at most one year ({MAX_SECONDS} s), got {_describe(value)}")
     return result
 
 
@@ -98,6 +136,65 @@ def non_negative_seconds(value: object) -> float:
     if value in (0, "0") or (isinstance(value, str) and value.strip() in ("0", "0 s", "0s", "0 ms", "0ms")):
         return 0.0
     return seconds(value)
+
+
+_QUANTITY = re.compile(
+    r"(?P<number>\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?",
+    re.ASCII,
+)
+_QUANTITY_FACTORS: dict[str | None, Decimal] = {
+    **{s: Decimal(1024) ** p for p, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+    **{s: Decimal(1000) ** p for p, s in enumerate(("k", "M", "G", "T", "P", "E"), 1)},
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), None: Decimal(1),
+}
+MAX_MEMORY_BYTES = 1024**5
+"""The largest memory size of one TaskExecutor (1Pi)."""
+
+
+def memory_size(value: object) -> str:
+    """A Kubernetes quantity of bytes, e.g. `2Gi`, `512Mi` or `2G`, positive and at most `1Pi`."""
+    text = "" if value is None or isinstance(value, bool) else str(value).strip()
+    sign = text[:1] if text[:1] in ("+", "-") else ""
+    match = _QUANTITY.fullmatch(text[len(sign):])
+    if not match:
+        raise ValueError(
+            f"{_describe(value)} is not a Kubernetes quantity; write e.g. '2Gi', '2048Mi' or '2G' "
+            "(binary suffixes Ki, Mi, Gi, Ti; decimal k, M, G, T)"
+        )
+    suffix = match.group("suffix")
+    if suffix and suffix[0] in "eE" and suffix not in _QUANTITY_FACTORS:
+        size = Decimal(match.group("number")).scaleb(int(suffix[1:]))
+    else:
+        size = Decimal(match.group("number")) * _QUANTITY_FACTORS[suffix]
+    if sign == "-" or size <= 0:
+        raise ValueError(f"{_describe(value)} must be positive, e.g. '2Gi'")
+    if size > MAX_MEMORY_BYTES:
+        raise ValueError(f"{_describe(value)} is more than the 1Pi one TaskExecutor may ask for")
+    if size != size.to_integral_value():
+        hint = " (the suffix 'm' means milli); did you mean 'Mi', e.g. '512Mi'?" if suffix == "m" else ""
+        raise ValueError(f"{_describe(value)} is {size} bytes, not a whole number of bytes{hint}")
+    return text
+
+
+def resource_amounts(value: object) -> Mapping[str, float]:
+    """A JSON object of Ray resource names and amounts >= 0, e.g. `{"fpga": 2}`."""
+    amounts = json_object(value)
+    result: dict[str, float] = {}
+    for name, amount in amounts.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"resource names must be non-empty text, got {_describe(name)}")
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"{name!r} is set with ray.local.num-{name.lower()}s, not here")
+        if isinstance(amount, bool) or not isinstance(amount, int | float):
+            raise ValueError(f"{name!r}: expected a number >= 0, got {_describe(amount)}")
+        try:
+            number = float(amount)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"{name!r}: expected a finite number >= 0, got {_describe(amount)}")
+        result[name] = number
+    return result
 
 
 def boolean(value: object) -> bool:

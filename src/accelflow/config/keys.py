@@ -88,15 +88,28 @@ RAY_RESOURCE_NAME = _suffix(
 PARAM_PREFIX = "param."
 
 # -- local cluster and scheduling (issue: runtime) ---------------------------------------------
+# Upper bounds of what starts processes: each slot can run a subtask process, each TaskExecutor
+# is a process (or Ray actor). A typo such as 100000 fails at load instead of forking the machine.
+MAX_SLOTS_PER_TASKEXECUTOR = 1024
+MAX_LOCAL_TASKEXECUTORS = 256
+MAX_RAY_TASKEXECUTORS = 4096
+MAX_PARALLELISM = 32768  # Flink's upper limit of max parallelism
+MAX_CPU_CORES = 4096
+
 NUMBER_TASKMANAGER = _key(
-    "local.number-taskmanager", p.positive_int, 1,
-    "TaskExecutor processes of the embedded local cluster.",
+    "local.number-taskmanager",
+    p.int_in_range(1, MAX_LOCAL_TASKEXECUTORS, "each TaskExecutor is a process"), 1,
+    f"TaskExecutor processes of the embedded local cluster (at most {MAX_LOCAL_TASKEXECUTORS}).",
 )
 NUMBER_OF_TASK_SLOTS = _key(
-    "taskmanager.numberOfTaskSlots", p.positive_int, 1, "Slots per TaskExecutor."
+    "taskmanager.numberOfTaskSlots",
+    p.int_in_range(1, MAX_SLOTS_PER_TASKEXECUTOR, "each slot can run a subtask process"), 1,
+    f"Slots per TaskExecutor (at most {MAX_SLOTS_PER_TASKEXECUTOR}). When not set, a local "
+    "environment gives each TaskExecutor enough slots for the job's largest parallelism.",
 )
 PARALLELISM_DEFAULT = _key(
-    "parallelism.default", p.positive_int, 1, "Parallelism of operators that set none."
+    "parallelism.default", p.int_in_range(1, MAX_PARALLELISM, "each subtask is a process"), 1,
+    "Parallelism of operators that set none.",
 )
 PLACEMENT_POLICY = _key(
     "scheduler.placement-policy", p.choice("pack", "spread"), "pack",
@@ -107,14 +120,14 @@ DEVICE_ISOLATION = _key(
     "Set CUDA_VISIBLE_DEVICES (and the like) per subtask to exactly its devices.",
 )
 BATCH_SIZE = _key(
-    "pipeline.batch-size", p.positive_int, 1024, "Default batch size of map_batches."
+    "pipeline.batch-size", p.int_in_range(1, 2**24, "a batch is held in memory"), 1024, "Default batch size of map_batches."
 )
 RESTART_STRATEGY = _key(
     "restart-strategy", p.choice("none", "fixed-delay"), "none",
     "What to do when a subtask or TaskExecutor fails: 'none' fails the job.",
 )
 RESTART_ATTEMPTS = _key(
-    "restart-strategy.fixed-delay.attempts", p.positive_int, 3,
+    "restart-strategy.fixed-delay.attempts", p.int_in_range(1, 2**31 - 1), 3,
     "Restarts before the job fails (fixed-delay).",
 )
 RESTART_DELAY = _key(
@@ -145,14 +158,19 @@ REST_TOKEN = _key("rest.token", p.string, None, "Bearer token required by the RE
 # -- Ray (issue: scale-out) --------------------------------------------------------------------
 RAY_ADDRESS = _key("ray.address", p.string, None, "Ray cluster to join: 'auto' or 'ray://host:port'.")
 RAY_NUMBER_TASKMANAGER = _key(
-    "ray.number-taskmanager", p.positive_int, 1, "TaskExecutor actors to start on Ray."
+    "ray.number-taskmanager",
+    p.int_in_range(1, MAX_RAY_TASKEXECUTORS, "each TaskExecutor is a Ray actor"), 1,
+    f"TaskExecutor actors to start on Ray (at most {MAX_RAY_TASKEXECUTORS}).",
 )
-RAY_LOCAL_NUM_CPUS = _key("ray.local.num-cpus", p.positive_int, None, "CPUs of a local Ray instance.")
+RAY_LOCAL_NUM_CPUS = _key(
+    "ray.local.num-cpus", p.int_in_range(1, 2**20), None, "CPUs of a local Ray instance."
+)
 RAY_LOCAL_NUM_GPUS = _key(
-    "ray.local.num-gpus", p.non_negative_int, None, "GPUs of a local Ray instance."
+    "ray.local.num-gpus", p.int_in_range(0, 4096), None, "GPUs of a local Ray instance."
 )
 RAY_LOCAL_RESOURCES = _key(
-    "ray.local.resources", p.json_object, None, "Custom resources of a local Ray instance (JSON)."
+    "ray.local.resources", p.resource_amounts, None,
+    "Custom resources of a local Ray instance (JSON), e.g. '{\"fpga\": 2}'; CPU and GPU have keys of their own.",
 )
 RAY_PLACEMENT_TIMEOUT = _key(
     "ray.placement-timeout", p.seconds, 60.0, "How long to wait for Ray to place an actor."
@@ -168,10 +186,11 @@ KUBERNETES_IMAGE = _key(
 KUBERNETES_NAMESPACE = _key("kubernetes.namespace", p.string, None, "Namespace of rendered objects.")
 KUBERNETES_JOB_NAME = _key("kubernetes.job-name", p.string, None, "Name of the rendered Job.")
 TASKMANAGER_CPU = _key(
-    "taskmanager.cpu.cores", p.positive_number, None, "CPU cores per TaskExecutor (cluster requests)."
+    "taskmanager.cpu.cores", p.positive_number_up_to(MAX_CPU_CORES), None,
+    "CPU cores per TaskExecutor (cluster requests).",
 )
 TASKMANAGER_MEMORY = _key(
-    "taskmanager.memory.process.size", p.string, "1Gi", "Memory per TaskExecutor, e.g. '2Gi'."
+    "taskmanager.memory.process.size", p.memory_size, "1Gi", "Memory per TaskExecutor, e.g. '2Gi'."
 )
 YARN_APPLICATION_NAME = _key("yarn.application.name", p.string, None, "YARN service name.")
 YARN_QUEUE = _key("yarn.application.queue", p.string, None, "YARN queue.")

@@ -12,6 +12,7 @@ from accelflow.dataflow._chunks import (
     from_batch,
     group_records,
     iter_records,
+    strided,
     to_batch,
 )
 from accelflow.dataflow._context import RuntimeContext
@@ -57,5 +58,6 @@ __all__ = [
     "from_batch",
     "group_records",
     "iter_records",
+    "strided",
     "to_batch",
 ]

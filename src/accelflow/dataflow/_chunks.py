@@ -48,6 +48,13 @@ def chunk_len(chunk: Any) -> int:
     return len(chunk)
 
 
+def strided(chunk: Any, start: int, step: int) -> Any:
+    """Records ``start, start + step, ...`` of ``chunk``, as a chunk of the same kind."""
+    if isinstance(chunk, Columns):
+        return Columns(c[start::step] for c in chunk.columns())
+    return chunk[start::step]
+
+
 def iter_records(chunk: Any) -> Iterator[Any]:
     if isinstance(chunk, Columns):
         return chunk.rows()

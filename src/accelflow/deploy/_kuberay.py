@@ -11,31 +11,30 @@ the drivers (the same entries as the local target's Job, per TaskExecutor instea
 
 The head pod schedules no actor (``num-cpus: 0``, ``num-gpus: 0``: a KubeRay head would
 otherwise advertise every GPU of its host, kuberay#2098). It mounts the config at
-``/etc/accelflow``; the job runs there as a client of the cluster (``accelflow run job.py
---conf /etc/accelflow/accelflow-conf.yaml -D ray.address=auto``), see ``docs/ray.md``.
+``/etc/accelflow``; the job runs there as a client of the cluster (``accelflow run --conf
+/etc/accelflow/accelflow-conf.yaml -D ray.address=auto job.py``: options before the script),
+see ``docs/ray.md``.
 """
 
 from __future__ import annotations
 
 import json
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any
 
 from accelflow._errors import DeploymentError
 from accelflow.config import keys as k
 from accelflow.config import Configuration
 from accelflow.deploy._kubernetes import (
-    CONFIG_MOUNT_PATH,
-    CONFIG_VOLUME,
     DEFAULT_IMAGE,
     WHAT,
     ObjectNames,
     RenderOptions,
     _image,
-    _tolerations,
     config_map,
     kubernetes_client,
     object_names,
+    pod_template,
     serialize,
     standard_labels,
 )
@@ -119,7 +118,6 @@ def ray_start_params(config: Configuration) -> dict[str, str]:
 
 
 def _worker_group(config: Configuration, names: ObjectNames, image: str) -> dict[str, Any]:
-    k8s = kubernetes_client()
     per_pod = config.get(k.NUMBER_TASKMANAGER)  # the local target's multiplier, undone here
     request = kubernetes_request(config)
     cpu = Fraction(container_cpu(config)) / per_pod
@@ -129,17 +127,8 @@ def _worker_group(config: Configuration, names: ObjectNames, image: str) -> dict
         "memory": kubernetes_memory(memory),
         **{key: str(amount // per_pod) for key, amount in request.resources.items()},
     }
-    pod = k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(labels=standard_labels(names)),
-        spec=k8s.V1PodSpec(
-            containers=[k8s.V1Container(
-                name=WORKER_CONTAINER, image=image,
-                resources=k8s.V1ResourceRequirements(requests=dict(quantities), limits=dict(quantities)),
-            )],
-            node_selector=dict(request.node_selector) or None,
-            tolerations=_tolerations(k8s, request.tolerations) or None,
-        ),
-    )
+    template = pod_template(names, container=WORKER_CONTAINER, image=image,
+                            quantities=quantities, request=request, mount_config=False)
     replicas = config.get(k.RAY_NUMBER_TASKMANAGER)
     return {
         "groupName": WORKER_GROUP,
@@ -147,24 +136,11 @@ def _worker_group(config: Configuration, names: ObjectNames, image: str) -> dict
         "minReplicas": replicas,
         "maxReplicas": replicas,
         "rayStartParams": ray_start_params(config),
-        "template": cast(dict[str, Any], serialize(pod)),
+        "template": template,
     }
 
 
 def _head_template(names: ObjectNames, image: str) -> dict[str, Any]:
-    k8s = kubernetes_client()
-    quantities = {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}
-    pod = k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(labels=standard_labels(names)),
-        spec=k8s.V1PodSpec(
-            containers=[k8s.V1Container(
-                name=HEAD_CONTAINER, image=image,
-                resources=k8s.V1ResourceRequirements(requests=dict(quantities), limits=dict(quantities)),
-                volume_mounts=[k8s.V1VolumeMount(name=CONFIG_VOLUME, mount_path=CONFIG_MOUNT_PATH,
-                                                 read_only=True)],
-            )],
-            volumes=[k8s.V1Volume(name=CONFIG_VOLUME,
-                                  config_map=k8s.V1ConfigMapVolumeSource(name=names.config_map))],
-        ),
-    )
-    return cast(dict[str, Any], serialize(pod))
+    """The head's pod: no actor runs there; the config is mounted for the job's client."""
+    return pod_template(names, container=HEAD_CONTAINER, image=image,
+                        quantities={"cpu": HEAD_CPU, "memory": HEAD_MEMORY})

@@ -1,8 +1,9 @@
 """Building blocks of every Kubernetes renderer: names, the config ConfigMap, the pod.
 
 The TaskExecutor pod runs one container, ``accelflow-taskexecutor``, whose command is
-``accelflow run <job> --conf /etc/accelflow/accelflow-conf.yaml``: the embedded local cluster
-with ``local.number-taskmanager`` TaskExecutors. The config reaches the pod as a ConfigMap
+``accelflow run --conf /etc/accelflow/accelflow-conf.yaml <job>``: the embedded local cluster
+with ``local.number-taskmanager`` TaskExecutors. Options come before the job script, as in
+``flink run [OPTIONS] <job>``; after it they would be the script's own arguments. The config reaches the pod as a ConfigMap
 mounted read-only at ``/etc/accelflow``. Objects are built with the ``kubernetes`` client's
 models (imported lazily) and serialized with ``ApiClient().sanitize_for_serialization``.
 """
@@ -36,7 +37,7 @@ from accelflow.deploy._quantities import (
     kubernetes_memory,
     kubernetes_module,
 )
-from accelflow.deploy._requests import kubernetes_request
+from accelflow.deploy._requests import KubernetesRequest, kubernetes_request
 
 WHAT = "accelflow render kubernetes"
 DEFAULT_IMAGE = f"accelflow:{__version__}"
@@ -162,19 +163,25 @@ def taskexecutor_pod_template(
         ConfigError: cpu, memory, labels, tolerations or the pod template are invalid.
         DeploymentError: a driver's entries are invalid or conflict with the config.
     """
-    k8s = kubernetes_client()
     template_file = config.get_optional(KUBERNETES_POD_TEMPLATE_FILE)
     # Without a template the default image is known now; with one, the template's image
     # (if any) must win over the default, so the default is filled in after the merge.
     image = _image(config, options) or (DEFAULT_IMAGE if template_file is None else None)
-    pod = k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(
-            labels=standard_labels(names),
-            annotations={DEFAULT_CONTAINER_ANNOTATION: CONTAINER_NAME},
-        ),
-        spec=_pod_spec(config, options, names, image),
+    request = kubernetes_request(config)
+    ours = pod_template(
+        names,
+        container=CONTAINER_NAME,
+        image=image,
+        quantities={
+            "cpu": kubernetes_cpu(container_cpu(config)),
+            "memory": kubernetes_memory(container_memory_bytes(config, what=WHAT)),
+            **{key: str(amount) for key, amount in request.resources.items()},
+        },
+        args=run_args(f"{CONFIG_MOUNT_PATH}/{CONFIG_FILE_NAME}", options.job),
+        request=request,
+        restart_policy="Never",
+        annotations={DEFAULT_CONTAINER_ANNOTATION: CONTAINER_NAME},
     )
-    ours = cast(dict[str, Any], serialize(pod))
     if template_file is not None:
         source = config.sources.get(KUBERNETES_POD_TEMPLATE_FILE.name)
         user = load_pod_template(template_file, source=source)
@@ -190,37 +197,65 @@ def taskexecutor_pod_template(
     return ours
 
 
-def _pod_spec(
-    config: Configuration, options: RenderOptions, names: ObjectNames, image: str | None
-) -> Any:
+def pod_template(
+    names: ObjectNames,
+    *,
+    container: str,
+    image: str | None,
+    quantities: Mapping[str, str],
+    args: list[str] | None = None,
+    request: KubernetesRequest | None = None,
+    restart_policy: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    mount_config: bool = True,
+) -> dict[str, Any]:
+    """The serialized pod template of every renderer: the standard labels and one container.
+
+    The container asks for ``quantities`` in both ``requests`` and ``limits`` (extended
+    resources must; for cpu and memory it makes the pod ``Guaranteed``), runs ``accelflow
+    args`` when ``args`` is given, and mounts the config ConfigMap read-only at
+    ``/etc/accelflow`` when ``mount_config``. ``request`` adds its node selector and
+    tolerations to the pod.
+    """
     k8s = kubernetes_client()
-    request = kubernetes_request(config)
-    quantities = {
-        "cpu": kubernetes_cpu(container_cpu(config)),
-        "memory": kubernetes_memory(container_memory_bytes(config, what=WHAT)),
-        **{key: str(amount) for key, amount in request.resources.items()},
-    }
-    container = k8s.V1Container(
-        name=CONTAINER_NAME,
+    mounts = volumes = None
+    if mount_config:
+        mounts = [k8s.V1VolumeMount(name=CONFIG_VOLUME, mount_path=CONFIG_MOUNT_PATH, read_only=True)]
+        volumes = [k8s.V1Volume(name=CONFIG_VOLUME,
+                                config_map=k8s.V1ConfigMapVolumeSource(name=names.config_map))]
+    main = k8s.V1Container(
+        name=container,
         image=image,
-        command=["accelflow"],
-        args=["run", options.job, "--conf", f"{CONFIG_MOUNT_PATH}/{CONFIG_FILE_NAME}"],
+        command=["accelflow"] if args is not None else None,
+        args=args,
         resources=k8s.V1ResourceRequirements(requests=dict(quantities), limits=dict(quantities)),
-        volume_mounts=[
-            k8s.V1VolumeMount(name=CONFIG_VOLUME, mount_path=CONFIG_MOUNT_PATH, read_only=True)
-        ],
+        volume_mounts=mounts,
     )
-    return k8s.V1PodSpec(
-        containers=[container],
-        restart_policy="Never",
-        node_selector=dict(request.node_selector) or None,
-        tolerations=_tolerations(k8s, request.tolerations) or None,
-        volumes=[
-            k8s.V1Volume(
-                name=CONFIG_VOLUME, config_map=k8s.V1ConfigMapVolumeSource(name=names.config_map)
-            )
-        ],
+    pod = k8s.V1PodTemplateSpec(
+        metadata=k8s.V1ObjectMeta(
+            labels=standard_labels(names), annotations=dict(annotations) if annotations else None
+        ),
+        spec=k8s.V1PodSpec(
+            containers=[main],
+            restart_policy=restart_policy,
+            node_selector=(dict(request.node_selector) or None) if request else None,
+            tolerations=(_tolerations(k8s, request.tolerations) or None) if request else None,
+            volumes=volumes,
+        ),
     )
+    return cast(dict[str, Any], serialize(pod))
+
+
+def run_args(conf: str, job: str, *definitions: str) -> list[str]:
+    """``accelflow``'s arguments that run ``job`` with the config file ``conf``: every option
+    first, then the script (after the script, ``accelflow run`` hands arguments to it).
+
+    Example:
+        >>> run_args("/etc/accelflow/conf.yaml", "/opt/job.py", "ray.address=auto")
+        ['run', '--conf', '/etc/accelflow/conf.yaml', '-D', 'ray.address=auto', '/opt/job.py']
+    """
+    options = [arg for definition in definitions for arg in ("-D", definition)]
+    return ["run", "--conf", conf, *options, job]
 
 
 def _image(config: Configuration, options: RenderOptions) -> str | None:

@@ -56,8 +56,8 @@ def render_kubernetes(
     if renderer is None:
         raise DeploymentError(
             f"execution.target={target}: rendering Kubernetes objects for this target is not "
-            "implemented yet (a KubeRay RayCluster is planned); use execution.target=local, "
-            "which renders a Job that runs the embedded local cluster"
+            f"implemented; use one of {', '.join(sorted(KUBERNETES_RENDERERS))} (local renders a "
+            "Job running the embedded local cluster, ray a KubeRay RayCluster)"
         )
     options = RenderOptions(job=DEFAULT_JOB_PATH if job is None else job, image=image)
     return renderer(config, options)

@@ -1,11 +1,12 @@
 """``render_yarn``: a YARN Services API specification (``POST /app/v1/services``).
 
-One component, ``taskexecutor``, with one container that runs ``accelflow run <job> --conf
-conf/accelflow-conf.yaml`` (the embedded local cluster, ``local.number-taskmanager``
-TaskExecutors). Its ``resource`` asks for whole vcores, memory in MiB and, in ``additional``,
-every resource type that has an ``external-resource.<name>.yarn.config-key`` (or that a
-driver's :class:`accelflow.resources.YarnResourceDecorator` adds), times the TaskExecutors.
-The config travels inside the spec as a ``YAML`` config file, which YARN writes to
+One component, ``taskexecutor``, with one container that runs ``accelflow run --conf
+conf/accelflow-conf.yaml <job>`` (options first: after the script they would be its own; the
+embedded local cluster, ``local.number-taskmanager`` TaskExecutors). Its ``resource`` asks
+for whole vcores, memory in MiB and, in ``additional``, every resource type that has an
+``external-resource.<name>.yarn.config-key`` (or that a driver's
+:class:`accelflow.resources.YarnResourceDecorator` adds), times the TaskExecutors. The config
+travels inside the spec as a ``YAML`` config file, which YARN writes to
 ``conf/accelflow-conf.yaml`` in the container's working directory.
 """
 
@@ -29,6 +30,7 @@ from accelflow.deploy._kubernetes import (
     DEFAULT_JOB_PATH,
     DEFAULT_NAME,
     RenderOptions,
+    run_args,
 )
 from accelflow._names import yarn_service_name_problem
 from accelflow.deploy._quantities import (
@@ -107,7 +109,7 @@ def _component(config: Configuration, options: RenderOptions) -> dict[str, Any]:
         resource["additional"] = {
             name: {"value": amount, "unit": ""} for name, amount in additional.items()
         }
-    command = ["accelflow", "run", options.job, "--conf", f"conf/{CONFIG_FILE_NAME}"]
+    command = ["accelflow", *run_args(f"conf/{CONFIG_FILE_NAME}", options.job)]
     component: dict[str, Any] = {
         "name": COMPONENT_NAME,
         "number_of_containers": 1,

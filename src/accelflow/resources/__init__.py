@@ -26,7 +26,10 @@ from accelflow.resources._api import (
     ExternalResourceInfo,
     KubernetesResourceDecorator,
     KubernetesResources,
+    RayResourceDecorator,
+    RayResources,
     YarnResourceDecorator,
+    info_properties,
 )
 from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
 from accelflow.resources._registry import (
@@ -34,6 +37,7 @@ from accelflow.resources._registry import (
     list_driver_entry_points,
     load_driver_factory,
 )
+from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
 
 __all__ = [
     "ConfigError",
@@ -45,8 +49,13 @@ __all__ = [
     "ExternalResourceInfoProvider",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "RayResourceDecorator",
+    "RayResources",
     "ResourceStatus",
     "YarnResourceDecorator",
+    "info_properties",
     "list_driver_entry_points",
     "load_driver_factory",
+    "ray_accelerator_env",
+    "ray_resources_of",
 ]

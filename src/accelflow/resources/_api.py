@@ -10,15 +10,16 @@ A driver author imports only :mod:`accelflow.resources`. The flow, as in Flink's
    runtime calls :meth:`ExternalResourceDriver.release` and :meth:`ExternalResourceDriver.close`.
 
 Factories may also implement the optional cluster-manager protocols at the bottom of this
-module (:class:`KubernetesResourceDecorator`, :class:`YarnResourceDecorator`); the runtime
-detects them with ``isinstance`` so a driver need not support every deployment.
+module (:class:`KubernetesResourceDecorator`, :class:`YarnResourceDecorator`,
+:class:`RayResourceDecorator`); the runtime detects them with ``isinstance`` so a driver need
+not support every deployment.
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Mapping, Sequence, Set
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -69,6 +70,8 @@ class ExternalResourceInfo(Mapping[str, str]):
         self._hash = hash(tuple(props.items()))
 
     # -- Flink's interface ------------------------------------------------------------------
+    # Subclasses may override these two and never call ``super().__init__()`` (Flink's
+    # ExternalResourceInfo is a Java interface); every other method below goes through them.
     def get_property(self, key: str) -> str | None:
         """The value of property ``key``, or ``None`` if this device has no such property."""
         return self._props.get(key)
@@ -77,18 +80,29 @@ class ExternalResourceInfo(Mapping[str, str]):
         """The names of all properties, sorted."""
         return tuple(self._props)
 
+    def _properties(self) -> Mapping[str, str]:
+        cls = type(self)
+        if (
+            cls.get_property is ExternalResourceInfo.get_property
+            and cls.get_keys is ExternalResourceInfo.get_keys
+        ):
+            return self._props
+        return info_properties(self)  # a subclass implements the interface its own way
+
     # -- identity ---------------------------------------------------------------------------
     @property
     def address(self) -> str:
         """The device's address for scheduling: ``index``, else ``uuid``, ``id`` or ``address``."""
+        props = self._properties()
         for key in _ADDRESS_KEYS:
-            if key in self._props:
-                return self._props[key]
-        return ",".join(f"{k}={v}" for k, v in self._props.items())
+            if key in props:
+                return props[key]
+        return ",".join(f"{k}={v}" for k, v in props.items())
 
     def _sort_key(self) -> tuple[tuple[int, int | str], ...]:
-        parts = _NUMBER.split(self.address)
-        numbers = _NUMBER.findall(self.address)
+        address = self.address
+        parts = _NUMBER.split(address)
+        numbers = _NUMBER.findall(address)
         key: list[tuple[int, int | str]] = []
         for i, text in enumerate(parts):
             key.append((1, text))
@@ -98,28 +112,31 @@ class ExternalResourceInfo(Mapping[str, str]):
 
     def to_dict(self) -> dict[str, str]:
         """The properties as a plain dict (for JSON and for crossing process boundaries)."""
-        return dict(self._props)
+        return dict(self._properties())
 
     # -- Mapping / value semantics ---------------------------------------------------------
     def __getitem__(self, key: str) -> str:
-        return self._props[key]
+        return self._properties()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._props)
+        return iter(self._properties())
 
     def __len__(self) -> int:
-        return len(self._props)
+        return len(self._properties())
 
     def __hash__(self) -> int:
-        return self._hash
+        props = self._properties()
+        if props is getattr(self, "_props", None):
+            return self._hash
+        return hash(tuple(props.items()))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ExternalResourceInfo):
-            return dict(self._props) == dict(other._props)
+            return dict(self._properties()) == dict(other._properties())
         return NotImplemented
 
     def _order(self) -> tuple[object, ...]:
-        return (self._sort_key(), tuple(self._props.items()))
+        return (self._sort_key(), tuple(self._properties().items()))
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, ExternalResourceInfo):
@@ -142,11 +159,52 @@ class ExternalResourceInfo(Mapping[str, str]):
         return self._order() >= other._order()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ExternalResourceInfo, (dict(self._props),))
+        # crosses process boundaries as the plain value type: the receiver needs no plugin code
+        return (ExternalResourceInfo, (dict(self._properties()),))
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self._props.items())
-        return f"ExternalResourceInfo({inner})"
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._properties().items())
+        return f"{type(self).__name__}({inner})"
+
+
+def info_properties(info: ExternalResourceInfo) -> dict[str, str]:
+    """The properties of ``info`` through Flink's interface only (``get_keys``/``get_property``).
+
+    Use this wherever infos are serialised or compared: a third-party subclass may implement
+    just those two methods and never call ``ExternalResourceInfo.__init__``. Keys are sorted,
+    values turned into strings, and keys whose value is ``None`` or empty are left out.
+
+    Example:
+        >>> class CardInfo(ExternalResourceInfo):
+        ...     def __init__(self, serial):
+        ...         self.serial = serial
+        ...     def get_property(self, key):
+        ...         return self.serial if key == "serial" else None
+        ...     def get_keys(self):
+        ...         return ["serial"]
+        >>> info_properties(CardInfo("AC-0017"))
+        {'serial': 'AC-0017'}
+
+    Raises:
+        TypeError: ``get_keys`` returned something that is not a collection of strings.
+    """
+    keys = info.get_keys()
+    if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+        raise TypeError(
+            f"{type(info).__name__}.get_keys() returned {type(keys).__name__}, not a collection "
+            "of property names"
+        )
+    props: dict[str, str] = {}
+    for key in sorted(keys):
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{type(info).__name__}.get_keys() returned {key!r}, not a property name (str)"
+            )
+        value = info.get_property(key)
+        text = "" if value is None else str(value)
+        if text.strip():
+            props[key] = text
+    return props
 
 
 class ExternalResourceDriver(ABC):
@@ -246,4 +304,55 @@ class YarnResourceDecorator(Protocol):
 
     def yarn_resources(self, params: Mapping[str, str], amount: int) -> Mapping[str, int]:
         """YARN resource types and amounts for ``amount`` devices per TaskExecutor."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RayResources:
+    """What a factory asks Ray for on behalf of each TaskExecutor actor.
+
+    Example: the GPU plugin with ``amount: 2`` returns
+    ``RayResources(num_gpus=2, accelerator_ids_env="ACCELFLOW_RAY_GPU_IDS")``: Ray picks two
+    GPUs for the actor, the actor writes their ids into that variable before the drivers run,
+    and the GPU driver reports exactly those GPUs instead of discovering on its own.
+
+    Attributes:
+        num_gpus: Ray's ``num_gpus`` (whole GPUs; Ray then sets the actor's
+            ``CUDA_VISIBLE_DEVICES``).
+        resources: Ray custom resources, e.g. ``{"acme.com/fpga": 2}``.
+        accelerator_ids_env: when set, the actor puts the ids Ray assigned it (for
+            ``accelerator``, comma-separated) in this environment variable before the drivers
+            run, so the driver can report Ray's choice.
+        accelerator: the key of ``ray.get_runtime_context().get_accelerator_ids()`` to read.
+
+    Raises:
+        ValueError: a negative or non-finite amount, or ``accelerator_ids_env`` that is empty.
+    """
+
+    num_gpus: int = 0
+    resources: Mapping[str, float] = field(default_factory=dict)
+    accelerator_ids_env: str | None = None
+    accelerator: str = "GPU"
+
+    def __post_init__(self) -> None:
+        amounts = {"num_gpus": self.num_gpus, **self.resources}
+        for name, value in amounts.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"Ray resource {name!r}: expected an amount >= 0, got {value!r}")
+            if value == float("inf"):
+                raise ValueError(f"Ray resource {name!r}: expected a finite amount, got {value!r}")
+        if self.accelerator_ids_env is not None and not self.accelerator_ids_env.strip():
+            raise ValueError("accelerator_ids_env must name an environment variable or be None")
+
+
+@runtime_checkable
+class RayResourceDecorator(Protocol):
+    """Optional: a factory that shapes the Ray actor options of its resource.
+
+    Without it the Ray launcher asks for the resource as a Ray custom resource named
+    ``external-resource.<name>.ray.resource-name`` (default: the resource name).
+    """
+
+    def ray_resources(self, params: Mapping[str, str], amount: int) -> RayResources:
+        """What one TaskExecutor actor needs for ``amount`` devices."""
         ...

@@ -8,10 +8,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from accelflow._errors import AccelflowError, ConfigError, ConfigProblem, DiscoveryError
+from accelflow._errors import (
+    AccelflowError, ConfigError, ConfigProblem, DiscoveryError, decode_error, encode_error,
+)
 from accelflow.config.keys import KEYS, RESOURCE_PREFIX
 from accelflow.config import Configuration, ExternalResourceSpec
-from accelflow.resources._api import ExternalResourceDriver, ExternalResourceInfo
+from accelflow.resources._api import (
+    ExternalResourceDriver,
+    ExternalResourceInfo,
+    info_properties,
+)
 from accelflow.resources._registry import load_driver_factory
 
 log = logging.getLogger("accelflow.resources")
@@ -47,7 +53,7 @@ class ResourceStatus:
             "status": self.status,
             "message": self.message,
             "warnings": list(self.warnings),
-            "infos": [info.to_dict() for info in self.infos],
+            "infos": [info_properties(info) for info in self.infos],
             "kubernetes_config_key": self.spec.kubernetes_config_key,
             "yarn_config_key": self.spec.yarn_config_key,
         }
@@ -101,13 +107,24 @@ class ExternalResourceInfoProvider:
         return MappingProxyType(self._statuses)
 
     def isolation_env(self, assigned: Mapping[str, Collection[ExternalResourceInfo]]) -> dict[str, str]:
-        """The environment that restricts a subtask to its ``assigned`` devices, from the drivers."""
+        """The environment that restricts a subtask to its ``assigned`` devices, from the drivers.
+
+        ``assigned`` may hold plain infos rebuilt from properties (as they cross processes);
+        each driver is handed its own info objects for them, so a driver whose info class
+        carries more than its properties still gets its own instances back.
+        """
         env: dict[str, str] = {}
         for name, infos in assigned.items():
             driver = self._drivers.get(name)
             if driver is not None and infos:
-                env.update(driver.isolation_env(infos))
+                env.update(driver.isolation_env(self._own_infos(name, infos)))
         return env
+
+    def _own_infos(
+        self, name: str, infos: Collection[ExternalResourceInfo]
+    ) -> list[ExternalResourceInfo]:
+        own = {info: info for info in self._infos.get(name, frozenset())}  # equal by properties
+        return [own.get(info, info) for info in infos]
 
     def close(self) -> None:
         """Release every device and close every driver; safe to call twice. Errors are logged."""
@@ -134,6 +151,9 @@ def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResou
         message = f"discovery of {spec.name!r} failed: {_describe(exc)}"
         if spec.on_discovery_failure == "fail":
             _close_driver(spec.name, driver, ())
+            if isinstance(exc, AccelflowError) and not isinstance(exc, DiscoveryError):
+                # e.g. CoordinationError: keep its class (and ``path``) for the caller
+                raise decode_error(encode_error(exc), context=f"discovery of {spec.name!r} failed") from exc
             raise DiscoveryError(
                 f"{message} (set {spec.key('on-discovery-failure')}: degrade to start without it)",
                 resource=spec.name,
@@ -216,6 +236,12 @@ def _check_infos(
     if bad is not None:
         raise DiscoveryError(
             f"the driver returned {bad!r} ({type(bad).__name__}), not an ExternalResourceInfo"
+        )
+    empty = next((i for i in infos if not len(i)), None)
+    if empty is not None:
+        raise DiscoveryError(
+            f"the driver returned an info without properties ({type(empty).__name__}); "
+            "get_keys() must name at least one property with a value, e.g. 'index'"
         )
     addresses = [info.address for info in infos]
     if len(set(addresses)) != len(addresses):

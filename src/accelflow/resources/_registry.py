@@ -4,20 +4,31 @@
 ``package.module.Class`` or the name of an entry point in the group
 ``accelflow.external_resources`` (the built-in GPU driver registers as ``gpu`` like any
 third-party driver). Only the factories a config names are ever imported.
+
+Configs written for Flink run verbatim: the class names in :data:`DRIVER_ALIASES` stand for
+accelflow's own drivers (``org.apache.flink.externalresource.gpu.GPUDriverFactory`` is the
+built-in GPU driver, whose ``param.*`` keys follow Flink's; see ``docs/gpu.md``).
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from types import MappingProxyType
 
 from accelflow._errors import DriverLoadError
 from accelflow.config.keys import ENTRY_POINT_GROUP
 from accelflow.resources._api import ExternalResourceDriverFactory
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+DRIVER_ALIASES: Mapping[str, str] = MappingProxyType({
+    "org.apache.flink.externalresource.gpu.GPUDriverFactory": "accelflow.resources.gpu:GPUDriverFactory",
+})
+"""Driver-factory names from other engines and the accelflow driver each one loads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +65,7 @@ def load_driver_factory(reference: str, *, resource: str, key: str) -> ExternalR
     """Import and instantiate the factory ``reference`` names.
 
     Args:
-        reference: an import path or an entry point name.
+        reference: an import path, an entry point name or an alias (:data:`DRIVER_ALIASES`).
         resource: the resource name (for errors).
         key: the config key that named it (for errors).
 
@@ -62,7 +73,7 @@ def load_driver_factory(reference: str, *, resource: str, key: str) -> ExternalR
         DriverLoadError: no such module, attribute or entry point; not a factory; or its
             constructor raised.
     """
-    target = _import(reference, resource=resource, key=key)
+    target = _import(DRIVER_ALIASES.get(reference, reference), resource=resource, key=key)
     if isinstance(target, type):
         if not issubclass(target, ExternalResourceDriverFactory):
             raise DriverLoadError(
@@ -88,10 +99,13 @@ def load_driver_factory(reference: str, *, resource: str, key: str) -> ExternalR
 
 
 def _import(reference: str, *, resource: str, key: str) -> object:
+    read_as = ""
     if ":" in reference:
         module_name, _, attr = reference.partition(":")
     elif "." in reference:
         module_name, _, attr = reference.rpartition(".")
+        # name the configured class too: 'org.example.Foo' fails as module 'org.example'
+        read_as = f" (for {reference!r}, read as 'module.Class')"
     else:
         return _load_entry_point(reference, resource=resource, key=key)
     if not (_DOTTED.fullmatch(module_name) and _DOTTED.fullmatch(attr)):
@@ -105,7 +119,7 @@ def _import(reference: str, *, resource: str, key: str) -> object:
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module raises while importing
         raise DriverLoadError(
-            f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}",
+            f"cannot import module {module_name!r}{read_as}: {type(exc).__name__}: {exc}",
             resource=resource,
             key=key,
         ) from exc
@@ -115,7 +129,9 @@ def _import(reference: str, *, resource: str, key: str) -> object:
             target = getattr(target, part)
         except AttributeError:
             raise DriverLoadError(
-                f"module {module_name!r} has no attribute {attr!r}", resource=resource, key=key
+                f"module {module_name!r} has no attribute {attr!r}{read_as}",
+                resource=resource,
+                key=key,
             ) from None
     return target
 

@@ -1,16 +1,31 @@
-"""What crosses process boundaries between JobManager, TaskExecutors and subtasks.
+"""Everything that crosses a process boundary in the runtime, as typed messages.
 
-Messages are tuples whose first item names them (picklable, versioned by ``PROTOCOL``):
+Each message is a frozen dataclass, pickled as it is (user code inside a
+:class:`SubtaskDescriptor` travels as a cloudpickle blob). Errors travel as
+:class:`accelflow._errors.RemoteError` and are raised again with their class on the other side.
 
-JobManager → TaskExecutor: ``("deploy", SubtaskDescriptor)``, ``("cancel", job_id)``,
-``("shutdown",)``.
+JobManager → TaskExecutor (:data:`Command`): :class:`Deploy`, :class:`CancelJob`,
+:class:`Shutdown`.
 
-TaskExecutor → JobManager: ``("register", Registration)``, ``("register_failed", te_id,
-message)``, ``("subtask_exit", SubtaskKey, exitcode)`` and every subtask message, relayed.
+TaskExecutor → JobManager: :class:`Registration` or :class:`RegistrationFailed` once, then
+:class:`SubtaskExited` and every subtask event, relayed.
 
-Subtask → TaskExecutor: ``("running", key)``, ``("progress", key, counts)``,
-``("collect", key, chunk)``, ``("finished", key, counts, part_files)``,
-``("failed", key, error_text)``.
+Subtask → TaskExecutor (:data:`SubtaskEvent`): :class:`SubtaskRunning`,
+:class:`SubtaskProgress`, :class:`Collected`, :class:`SubtaskFinished`,
+:class:`SubtaskFailed`.
+
+Launcher → JobManager (about a TaskExecutor's end, carrying the pid of the incarnation they
+are about, so that a restarted TaskExecutor with the same id is not mistaken for the dead one):
+:class:`TaskExecutorLost` (its connection dropped), :class:`TaskExecutorExited` (its process
+ended).
+
+Subtask → relay (the Ray target's data channels): :class:`OpenChannel`, then chunks, then
+``None``; the relay answers :class:`ChannelDone` or :class:`ChannelFailed`.
+
+Client ↔ session cluster (the submission channel): :class:`SubmitJob` → :class:`JobAccepted`,
+then :class:`JobProgress`... and :class:`JobSucceeded` or :class:`JobFailed`; the client may
+send :class:`CancelJob`. :class:`StatusRequest` → :class:`StatusReply`; :class:`StopRequest`
+→ :class:`Stopping`; :class:`ConfigRequest` → :class:`ConfigReply`.
 """
 
 from __future__ import annotations
@@ -18,9 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from accelflow._errors import RemoteError
 from accelflow.dataflow import Partitioning
 
-PROTOCOL = 1
+PROTOCOL = 2
 
 
 class SubtaskKey(NamedTuple):
@@ -62,6 +78,28 @@ class SubtaskDescriptor:
     taskexecutor_id: str
 
 
+# -- JobManager → TaskExecutor ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Deploy:
+    descriptor: SubtaskDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class CancelJob:
+    """Stop a job's subtasks (to a TaskExecutor), or cancel the job (client → session)."""
+
+    job_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    pass
+
+
+Command = Deploy | CancelJob | Shutdown
+
+
+# -- TaskExecutor → JobManager ------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Registration:
     taskexecutor_id: str
@@ -69,3 +107,147 @@ class Registration:
     slots: int
     resources: list[dict[str, Any]] = field(default_factory=list)
     protocol: int = PROTOCOL
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationFailed:
+    taskexecutor_id: str
+    error: RemoteError
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskExited:
+    key: SubtaskKey
+    exitcode: int | None
+
+
+# -- Subtask → TaskExecutor → JobManager ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SubtaskRunning:
+    key: SubtaskKey
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskProgress:
+    key: SubtaskKey
+    counts: list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Records for ``execute_and_collect``, sent by the collecting sink's subtask."""
+
+    key: SubtaskKey
+    chunk: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskFinished:
+    key: SubtaskKey
+    counts: list[tuple[int, int]]
+    parts: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskFailed:
+    key: SubtaskKey
+    error: RemoteError
+
+
+SubtaskEvent = SubtaskRunning | SubtaskProgress | Collected | SubtaskFinished | SubtaskFailed
+#: every message about one subtask (they all have a ``key``)
+SUBTASK_MESSAGES = (SubtaskRunning, SubtaskProgress, Collected, SubtaskFinished, SubtaskFailed,
+                    SubtaskExited)
+
+
+# -- Launcher → JobManager ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TaskExecutorLost:
+    taskexecutor_id: str
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExecutorExited:
+    taskexecutor_id: str
+    exitcode: int | None
+    pid: int
+
+
+TaskExecutorEvent = (Registration | RegistrationFailed | SubtaskExited | SubtaskEvent
+                     | TaskExecutorLost | TaskExecutorExited)
+
+
+# -- relay (Ray target) ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OpenChannel:
+    name: str
+    sender: SubtaskKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelDone:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFailed:
+    reason: str
+
+
+# -- client ↔ session cluster ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SubmitJob:
+    graph_blob: bytes
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobAccepted:
+    job_id: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    snapshot: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSucceeded:
+    result: Any  # a JobResult
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed:
+    error: RemoteError
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    overview: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigReply:
+    config: dict[str, Any]

@@ -12,6 +12,8 @@ that TaskExecutor. A whole request (``gpu: 2``) takes fully free devices; a shar
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,4 +205,40 @@ def _describe_failure(request: SlotRequest, offers: Sequence[TaskExecutorOffer])
         + ", ".join(f"{k}: {format_amount(v)}" for k, v in s.profile.items())
         for s in asking
     )
-    return f"cannot place {asks} on {where}:"
+    hints = "".join(f"; {h}" for h in missing_resource_hints(asking, offers))
+    return f"cannot place {asks} on {where}{hints}:"
+
+
+def missing_resource_hints(
+    subtasks: Sequence[SubtaskRequest], offers: Sequence[TaskExecutorOffer]
+) -> list[str]:
+    """One hint per requested resource that no TaskExecutor has at all: a close name that
+    some TaskExecutor has, or the keys that configure the resource.
+
+    >>> offers = [TaskExecutorOffer("taskexecutor-1", 1, 1)]
+    >>> print(missing_resource_hints([SubtaskRequest("a", "map (1/1)", {"gpu": ONE})], offers)[0])
+    no TaskExecutor has a gpu: configure it with 'external-resources: gpu', \
+'external-resource.gpu.amount: 1' and 'external-resource.gpu.driver-factory.class: gpu' \
+(see docs/configuration.md), or check that discovery found its devices
+    """
+    offered = sorted({r for o in offers for r, devices in o.devices.items() if devices})
+    wanted: dict[str, Fraction] = {}
+    for subtask in subtasks:
+        for resource, amount in subtask.profile.items():
+            wanted[resource] = max(wanted.get(resource, Fraction(0)), amount)
+    hints = []
+    for resource, amount in wanted.items():
+        if resource in offered:
+            continue
+        close = difflib.get_close_matches(resource, offered, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"no TaskExecutor has a {resource}; did you mean {close[0]!r}?")
+            continue
+        factory = "gpu" if resource == "gpu" else "<driver factory>"
+        hints.append(
+            f"no TaskExecutor has a {resource}: configure it with 'external-resources: {resource}', "
+            f"'external-resource.{resource}.amount: {max(1, math.ceil(amount))}' and "
+            f"'external-resource.{resource}.driver-factory.class: {factory}' "
+            "(see docs/configuration.md), or check that discovery found its devices"
+        )
+    return hints

@@ -35,6 +35,8 @@ class DeviceLedger:
     def __init__(self) -> None:
         self._holders: dict[DeviceKey, dict[Hashable, Fraction]] = {}
         self._free: dict[DeviceKey, Fraction] = {}  # kept in step: O(1) free(), not O(holders)
+        # who acquired (also with no devices) and has not released: release() checks this
+        self._borrowers: set[Hashable] = set()
 
     def add_devices(self, devices: Iterable[DeviceKey]) -> None:
         for device in devices:
@@ -58,7 +60,8 @@ class DeviceLedger:
         return dict(self._holders[device])
 
     def acquire(self, holder: Hashable, shares: Mapping[DeviceKey, Fraction]) -> None:
-        """Take ``shares`` for ``holder``, all or nothing.
+        """Take ``shares`` for ``holder``, all or nothing (``{}``: a holder of no device,
+        which must still :meth:`release`).
 
         Raises:
             AccelflowInternalError: an unknown device, a share the device does not have free,
@@ -76,15 +79,54 @@ class DeviceLedger:
         for device, share in shares.items():
             self._holders[device][holder] = share
             self._free[device] -= share
+        self._borrowers.add(holder)
 
-    def release(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
-        """Give back everything ``holder`` holds; returns what it held (empty if nothing)."""
-        released = {}
-        for device, holders in self._holders.items():
-            if holder in holders:
-                released[device] = holders.pop(holder)
-                self._free[device] += released[device]
-        return released
+    def release(
+        self, holder: Hashable, devices: Iterable[DeviceKey] | None = None
+    ) -> dict[DeviceKey, Fraction]:
+        """Give back what ``holder`` holds (all of it, or only ``devices``); returns it.
+
+        A holder that acquired nothing (no devices asked for) may release nothing. Devices of a
+        TaskExecutor that was removed meanwhile are simply gone (not an error).
+
+        Raises:
+            AccelflowInternalError: ``holder`` holds nothing here (never acquired, or released
+                already), or does not hold one of ``devices``; nothing is released then.
+        """
+        if holder not in self._borrowers:
+            raise AccelflowInternalError(
+                f"{holder!r} releases devices it does not hold (never acquired or released "
+                "already)"
+            )
+        held = self.held_by(holder)
+        if devices is not None:
+            wanted = set(devices)
+            missing = sorted(d for d in wanted if d not in held)
+            if missing:
+                raise AccelflowInternalError(
+                    f"{holder!r} releases {', '.join(map(str, missing))}, which it does not hold"
+                )
+            held = {d: s for d, s in held.items() if d in wanted}
+        for device, share in held.items():
+            del self._holders[device][holder]
+            self._free[device] += share
+        if devices is None or not self.held_by(holder):
+            self._borrowers.discard(holder)
+        return held
+
+    def release_if_held(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
+        """Like :meth:`release` of everything, but a holder that holds nothing is no error.
+
+        For cleanup paths that cannot know what was released already (e.g. cancelling a job
+        whose finished subtasks gave their devices back).
+        """
+        if holder not in self._borrowers:
+            return {}
+        return self.release(holder)
+
+    def is_holder(self, holder: Hashable) -> bool:
+        """Whether ``holder`` acquired and has not released everything yet."""
+        return holder in self._borrowers
 
     def held_by(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
         return {d: h[holder] for d, h in self._holders.items() if holder in h}

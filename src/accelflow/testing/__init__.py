@@ -1,14 +1,32 @@
 """Test helpers: an honest fake ``nvidia-smi`` and a static-list driver.
 
 Example:
-    >>> install_fake_nvidia_smi(tmp_path, 4)   # then put tmp_path first on PATH
+    >>> use_fake_nvidia_smi(monkeypatch, tmp_path, 4)   # doctest: +SKIP
+
+A fake GPU environment also sets ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` and unsets
+``CUDA_VISIBLE_DEVICES``, so the fake wins on a host with real GPUs too.
 """
 
 from accelflow.testing._static import StaticDriver, StaticDriverFactory
 
 try:
-    from accelflow.testing._nvidia_smi import FakeGPU, install_fake_nvidia_smi
+    from accelflow.testing._nvidia_smi import (
+        FakeGPU,
+        fake_nvidia_smi_env,
+        install_fake_nvidia_smi,
+        use_fake_nvidia_smi,
+    )
+    from accelflow.testing._real_gpu import NO_GPU, has_real_gpu
 except ImportError:  # pragma: no cover - written by the GPU plugin
     pass
 
-__all__ = ["FakeGPU", "StaticDriver", "StaticDriverFactory", "install_fake_nvidia_smi"]
+__all__ = [
+    "NO_GPU",
+    "FakeGPU",
+    "StaticDriver",
+    "StaticDriverFactory",
+    "fake_nvidia_smi_env",
+    "has_real_gpu",
+    "install_fake_nvidia_smi",
+    "use_fake_nvidia_smi",
+]

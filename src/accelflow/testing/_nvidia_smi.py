@@ -15,9 +15,18 @@ The GPU list lives in ``nvidia-smi.json`` next to the executable and is read on 
 test can change it (call :func:`install_fake_nvidia_smi` again) while processes run. Every call
 appends its argv as one JSON line to ``nvidia-smi.calls``.
 
+On a host with a real GPU, the real driver would win: NVML is asked before ``nvidia-smi`` and
+``CUDA_VISIBLE_DEVICES`` may already be set. So the environment that makes the fake *the* GPU
+source (:func:`fake_nvidia_smi_env`) also sets ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` (the GPU
+driver then never loads NVML) and unsets ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``.
+Pass ``environ=`` to :func:`install_fake_nvidia_smi` (a dict for a subprocess), or use
+:func:`use_fake_nvidia_smi` with pytest's ``monkeypatch`` for this process and its children.
+
 Example:
-    >>> path = install_fake_nvidia_smi(tmp_path, 2)  # doctest: +SKIP
-    >>> monkeypatch.setenv("PATH", f"{path.parent}{os.pathsep}{os.environ['PATH']}")  # doctest: +SKIP
+    >>> env = dict(os.environ)  # doctest: +SKIP
+    >>> install_fake_nvidia_smi(tmp_path, 2, environ=env)  # doctest: +SKIP
+    >>> subprocess.run(["accelflow", "resources"], env=env)  # doctest: +SKIP
+    >>> use_fake_nvidia_smi(monkeypatch, tmp_path, 2)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -27,13 +36,18 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
+
+from accelflow.resources.gpu import GPU_DISCOVERY_ENV_VAR
 
 EXECUTABLE_NAME = "nvidia-smi"
 STATE_FILE_NAME = "nvidia-smi.json"
 CALLS_FILE_NAME = "nvidia-smi.calls"
+#: variables a fake GPU environment removes: the host's own GPU selection must not apply
+HOST_GPU_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
 def fake_gpu_uuid(index: int) -> str:
@@ -91,6 +105,7 @@ def install_fake_nvidia_smi(
     *,
     exit_code: int = 0,
     stderr: str = "",
+    environ: MutableMapping[str, str] | None = None,
 ) -> Path:
     """Write (or update) a fake ``nvidia-smi`` in ``directory``; returns its path.
 
@@ -99,6 +114,9 @@ def install_fake_nvidia_smi(
         gpus: a number of fake GPUs ``0..n-1`` or the GPUs themselves.
         exit_code: non-zero makes every call print ``stderr`` and exit with this code.
         stderr: what a failing call prints on stderr.
+        environ: if given (e.g. a copy of ``os.environ`` for a subprocess), updated in place
+            with :func:`fake_nvidia_smi_env`, so processes started with it see the fake GPUs
+            and nothing else, even on a host with real GPUs.
 
     Returns:
         The path of the executable.
@@ -115,6 +133,66 @@ def install_fake_nvidia_smi(
     executable = folder / EXECUTABLE_NAME
     _write_atomically(executable, f"#!{sys.executable} -IS\n{_PROGRAM}")  # -IS: stdlib only, fast
     executable.chmod(executable.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    if environ is not None:
+        changes = fake_nvidia_smi_env(executable, environ)
+        for name, value in changes.items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
+    return executable
+
+
+def fake_nvidia_smi_env(
+    executable: str | os.PathLike[str], environ: MutableMapping[str, str] | None = None
+) -> dict[str, str | None]:
+    """The environment changes that make the fake at ``executable`` the only GPU source.
+
+    Returns ``{name: value}``, ``None`` meaning "unset": its folder first on ``PATH`` (once),
+    ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` (no NVML, whatever the host has) and no
+    ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER``.
+
+    Example:
+        >>> fake_nvidia_smi_env("/t/bin/nvidia-smi", {"PATH": "/usr/bin"})["PATH"]
+        '/t/bin:/usr/bin'
+    """
+    env = os.environ if environ is None else environ
+    folder = str(Path(executable).parent)
+    path = env.get("PATH", os.defpath)
+    if path.split(os.pathsep)[0] != folder:
+        path = f"{folder}{os.pathsep}{path}"
+    changes: dict[str, str | None] = {"PATH": path, GPU_DISCOVERY_ENV_VAR: "nvidia-smi"}
+    changes.update(dict.fromkeys(HOST_GPU_ENV_VARS))
+    return changes
+
+
+class EnvPatcher(Protocol):
+    """What :func:`use_fake_nvidia_smi` needs of pytest's ``monkeypatch``."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None: ...
+
+    def delenv(self, name: str, raising: bool = True) -> None: ...
+
+
+def use_fake_nvidia_smi(
+    monkeypatch: EnvPatcher,
+    directory: str | os.PathLike[str],
+    gpus: int | Sequence[FakeGPU],
+    *,
+    exit_code: int = 0,
+    stderr: str = "",
+) -> Path:
+    """Install the fake and make it this process's (and its children's) only GPU source.
+
+    Like :func:`install_fake_nvidia_smi`, then applies :func:`fake_nvidia_smi_env` to
+    ``os.environ`` through ``monkeypatch``, so the test undoes it.
+    """
+    executable = install_fake_nvidia_smi(directory, gpus, exit_code=exit_code, stderr=stderr)
+    for name, value in fake_nvidia_smi_env(executable).items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     return executable
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from accelflow.resources.gpu import Allocation, CoordinationFile, GPUDevice, Owner
 from accelflow.testing._nvidia_smi import FakeGPU, install_fake_nvidia_smi
 
 HERE = Path(__file__).parent
@@ -74,3 +76,21 @@ def live_process() -> Iterator[subprocess.Popen[bytes]]:
     yield process
     process.kill()
     process.wait()
+
+
+def plant(path: Path, devices: list[GPUDevice], owner: Owner) -> list[GPUDevice]:
+    """Record ``devices`` for ``owner`` by writing the file, as an owner that allocated and
+    then died (or a record from another host) leaves it: ``allocate`` refuses dead owners."""
+    records = CoordinationFile(path).allocations() if path.exists() else []
+    fresh = [
+        Allocation(index=d.index, uuid=d.uuid, owner=owner, allocated_at="2024-05-01T12:00:00")
+        for d in devices
+    ]
+    document = {
+        "format": "accelflow-gpu-coordination",
+        "version": 1,
+        "allocations": [r.to_json() for r in [*records, *fresh]],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return devices

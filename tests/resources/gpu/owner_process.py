@@ -5,6 +5,9 @@
         is the owner, as a TaskExecutor is when it runs a discovery script)
     python owner_process.py driver COORDINATION_FILE AMOUNT
         allocates in process through GPUDriver (coordination on)
+    python owner_process.py script COORDINATION_FILE AMOUNT SCRIPT
+        allocates through GPUDriver with SCRIPT as discovery script, given the arguments
+        "--enable-coordination-mode --coordination-file COORDINATION_FILE"
 
 It prints one JSON line: {"pid": ..., "gpus": ["3"], "error": null}, then waits for a line on
 stdin: "release" releases cleanly (driver mode) and exits; EOF or anything else just exits.
@@ -13,6 +16,7 @@ stdin: "release" releases cleanly (driver mode) and exits; EOF or anything else 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -45,9 +49,16 @@ def main() -> None:
         from accelflow import AccelflowError
         from accelflow.resources.gpu import GPUDriverFactory
 
-        driver = GPUDriverFactory().create_external_resource_driver(
-            {"coordination-file": coordination_file}
+        params = (
+            {
+                "discovery-script.path": extra[0],
+                "discovery-script.args": "--enable-coordination-mode --coordination-file "
+                + shlex.quote(coordination_file),
+            }
+            if mode == "script"
+            else {"coordination-file": coordination_file}
         )
+        driver = GPUDriverFactory().create_external_resource_driver(params)
         try:
             gpus, error = (
                 sorted(i["index"] for i in driver.retrieve_resource_info(int(amount))),

@@ -25,6 +25,8 @@ from accelflow.resources.gpu import (
     default_coordination_path,
 )
 
+from .conftest import plant
+
 
 def gpus(n: int, *, uuids: bool = True) -> list[GPUDevice]:
     return [GPUDevice(index=str(i), uuid=f"GPU-{i:04d}" if uuids else None) for i in range(n)]
@@ -153,7 +155,7 @@ def test_reclaiming_gpu_1_never_touches_gpu_11(
     live = Owner.of_process(live_process.pid)
     ledger.allocate(devices, 12, live)
     assert [r.index for r in ledger.release([devices[1]], live)] == ["1"]  # 11 stays
-    assert indexes(ledger.allocate(devices, 1, dead_owner(dead_pid))) == ["1"]
+    plant(ledger.path, [devices[1]], dead_owner(dead_pid))
     me = Owner.of_process()
     assert indexes(ledger.allocate(devices, 1, me)) == ["1"]  # reclaimed from the dead owner
     assert held(ledger)["11"] == live_process.pid
@@ -180,7 +182,7 @@ def test_never_recorded_gpus_are_preferred_over_reclaimed_ones(
 ) -> None:
     me = Owner.of_process()
     assert indexes(ledger.allocate(gpus(3), 1, me)) == ["0"]
-    assert indexes(ledger.allocate(gpus(3), 1, dead_owner(dead_pid))) == ["1"]
+    plant(ledger.path, gpus(3)[1:2], dead_owner(dead_pid))
     assert indexes(ledger.allocate(gpus(3), 1, me)) == ["2"]  # not 1: it was never recorded
     assert indexes(ledger.allocate(gpus(3), 1, me)) == ["1"]  # now 1 is reclaimed
     assert set(held(ledger).values()) == {os.getpid()}
@@ -189,7 +191,7 @@ def test_never_recorded_gpus_are_preferred_over_reclaimed_ones(
 def test_a_dead_owners_records_are_dropped_at_the_next_allocation(
     ledger: CoordinationFile, dead_pid: int
 ) -> None:
-    ledger.allocate(gpus(3), 2, dead_owner(dead_pid))
+    plant(ledger.path, gpus(3)[:2], dead_owner(dead_pid))
     assert indexes(ledger.allocate(gpus(3), 1, Owner.of_process())) == ["2"]
     assert held(ledger) == {"2": os.getpid()}  # nothing leaked
 
@@ -197,7 +199,7 @@ def test_a_dead_owners_records_are_dropped_at_the_next_allocation(
 def test_dead_records_are_dropped_even_when_allocation_fails(
     ledger: CoordinationFile, dead_pid: int
 ) -> None:
-    ledger.allocate(gpus(2), 1, dead_owner(dead_pid))
+    plant(ledger.path, gpus(2)[:1], dead_owner(dead_pid))
     with pytest.raises(DiscoveryError):
         ledger.allocate(gpus(2), 3, Owner.of_process())
     assert held(ledger) == {}
@@ -211,7 +213,7 @@ def test_a_reused_pid_is_detected_by_start_time(
     assert real.start_ticks is not None and real.liveness() is Liveness.ALIVE
     impostor = dataclasses.replace(real, start_ticks=real.start_ticks - 1)
     assert impostor.liveness() is Liveness.DEAD and not impostor.same_process(real)
-    ledger.allocate(gpus(1), 1, impostor)
+    plant(ledger.path, gpus(1), impostor)
     assert indexes(ledger.allocate(gpus(1), 1, Owner.of_process())) == ["0"]
 
 
@@ -262,8 +264,8 @@ def test_owners_on_another_host_or_namespace_are_never_reclaimed(
     elsewhere = dataclasses.replace(dead_owner(dead_pid), host="other-node")
     namespaced = dataclasses.replace(dead_owner(dead_pid), pid_namespace=1)
     assert elsewhere.liveness() is Liveness.UNKNOWN and namespaced.liveness() is Liveness.UNKNOWN
-    ledger.allocate(gpus(2), 1, elsewhere)
-    ledger.allocate(gpus(2), 1, namespaced)
+    plant(ledger.path, gpus(2)[:1], elsewhere)
+    plant(ledger.path, gpus(2)[1:], namespaced)
     with pytest.raises(DiscoveryError, match="cannot tell if it runs") as info:
         ledger.allocate(gpus(2), 1, Owner.of_process())
     assert "on host other-node" in str(info.value)
@@ -301,7 +303,9 @@ def test_the_lock_still_excludes_after_a_reclaim(
     ledger: CoordinationFile, dead_pid: int, coordination_file: Path
 ) -> None:
     """Flink's `sed -i` replaced the locked file, so a reclaim broke mutual exclusion."""
-    ledger.allocate(gpus(2), 2, dead_owner(dead_pid))
+    ledger.allocate(gpus(2), 1, Owner.of_process())  # creates the lock file
+    plant(ledger.path, gpus(2)[1:], dead_owner(dead_pid))
+    ledger.release(gpus(2)[:1], Owner.of_process())
     old_lock = os.open(ledger.lock_path, os.O_RDONLY)
     assert len(ledger.allocate(gpus(2), 1, Owner.of_process())) == 1  # a reclaim happened
     assert os.path.samestat(os.fstat(old_lock), ledger.lock_path.stat())

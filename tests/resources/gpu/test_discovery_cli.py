@@ -17,7 +17,7 @@ import pytest
 from accelflow.resources.gpu import CoordinationFile, GPUDevice, Owner
 from accelflow.testing._nvidia_smi import fake_gpu_uuid
 
-from .conftest import OWNER_PROCESS, FakeGPUs
+from .conftest import OWNER_PROCESS, FakeGPUs, plant
 from .test_coordination import dead_owner
 
 MODULE = [sys.executable, "-m", "accelflow.resources.gpu._discovery_cli"]
@@ -123,9 +123,7 @@ def test_dead_owners_are_reclaimed_with_exactly_n_gpus(
     fake_gpus: FakeGPUs, coordination_file: Path, dead_pid: int
 ) -> None:
     fake_gpus(4)  # Flink case 21 with as many GPUs as asked for, so the reclaim really runs
-    CoordinationFile(coordination_file).allocate(
-        [GPUDevice(index="0", uuid=fake_gpu_uuid(0))], 1, dead_owner(dead_pid)
-    )
+    plant(coordination_file, [GPUDevice(index="0", uuid=fake_gpu_uuid(0))], dead_owner(dead_pid))
     first, second = coordinated(coordination_file, 2), coordinated(coordination_file, 2)
     assert (first.stdout, second.stdout) == ("1,2\n", "0,3\n")  # 0: its dead record was dropped
 
@@ -196,11 +194,13 @@ class OwnerProcess:
         self.process.wait(timeout=30)
 
 
-def start_owners(n: int, mode: str, coordination_file: Path, amount: int = 1) -> list[OwnerProcess]:
+def start_owners(
+    n: int, mode: str, coordination_file: Path, amount: int = 1, *extra: str
+) -> list[OwnerProcess]:
     """Start ``n`` owner processes at once; wait for each to report its allocation."""
     processes = [
         subprocess.Popen(
-            [sys.executable, str(OWNER_PROCESS), mode, str(coordination_file), str(amount)],
+            [sys.executable, str(OWNER_PROCESS), mode, str(coordination_file), str(amount), *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

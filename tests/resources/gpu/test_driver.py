@@ -169,7 +169,7 @@ def test_bad_values_name_their_key(
         (
             {"discovery-script.args": "--x"},
             "param.discovery-script.args",
-            "has no effect without param.discovery-script.path",
+            "'--x': unrecognized arguments: --x; without discovery-script.path only",
         ),
         (
             {"discovery-script.timeout": "5"},
@@ -194,6 +194,64 @@ def test_parameters_that_would_be_silently_ignored_are_errors(
     with pytest.raises(ConfigError, match=message) as info:
         make(params)
     assert info.value.keys == (culprit,)
+
+
+# -- discovery-script.args without a script: Flink's default-script flags (issue 12.1) -------
+
+
+@pytest.mark.parametrize(
+    ("args", "coordination", "file"),
+    [
+        ("--enable-coordination", True, None),
+        ("--enable-coordination-mode", True, None),
+        ("--enable-coordination-mode --coordination-file /tmp/flink-gpus.json", True, "/tmp/flink-gpus.json"),
+        ("--coordination-file '/tmp/a b.json' --enable-coordination", True, "/tmp/a b.json"),
+        ("", False, None),  # Flink's default script coordinates only when asked
+    ],
+)
+def test_args_without_a_script_configure_the_default_discovery(
+    args: str, coordination: bool, file: str | None
+) -> None:
+    config = make({"discovery-script.args": args}).config
+    assert config.script is None
+    assert config.coordination is coordination
+    assert config.coordination_file == (Path(file) if file else None)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ("--enable-coordination --gpus 4", "--gpus"),
+        ("2", "2"),
+        ("--owner-pid 17", "--owner-pid"),
+        ("--coordination-file /tmp/g.json", "--coordination-file has no effect without"),
+        ("--enable-coordination '", "No closing quotation"),
+    ],
+)
+def test_other_args_without_a_script_are_errors_naming_them(args: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make({"discovery-script.args": args})
+    assert info.value.keys == ("param.discovery-script.args",)
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize("param", [{"coordination": "true"}, {"coordination-file": "/tmp/g.json"}])
+def test_args_without_a_script_and_coordination_params_conflict(param: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="conflicts with param.discovery-script.args") as info:
+        make({"discovery-script.args": "--enable-coordination", **param})
+    assert info.value.keys == (f"param.{next(iter(param))}",)
+
+
+def test_args_without_a_script_coordinate_in_process(
+    fake_gpus: FakeGPUs, coordination_file: Path
+) -> None:
+    fake_gpus(2)
+    driver = make({"discovery-script.args": f"--enable-coordination --coordination-file {coordination_file}"})
+    infos = driver.retrieve_resource_info(1)
+    assert indexes(infos) == ["0"]
+    assert [a.index for a in CoordinationFile(coordination_file).allocations()] == ["0"]
+    driver.close()
+    assert CoordinationFile(coordination_file).allocations() == []
 
 
 def test_coordination_parameters_with_a_script_are_errors(two_gpu_script: Path) -> None:
@@ -424,6 +482,7 @@ def test_the_public_surface_is_pinned() -> None:
     import accelflow.resources.gpu as gpu
 
     assert gpu.__all__ == [
+        "GPU_DISCOVERY_ENV_VAR",
         "INFO_PROPERTIES",
         "PARAMS",
         "Allocation",

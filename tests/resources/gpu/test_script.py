@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -109,7 +110,7 @@ def test_garbage_from_a_real_script_names_it(tmp_path: Path) -> None:
 
 
 def test_a_huge_garbage_output_is_quoted_in_part(tmp_path: Path) -> None:
-    script = write_script(tmp_path / "huge.sh", "head -c 100000 /dev/zero | tr '\\0' x")
+    script = write_script(tmp_path / "huge.sh", "head -c 60000 /dev/zero | tr '\\0' x")
     with pytest.raises(DiscoveryError, match="more characters") as info:
         run_discovery_script(script, 1, [])
     assert len(str(info.value)) < 2000
@@ -207,10 +208,11 @@ def _process_or_none(pid: int) -> psutil.Process | None:
 
 
 def test_a_chatty_script_does_not_block(tmp_path: Path) -> None:
-    # 1 MiB on each pipe: far beyond a pipe buffer, so reading only after exit would deadlock
+    # 4 MiB on stderr, far beyond a pipe buffer, so reading only after exit would deadlock;
+    # stdout stays under its bound (a long output of blanks is still allowed up to it)
     script = write_script(
         tmp_path / "chatty.py",
-        "import sys\nsys.stderr.write('e' * (1 << 20))\nsys.stdout.write(' ' * (1 << 20) + '0,1')",
+        "import sys\nsys.stderr.write('e' * (4 << 20))\nsys.stdout.write(' ' * 60000 + '0,1')",
         shebang=f"#!{sys.executable}",
     )
     assert run_discovery_script(script, 2, [], timeout=30) == ["0", "1"]
@@ -221,3 +223,85 @@ def test_the_environment_is_inherited(tmp_path: Path, monkeypatch: pytest.Monkey
     script = write_script(tmp_path / "env.sh", 'echo "$MY_GPUS"')
     assert run_discovery_script(script, 2, []) == ["6", "7"]
     assert os.environ["MY_GPUS"] == "6,7"
+
+
+# -- unbounded output, escaped helpers --------------------------------------------------------------
+
+
+def test_megabytes_of_zeros_are_refused_not_read_as_one_index(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "zeros.sh", "head -c 10000000 /dev/zero | tr '\\0' 0")
+    with pytest.raises(DiscoveryError, match="printed more than 64 KiB on stdout") as info:
+        run_discovery_script(script, 1, [], timeout=60)
+    assert len(str(info.value)) < 1000
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [("007,01", ["7", "1"]), ("00", ["0"]), ("0:01,1:000", ["0:1", "1:0"]), ("000999999", ["999999"])],
+)
+def test_leading_zeros_are_normalised(stdout: str, expected: list[str]) -> None:
+    assert parse_script_output(stdout) == expected
+
+
+@pytest.mark.parametrize(
+    ("stdout", "message"),
+    [
+        ("1" * 38, "not a GPU index"),
+        ("1000000", "not a GPU index"),
+        ("0" * 5000, "not a GPU index"),
+        ("1,01", "printed index 1 twice"),
+        ("٣", "not a GPU index"),  # a non-ASCII digit
+    ],
+)
+def test_overlong_or_disguised_indexes_are_refused(stdout: str, message: str) -> None:
+    with pytest.raises(DiscoveryError, match=message) as info:
+        parse_script_output(stdout)
+    assert len(str(info.value)) < 1500
+
+
+def test_a_huge_index_list_makes_a_short_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = write_script(tmp_path / "many.sh", "seq -s, 0 9999")  # ~49 KB, under the bound
+    with caplog.at_level(logging.WARNING, logger="accelflow.resources.gpu"):
+        assert run_discovery_script(script, 1, [], timeout=60) == ["0"]
+    [record] = caplog.records
+    assert "returned 10000 GPUs" in record.getMessage() and "(9984 more)" in record.getMessage()
+    assert len(record.getMessage()) < 500
+
+
+@pytest.mark.skipif(not shutil.which("setsid"), reason="needs setsid(1)")
+def test_a_timeout_kills_helpers_that_left_the_session(tmp_path: Path) -> None:
+    """``setsid`` helpers left the process group, so ``killpg`` missed them while the error
+    said every process was killed; the second one is also orphaned (a double fork)."""
+    direct, orphan = tmp_path / "direct.pid", tmp_path / "orphan.pid"
+    script = write_script(
+        tmp_path / "escapes.sh",
+        f"setsid sleep 300 &\necho $! > '{direct}'\n"
+        f"(setsid sleep 301 & echo $! > '{orphan}')\nsleep 300",
+    )
+    with pytest.raises(DiscoveryError, match=r"within 1 s") as info:
+        run_discovery_script(script, 1, [], timeout=1.0)
+    helpers = [int(direct.read_text()), int(orphan.read_text())]
+    for pid in helpers:
+        assert str(pid) in str(info.value)  # the message names what was killed
+        helper = _process_or_none(pid)
+        if helper is not None:
+            _, alive = psutil.wait_procs([helper], timeout=10)
+            assert not alive, f"helper {pid} started with setsid survived the timeout"
+    assert "still running" not in str(info.value)
+
+
+def test_a_bare_name_is_looked_up_on_path_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelflow.resources.gpu._script import find_on_path
+
+    bin_dir = tmp_path / "bin"
+    planted = write_script(tmp_path / "work" / "discover", "echo 9")  # in the working directory
+    monkeypatch.chdir(planted.parent)
+    assert find_on_path("discover", {"PATH": f".{os.pathsep}{os.pathsep}{bin_dir}"}) is None
+    real = write_script(bin_dir / "discover", "echo 0")
+    assert find_on_path("discover", {"PATH": f".{os.pathsep}{bin_dir}"}) == real
+    with pytest.raises(ValueError, match="is a path"):
+        find_on_path("./discover", {"PATH": str(bin_dir)})

@@ -20,13 +20,16 @@ from accelflow.resources.gpu._discovery import discover_gpus
 from accelflow.resources.gpu._driver import GPUDriver
 from accelflow.resources.gpu._factory import GPUDriverFactory
 from accelflow.resources.gpu._owner import Liveness, Owner
-from accelflow.resources.gpu._params import PARAMS, GPUDriverConfig, ScriptConfig
-from accelflow.resources.gpu._ray import RAY_GPU_IDS_ENV_VAR, is_gpu_plugin
+from accelflow.resources.gpu._params import (
+    GPU_DISCOVERY_ENV_VAR,
+    PARAMS,
+    GPUDriverConfig,
+    ScriptConfig,
+)
 from accelflow.resources.gpu._script import parse_script_output, run_discovery_script
 
 __all__ = [
-    "RAY_GPU_IDS_ENV_VAR",
-    "is_gpu_plugin",
+    "GPU_DISCOVERY_ENV_VAR",
     "INFO_PROPERTIES",
     "PARAMS",
     "Allocation",

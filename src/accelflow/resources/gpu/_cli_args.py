@@ -1,13 +1,16 @@
-"""The arguments of ``accelflow-gpu-discovery`` (shared by the command and the driver).
+"""The arguments of ``accelflow-gpu-discovery``: the one parser of the discovery flags.
 
-The driver reads a script's ``discovery-script.args`` with the same parser to learn which
-coordination file the command recorded GPUs in, so it can release them eagerly.
+Used by the command itself, by the driver (a script's ``discovery-script.args`` tell which
+coordination file the command recorded GPUs in, so it can release them eagerly) and by the
+parameter check (``discovery-script.args`` without a script configure the in-process default
+discovery, as Flink's args configure its default script).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -75,6 +78,39 @@ def build_parser(*, quiet: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryFlags:
+    """The discovery flags (everything after the amount), parsed.
+
+    Attributes:
+        coordination: ``--enable-coordination-mode`` (or ``--enable-coordination``) was given.
+        coordination_file: ``--coordination-file``, made absolute; ``None`` when not given.
+        owner_pid: ``--owner-pid``; ``None`` when not given.
+    """
+
+    coordination: bool = False
+    coordination_file: Path | None = None
+    owner_pid: int | None = None
+
+
+def parse_flags(args: Sequence[str]) -> DiscoveryFlags:
+    """Parse the flags the command takes after its amount.
+
+    Example:
+        >>> parse_flags(["--enable-coordination", "--coordination-file", "/tmp/g.json"])
+        DiscoveryFlags(coordination=True, coordination_file=PosixPath('/tmp/g.json'), owner_pid=None)
+
+    Raises:
+        ValueError: an unknown flag or a bad value; the message names it.
+    """
+    namespace = build_parser(quiet=True).parse_args(["1", *args])
+    return DiscoveryFlags(
+        coordination=namespace.coordination,
+        coordination_file=absolute(namespace.coordination_file),
+        owner_pid=namespace.owner_pid,
+    )
+
+
 def coordination_file_of(args: Sequence[str]) -> Path | None:
     """The coordination file that ``args`` (without the amount) make this command use, or
     ``None`` when they do not enable coordination or do not parse.
@@ -84,15 +120,15 @@ def coordination_file_of(args: Sequence[str]) -> Path | None:
         PosixPath('/tmp/g.json')
     """
     try:
-        namespace = build_parser(quiet=True).parse_args(["1", *args])
+        flags = parse_flags(args)
     except ValueError:
         return None
-    if not namespace.coordination:
+    if not flags.coordination:
         return None
     from accelflow.resources.gpu._coordination import default_coordination_path
 
     try:
-        return absolute(namespace.coordination_file) or default_coordination_path()
+        return flags.coordination_file or default_coordination_path()
     except AccelflowError:
         return None
 
@@ -109,7 +145,7 @@ def args_problem(args: Sequence[str]) -> str | None:
         'unrecognized arguments: --enable-coordination-mod'
     """
     try:
-        build_parser(quiet=True).parse_args(["1", *args])
+        parse_flags(args)
     except ValueError as exc:
         return str(exc)
     return None

@@ -24,7 +24,16 @@ Invariants (each one fixes a defect of Flink's ``nvidia-gpu-discovery.sh``):
   holder killed mid-update leaves the old state or the new one, never a torn one.
 * Records match GPUs exactly, by UUID when both sides know it, else by index: releasing
   GPU ``1`` never touches GPU ``11`` (Flink's unanchored ``sed '/1 /d'`` did).
-* An owner is a process identity that survives PID reuse (:class:`Owner`).
+* An owner is a process identity that survives PID reuse (:class:`Owner`); an owner that has
+  already exited is refused (recording it would free its GPUs at once).
+* The lock is waited for at most ``lock_timeout`` seconds (default
+  :data:`DEFAULT_LOCK_TIMEOUT_S`, below a TaskExecutor's registration timeout); then a
+  :class:`CoordinationError` names the lock file and the holder (from ``/proc/locks``), so a
+  stopped (``SIGSTOP``) holder or a stranger pinning the lock cannot hang discovery silently.
+* The lock file is created without any permission for "others" (0600 for the per-user default,
+  0660 for an explicit path, so a group can share it): whoever can open a file can ``flock``
+  it, so a file others can read could be pinned by any local user. An older 0644 lock file
+  of this user is tightened when opened.
 * A GPU is handed out only if no record holds it or every record holding it names a dead
   owner. A state file that is not ours, is from a newer version or does not parse stops
   allocation with a :class:`CoordinationError`; it is never overwritten or guessed around.
@@ -33,8 +42,6 @@ Invariants (each one fixes a defect of Flink's ``nvidia-gpu-discovery.sh``):
 from __future__ import annotations
 
 import datetime
-import errno
-import fcntl
 import json
 import os
 import stat
@@ -47,12 +54,17 @@ from typing import Any
 
 from accelflow._errors import CoordinationError, DiscoveryError
 from accelflow.resources.gpu._device import GPUDevice
+from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S, hold_lock, reason
 from accelflow.resources.gpu._owner import Liveness, Owner
 
 FORMAT = "accelflow-gpu-coordination"
 VERSION = 1
 COORDINATION_FILE_NAME = "gpu-coordination.json"
 LOCK_SUFFIX = ".lock"
+MAX_STATE_BYTES = 16 << 20  # a record is ~400 bytes: room for 40,000 of them
+_PRIVATE_MODE = 0o600  # per-user default files
+_SHARED_STATE_MODE = 0o644  # explicit path: everyone may read who holds which GPU
+_SHARED_LOCK_MODE = 0o660  # explicit path: the group may lock, others may not even open it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,15 +183,26 @@ class CoordinationFile:
     Args:
         path: the state file; its directory is created if missing. ``None``: the per-user
             default of :func:`default_coordination_path`.
+        lock_timeout: the longest wait for the lock, in seconds.
 
     Raises:
         CoordinationError: the default directory is unsafe.
+        ValueError: ``lock_timeout`` is not a positive number.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
+        if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout < float("inf"):
+            raise ValueError(f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}")
         self.path = Path(path) if path is not None else default_coordination_path()
         self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
-        self._mode = 0o600 if path is None else 0o644
+        self.lock_timeout = float(lock_timeout)
+        self._mode = _PRIVATE_MODE if path is None else _SHARED_STATE_MODE
+        self._lock_mode = _PRIVATE_MODE if path is None else _SHARED_LOCK_MODE
 
     def __repr__(self) -> str:
         return f"CoordinationFile({str(self.path)!r})"
@@ -195,11 +218,19 @@ class CoordinationFile:
 
         Raises:
             DiscoveryError: fewer than ``amount`` are free; names every holder.
-            CoordinationError: the state file is unusable.
+            CoordinationError: the state file is unusable, the lock stays taken, or ``owner``
+                has already exited.
         """
         if amount < 1:
             raise ValueError(f"amount must be a positive integer, got {amount}")
         with self.lock():
+            if owner.liveness() is Liveness.DEAD:
+                raise CoordinationError(
+                    f"refusing to record {owner.describe()} as the owner of GPUs: it has "
+                    "already exited, so the GPUs would be free again at once (a wrapper script "
+                    "without 'exec'? the GPU driver names the owner in its environment)",
+                    path=str(self.path),
+                )
             records = self._read()
             verdicts = _liveness(records)
             kept = [r for r in records if verdicts[r.owner] is not Liveness.DEAD]
@@ -239,24 +270,15 @@ class CoordinationFile:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the exclusive lock for the block (blocks until it is free).
+        """Hold the exclusive lock for the block (waits at most ``lock_timeout`` seconds).
 
         Raises:
-            CoordinationError: the lock file cannot be opened or is not a regular file.
+            CoordinationError: the lock file cannot be opened, is not a regular file, or stays
+                locked by another process for ``lock_timeout`` seconds.
         """
         self._ensure_directory()
-        flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            fd = os.open(self.lock_path, flags, 0o644)
-        except OSError as exc:
-            raise self._error(self.lock_path, f"cannot open the lock file: {_reason(exc)}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise self._error(self.lock_path, "the lock file is not a regular file; remove it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with hold_lock(self.lock_path, mode=self._lock_mode, timeout=self.lock_timeout):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor drops the lock
 
     # -- state file ----------------------------------------------------------------------------
 
@@ -274,11 +296,18 @@ class CoordinationFile:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise self._error(self.path, f"cannot read the state: {_reason(exc)}") from exc
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise self._corrupt("it is not a regular file")
-            data = f.read()
+            raise self._error(self.path, f"cannot read the state: {reason(exc)}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: a directory raises there
+                raise self._corrupt("it is not a regular file (a directory?)")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_STATE_BYTES + 1)
+        except OSError as exc:
+            raise self._error(self.path, f"cannot read the state: {reason(exc)}") from exc
+        finally:
+            os.close(fd)
+        if len(data) > MAX_STATE_BYTES:
+            raise self._corrupt(f"it is larger than {MAX_STATE_BYTES >> 20} MiB")
         if not data.strip():
             return []
         return self._parse(data)
@@ -288,6 +317,10 @@ class CoordinationFile:
             document = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise self._corrupt(f"it is not JSON ({exc}); it starts with {data[:80]!r}") from None
+        except RecursionError:
+            raise self._corrupt(
+                f"it nests too deeply to be a coordination state; it starts with {data[:80]!r}"
+            ) from None
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             raise self._corrupt(
                 f'it is not an accelflow GPU coordination file (no "format": "{FORMAT}")'
@@ -316,7 +349,7 @@ class CoordinationFile:
         try:
             fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
         except OSError as exc:
-            raise self._error(self.path, f"cannot write the state: {_reason(exc)}") from exc
+            raise self._error(self.path, f"cannot write the state: {reason(exc)}") from exc
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
@@ -327,7 +360,7 @@ class CoordinationFile:
         except BaseException as exc:
             Path(temp).unlink(missing_ok=True)
             if isinstance(exc, OSError):
-                raise self._error(self.path, f"cannot write the state: {_reason(exc)}") from exc
+                raise self._error(self.path, f"cannot write the state: {reason(exc)}") from exc
             raise
         # The directory is not fsynced: only a host crash can lose the rename, and after one
         # every recorded owner is dead (new boot id), so the older state it brings back is
@@ -338,7 +371,7 @@ class CoordinationFile:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise self._error(
-                self.path.parent, f"cannot create the directory: {_reason(exc)}"
+                self.path.parent, f"cannot create the directory: {reason(exc)}"
             ) from exc
 
     # -- messages ------------------------------------------------------------------------------
@@ -390,9 +423,3 @@ def _liveness(records: Sequence[Allocation]) -> dict[Owner, Liveness]:
         if record.owner not in verdicts:
             verdicts[record.owner] = record.owner.liveness()
     return verdicts
-
-
-def _reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "it is a symbolic link (refused, to avoid symlink attacks); remove it"
-    return exc.strerror or str(exc)

@@ -41,12 +41,35 @@ INFO_PROPERTIES = (
     MIG_PROFILE,
 )
 
-_INDEX_PATTERN = re.compile(r"\d+(?::\d+)?")
+MAX_INDEX_DIGITS = 6
+"""The most digits of a GPU index (or of each part of a MIG index), leading zeros aside."""
+MAX_INDEX_CHARS = 24
+"""The longest index text accepted before leading zeros are dropped (``"0000…"`` is refused)."""
+_PART = rf"(?:0|[1-9][0-9]{{0,{MAX_INDEX_DIGITS - 1}}})"
+_INDEX_PATTERN = re.compile(rf"{_PART}(?::{_PART})?")
+_LOOSE_PATTERN = re.compile(r"([0-9]+)(?::([0-9]+))?")
 
 
 def is_device_index(text: str) -> bool:
-    """Whether ``text`` is a GPU index (``"3"``) or a MIG unit index (``"0:1"``)."""
+    """Whether ``text`` is a GPU index (``"3"``) or a MIG unit index (``"0:1"``), written the
+    canonical way: ASCII digits, no leading zeros, at most :data:`MAX_INDEX_DIGITS` each."""
     return _INDEX_PATTERN.fullmatch(text) is not None
+
+
+def normalize_index(text: str) -> str | None:
+    """``text`` as a canonical index (``"007"`` → ``"7"``, ``"0:01"`` → ``"0:1"``), or
+    ``None`` when it is no index or is too long (see :data:`MAX_INDEX_DIGITS`).
+
+    Example:
+        >>> normalize_index("007"), normalize_index("1" * 38), normalize_index("²")
+        ('7', None, None)
+    """
+    match = _LOOSE_PATTERN.fullmatch(text) if len(text) <= MAX_INDEX_CHARS else None
+    if match is None:
+        return None
+    parts = [str(int(p)) for p in match.groups() if p is not None]
+    result = ":".join(parts)
+    return result if is_device_index(result) else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +102,10 @@ class GPUDevice:
 
     def __post_init__(self) -> None:
         if not is_device_index(self.index):
-            raise ValueError(f"a GPU index is a number such as '0' or '0:1', got {self.index!r}")
+            raise ValueError(
+                "a GPU index is a number such as '0' or '0:1' (no leading zeros, at most "
+                f"{MAX_INDEX_DIGITS} digits), got {self.index[:40]!r}"
+            )
 
     @property
     def is_mig(self) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from accelflow._errors import DiscoveryError
 from accelflow.resources.gpu import _nvml, _smi
 from accelflow.resources.gpu._device import GPUDevice
+from accelflow.resources.gpu._params import GPU_DISCOVERY_ENV_VAR, discovery_source
 from accelflow.resources.gpu._visible import restrict_to_visible
 
 log = logging.getLogger("accelflow.resources.gpu")
@@ -34,11 +35,17 @@ def discover_gpus(environ: Mapping[str, str] | None = None) -> list[GPUDevice]:
 
 
 def list_host_gpus() -> list[GPUDevice]:
-    """Every GPU of the host, from NVML when it loads, else from ``nvidia-smi``."""
+    """Every GPU of the host, from NVML when it loads, else from ``nvidia-smi``
+    (``ACCELFLOW_GPU_DISCOVERY=nvml`` or ``nvidia-smi`` pins one, see :mod:`._params`)."""
+    source = discovery_source()
+    nvml_reason = f"{GPU_DISCOVERY_ENV_VAR}=nvidia-smi"
     try:
-        with _nvml.open_nvml() as nvml:
-            return _nvml.query_gpus(nvml)
+        if source != "nvidia-smi":
+            with _nvml.open_nvml() as nvml:
+                return _nvml.query_gpus(nvml)
     except _nvml.NvmlUnavailable as exc:
+        if source == "nvml":
+            raise DiscoveryError(f"{exc} (and {GPU_DISCOVERY_ENV_VAR}=nvml)") from exc
         nvml_reason = str(exc)
     smi = _smi.find_nvidia_smi()
     if smi is None:

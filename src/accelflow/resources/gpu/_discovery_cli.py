@@ -9,7 +9,9 @@ Usage (exactly like ``nvidia-gpu-discovery.sh``, usable as ``discovery-script.pa
 * without coordination: the first ``amount`` visible GPUs; too few: exit 1, message on stderr;
 * ``--enable-coordination-mode`` (or ``--enable-coordination``, the spelling of Flink's docs)
   allocates through the coordination file (default: per user, see ``docs/gpu.md``); the owner
-  of the GPUs is the process that ran this command (its parent), as in Flink;
+  of the GPUs is ``--owner-pid``, else the process named by ``$ACCELFLOW_GPU_OWNER`` (the GPU
+  driver sets it, so a wrapper script in between does not matter), else the process that ran
+  this command (its parent), as in Flink. An owner that has already exited is refused;
 * unknown options are an error (exit 2), never silently ignored.
 
 Also runs as ``python -m accelflow.resources.gpu._discovery_cli``.
@@ -18,6 +20,7 @@ Also runs as ``python -m accelflow.resources.gpu._discovery_cli``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,7 +30,7 @@ from accelflow._errors import AccelflowError, CoordinationError, DiscoveryError
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, absolute, build_parser
 from accelflow.resources.gpu._coordination import CoordinationFile
 from accelflow.resources.gpu._discovery import discover_gpus
-from accelflow.resources.gpu._owner import Owner
+from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner, owner_from_env
 
 EXIT_NOT_ENOUGH = 1
 
@@ -58,15 +61,26 @@ def _choose(args: argparse.Namespace) -> list[str]:
             )
         return [d.index for d in universe[: args.amount]]
     ledger = CoordinationFile(absolute(args.coordination_file))
-    pid = args.owner_pid or psutil.Process().ppid()
+    owner = _owner(args.owner_pid, ledger)
+    return [d.index for d in ledger.allocate(universe, args.amount, owner)]
+
+
+def _owner(owner_pid: int | None, ledger: CoordinationFile) -> Owner:
+    """``--owner-pid``, else ``$ACCELFLOW_GPU_OWNER``, else the parent; never a dead one."""
+    from_env = os.environ.get(OWNER_ENV_VAR)
+    if owner_pid is None and from_env is not None:
+        try:
+            return owner_from_env(from_env)
+        except ValueError as exc:
+            raise CoordinationError(str(exc), path=str(ledger.path)) from None
+    pid = owner_pid or psutil.Process().ppid()
     try:
-        owner = Owner.of_process(pid)
+        return Owner.of_process(pid)
     except psutil.NoSuchProcess:
         raise CoordinationError(
             f"the owner process {pid} is gone, so its GPUs would be free again at once",
             path=str(ledger.path),
         ) from None
-    return [d.index for d in ledger.allocate(universe, args.amount, owner)]
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 Two modes, picked by ``param.discovery-script.path`` (and a third on Ray: inside a
 TaskExecutor actor the driver reports the GPUs Ray assigned, see :mod:`._ray`):
 
-* **script**: run the script (Flink's contract, :mod:`._script`), then add what NVML or
-  ``nvidia-smi`` knows about the returned indexes (UUID, name, memory, PCI bus id); that
-  enrichment is best effort and never fails discovery.
+* **script**: run the script (Flink's contract, :mod:`._script`) with this process named in
+  ``$ACCELFLOW_GPU_OWNER`` (so ``accelflow-gpu-discovery`` behind a wrapper script records the
+  TaskExecutor, not the wrapper, as the owner), then add what NVML or ``nvidia-smi`` knows
+  about the returned indexes (UUID, name, memory, PCI bus id). When they list GPUs, an index
+  they do not list is a :class:`DiscoveryError`; when they are missing or fail, the indexes
+  are taken as they are.
 * **in process** (no script): NVML, else ``nvidia-smi``, restricted by
   ``CUDA_VISIBLE_DEVICES``; with ``param.coordination`` (default true) the GPUs are taken
   through the host coordination file, so TaskExecutors on one host never share a GPU.
@@ -24,7 +27,7 @@ from accelflow.resources.gpu import _discovery, _script
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, coordination_file_of
 from accelflow.resources.gpu._coordination import CoordinationFile
 from accelflow.resources.gpu._device import GPUDevice
-from accelflow.resources.gpu._owner import Owner
+from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner
 from accelflow.resources.gpu._params import GPUDriverConfig, ScriptConfig
 from accelflow.resources.gpu._ray import ray_assigned_ids
 from accelflow.resources.gpu._visible import (
@@ -115,13 +118,17 @@ class GPUDriver(ExternalResourceDriver):
         return self._allocate(ledger, universe, amount)
 
     def _run_script(self, script: ScriptConfig, amount: int) -> list[GPUDevice]:
-        indexes = _script.run_discovery_script(script.path, amount, script.args, script.timeout)
-        devices = _enrich(indexes)
+        me = Owner.of_process()
+        environ = {**os.environ, OWNER_ENV_VAR: me.to_env()}
+        indexes = _script.run_discovery_script(
+            script.path, amount, script.args, script.timeout, environ=environ
+        )
+        devices = _enrich(indexes, check_source=str(script.path))
         ledger_path = _our_command_ledger(script)
         if ledger_path is not None:
             # accelflow-gpu-discovery recorded these GPUs for this process (its parent):
             # remember them so release() gives them back eagerly
-            self._ledger, self._owner = CoordinationFile(ledger_path), Owner.of_process()
+            self._ledger, self._owner = CoordinationFile(ledger_path), me
             self._held.extend(devices)
         return devices
 
@@ -144,13 +151,33 @@ class GPUDriver(ExternalResourceDriver):
         log.debug("released %s from %s", [r.gpu for r in released], self._ledger.path)
 
 
-def _enrich(indexes: list[str]) -> list[GPUDevice]:
-    known: dict[str, GPUDevice] = {}
+def _enrich(indexes: list[str], *, check_source: str | None = None) -> list[GPUDevice]:
+    """The devices of ``indexes``, described by NVML/``nvidia-smi`` where they know them.
+
+    Raises:
+        DiscoveryError: ``check_source`` is given, NVML or ``nvidia-smi`` list GPUs, and an
+            index is none of them (nor the GPU of listed MIG units).
+    """
+    host: list[GPUDevice] = []
     try:
-        known = {d.index: d for d in _discovery.list_host_gpus()}
+        host = _discovery.list_host_gpus()
     except (DiscoveryError, OSError) as exc:
         log.debug("cannot add GPU properties to the script's indexes: %s", exc)
+    known = {d.index: d for d in host}
+    listed = set(known) | {d.parent_index for d in host if d.parent_index is not None}
+    unknown = [i for i in indexes if i not in listed]
+    if check_source is not None and host and unknown:
+        raise DiscoveryError(
+            f"discovery script {check_source} printed GPU index(es) "
+            f"{_script.brief(unknown)} that this host does not have: NVML/nvidia-smi list "
+            f"{_script.brief(sorted(listed, key=_index_order))}. Fix the script (or, for "
+            "GPUs of another vendor, run it where no NVIDIA GPU is listed)"
+        )
     return [known.get(i, GPUDevice(index=i)) for i in indexes]
+
+
+def _index_order(index: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in index.split(":"))
 
 
 def _our_command_ledger(script: ScriptConfig) -> Path | None:

@@ -10,6 +10,11 @@ The start time that decides is ``starttime`` from ``/proc/<pid>/stat`` (clock ti
 boot): exact and immune to clock changes. psutil's ``create_time()`` adds the boot time,
 which moves with NTP adjustments, so comparing it could declare a live owner dead; it is
 recorded for people to read, and compared (within a second) only where ``/proc`` is missing.
+
+Who the owner is, when a command allocates for another process: the driver passes its own
+identity in :data:`OWNER_ENV_VAR` (``<pid>:<start_ticks>``) to every discovery script, so a
+wrapper script (``#!/bin/sh`` + ``accelflow-gpu-discovery "$@"``, no ``exec``) does not make the
+short-lived shell the owner. :func:`owner_from_env` refuses an owner that has already exited.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ _PID_NAMESPACE_PATH = "/proc/self/ns/pid"
 _STAT_PATH = "/proc/{pid}/stat"
 _START_TIME_TOLERANCE_S = 1.0  # only where /proc is missing: wall-clock start times
 _DEAD_STATES = ("Z", "X")  # zombie (killed, not yet reaped), dead
+
+OWNER_ENV_VAR = "ACCELFLOW_GPU_OWNER"
+"""Set by the GPU driver for its discovery script: ``<pid>:<start_ticks>`` of the TaskExecutor
+(``<pid>:`` where there is no ``/proc``). ``accelflow-gpu-discovery`` records this process as
+the owner of the GPUs it allocates, whatever its parent is."""
 
 
 class Liveness(enum.Enum):
@@ -120,6 +130,10 @@ class Owner:
             return Liveness.DEAD  # /proc works and has no such process
         return _psutil_liveness(self)
 
+    def to_env(self) -> str:
+        """The value of :data:`OWNER_ENV_VAR` naming this owner, e.g. ``"4242:123456"``."""
+        return f"{self.pid}:{'' if self.start_ticks is None else self.start_ticks}"
+
     def describe(self) -> str:
         """For messages: ``pid 4242 on host gpu-node-1``."""
         return f"pid {self.pid} on host {self.host}"
@@ -166,6 +180,38 @@ class Owner:
             boot_id=boot_id,
             pid_namespace=namespace,
         )
+
+
+def owner_from_env(value: str) -> Owner:
+    """The live owner that :data:`OWNER_ENV_VAR` names.
+
+    Example:
+        >>> owner_from_env(Owner.of_process().to_env()).pid == os.getpid()
+        True
+
+    Raises:
+        ValueError: the value is malformed, or names a process that has exited (none runs
+            with that pid, or the one that does started at another time).
+    """
+    text = value.strip()
+    pid_text, colon, ticks_text = text.partition(":")
+    if not colon or not pid_text.isdecimal() or (ticks_text and not ticks_text.isdecimal()):
+        raise ValueError(
+            f"{OWNER_ENV_VAR}={value[:80]!r}: expected '<pid>:<start ticks>', e.g. '4242:123456'"
+        )
+    pid = int(pid_text)
+    gone = f"{OWNER_ENV_VAR} names process {pid}, which has exited"
+    try:
+        owner = Owner.of_process(pid) if pid > 0 else None
+    except psutil.NoSuchProcess:
+        owner = None
+    if owner is None:
+        raise ValueError(f"{gone}; its GPUs would be free again at once")
+    if ticks_text and owner.start_ticks is not None and owner.start_ticks != int(ticks_text):
+        raise ValueError(f"{gone} (pid {pid} now belongs to another process)")
+    if owner.liveness() is Liveness.DEAD:
+        raise ValueError(f"{gone} (it is a zombie)")
+    return owner
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -3,6 +3,13 @@
 Keys are given to the factory without the ``external-resource.<name>.`` prefix, so problems
 name them ``param.<p>`` (the provider adds the resource prefix). Every problem is reported,
 not only the first.
+
+As in Flink, ``discovery-script.args`` without ``discovery-script.path`` are the arguments of
+the default discovery: ``--enable-coordination-mode`` (or ``--enable-coordination``) and
+``--coordination-file PATH`` become in-process coordination and its file, and no
+``--enable-coordination-mode`` means no coordination (Flink's default script coordinates only
+when asked). Also here: :data:`GPU_DISCOVERY_ENV_VAR`, which pins the in-process discovery
+source (e.g. tests that mean a fake ``nvidia-smi`` on a host that also has NVML).
 """
 
 from __future__ import annotations
@@ -14,11 +21,17 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow.config import _parse
 from accelflow.config.keys import ACCELFLOW_HOME_ENV_VAR
-from accelflow.resources.gpu._cli_args import COMMAND_NAME, args_problem
+from accelflow.resources.gpu._cli_args import (
+    COMMAND_NAME,
+    DiscoveryFlags,
+    args_problem,
+    parse_flags,
+)
 from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S
 
 SCRIPT_PATH = "discovery-script.path"
@@ -31,7 +44,9 @@ PARAMS: Mapping[str, str] = {
     SCRIPT_PATH: "Discovery script; absolute, or relative to $ACCELFLOW_HOME, else to the "
     "working directory; a bare name not found there is looked up on PATH. Unset: NVML, "
     "else nvidia-smi, in process.",
-    SCRIPT_ARGS: "Arguments after the amount, split like a shell (quotes respected).",
+    SCRIPT_ARGS: "Arguments after the amount, split like a shell (quotes respected). Without "
+    "a script (as in Flink): '--enable-coordination-mode [--coordination-file PATH]' turn on "
+    "in-process coordination; without that flag there is none.",
     SCRIPT_TIMEOUT: f"How long the script may run, e.g. '30 s' (default {DEFAULT_TIMEOUT_S:g} s).",
     COORDINATION: "In-process discovery only: share GPUs through the host coordination file "
     "(default true).",
@@ -39,8 +54,35 @@ PARAMS: Mapping[str, str] = {
     "default: per user, under the temp directory).",
 }
 DEFAULT_COORDINATION = True
-_SCRIPT_ONLY = (SCRIPT_ARGS, SCRIPT_TIMEOUT)
+_SCRIPT_ONLY = (SCRIPT_TIMEOUT,)
 _IN_PROCESS_ONLY = (COORDINATION, COORDINATION_FILE)
+
+GPU_DISCOVERY_ENV_VAR = "ACCELFLOW_GPU_DISCOVERY"
+"""Where in-process discovery looks: ``auto`` (default: NVML, else ``nvidia-smi``), ``nvml``
+(NVML only) or ``nvidia-smi`` (never NVML, even where it loads)."""
+DiscoverySource = Literal["auto", "nvml", "nvidia-smi"]
+DISCOVERY_SOURCES: tuple[DiscoverySource, ...] = ("auto", "nvml", "nvidia-smi")
+
+
+def discovery_source(environ: Mapping[str, str] | None = None) -> DiscoverySource:
+    """The in-process discovery source :data:`GPU_DISCOVERY_ENV_VAR` asks for.
+
+    Example:
+        >>> discovery_source({"ACCELFLOW_GPU_DISCOVERY": " NVIDIA-SMI "}), discovery_source({})
+        ('nvidia-smi', 'auto')
+
+    Raises:
+        ConfigError: any other value, naming the variable and the accepted values.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(GPU_DISCOVERY_ENV_VAR, "")
+    text = raw.strip().lower() or "auto"
+    for source in DISCOVERY_SOURCES:
+        if text == source:
+            return source
+    raise ConfigError(
+        f"expected one of {', '.join(DISCOVERY_SOURCES)}, got {raw!r}", key=GPU_DISCOVERY_ENV_VAR
+    )
 
 
 def key(param: str) -> str:
@@ -90,6 +132,9 @@ def parse_params(
     script = _script_config(params, env, problems) if SCRIPT_PATH in params else None
     coordination = _coordination(params, problems)
     coordination_file = _coordination_file(params, problems)
+    if SCRIPT_PATH not in params and SCRIPT_ARGS in params:
+        flags = _default_discovery_flags(params, problems)
+        coordination, coordination_file = flags.coordination, flags.coordination_file
     if problems:
         raise ConfigError(problems)
     return GPUDriverConfig(
@@ -116,6 +161,16 @@ def _mode_conflicts(params: Mapping[str, str]) -> list[ConfigProblem]:
             for p in _SCRIPT_ONLY
             if p in params
         ]
+        if SCRIPT_ARGS in params:
+            problems += [
+                ConfigProblem(
+                    key(p),
+                    f"conflicts with {key(SCRIPT_ARGS)}, which configures the default "
+                    "discovery (as in Flink); keep one of them",
+                )
+                for p in _IN_PROCESS_ONLY
+                if p in params
+            ]
     else:
         problems += [
             ConfigProblem(
@@ -157,6 +212,35 @@ def _script_config(
             )
         )
     return None if path is None else ScriptConfig(path=path, args=args, timeout=timeout)
+
+
+def _default_discovery_flags(
+    params: Mapping[str, str], problems: list[ConfigProblem]
+) -> DiscoveryFlags:
+    """``discovery-script.args`` without a script: the flags of Flink's default script, which
+    accelflow's default (in-process) discovery honours; anything else is an error."""
+    raw = params[SCRIPT_ARGS]
+    fix = (
+        "without discovery-script.path only --enable-coordination-mode (or "
+        "--enable-coordination) and --coordination-file PATH apply"
+    )
+    try:
+        flags = parse_flags(shlex.split(raw))
+    except ValueError as exc:
+        problems.append(ConfigProblem(key(SCRIPT_ARGS), f"{raw!r}: {exc}; {fix}"))
+        return DiscoveryFlags()
+    if flags.owner_pid is not None:
+        problems.append(
+            ConfigProblem(key(SCRIPT_ARGS), f"{raw!r}: --owner-pid is for scripts only; {fix}")
+        )
+    if flags.coordination_file is not None and not flags.coordination:
+        problems.append(
+            ConfigProblem(
+                key(SCRIPT_ARGS),
+                f"{raw!r}: --coordination-file has no effect without --enable-coordination-mode",
+            )
+        )
+    return flags
 
 
 def _script_path(

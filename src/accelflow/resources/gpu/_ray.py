@@ -1,10 +1,12 @@
 """The GPU plugin on Ray: the GPUs Ray assigned to a TaskExecutor actor.
 
 Inside a Ray actor that asked for ``num_gpus``, Ray has already chosen the devices (its
-accelerator ids, which are also in the actor's ``CUDA_VISIBLE_DEVICES``). The Ray launcher
-puts them in :data:`RAY_GPU_IDS_ENV_VAR` before the drivers run, and :class:`GPUDriver` then
-reports exactly those GPUs instead of discovering and coordinating on its own: two actors on
-one node must never pick the same GPU behind Ray's back.
+accelerator ids, which are also in the actor's ``CUDA_VISIBLE_DEVICES``). The factory says so
+through :class:`accelflow.resources.RayResourceDecorator` (``num_gpus`` and
+:data:`RAY_GPU_IDS_ENV_VAR`), so the Ray launcher puts Ray's ids in that variable before the
+drivers run, and :class:`GPUDriver` then reports exactly those GPUs instead of discovering
+and coordinating on its own: two actors on one node must never pick the same GPU behind Ray's
+back.
 """
 
 from __future__ import annotations
@@ -15,23 +17,6 @@ from accelflow._errors import DiscoveryError
 
 RAY_GPU_IDS_ENV_VAR = "ACCELFLOW_RAY_GPU_IDS"
 """Comma-separated accelerator ids Ray assigned to this TaskExecutor actor, e.g. ``"2,3"``."""
-
-GPU_FACTORY_NAMES = frozenset({
-    "gpu",
-    "accelflow.resources.gpu:GPUDriverFactory",
-    "accelflow.resources.gpu._factory:GPUDriverFactory",
-})
-"""``driver-factory.class`` values that name this plugin (its amount becomes Ray's ``num_gpus``)."""
-
-
-def is_gpu_plugin(driver_factory: str | None) -> bool:
-    """Whether ``driver_factory`` names the first-party GPU plugin.
-
-    Example:
-        >>> is_gpu_plugin("gpu"), is_gpu_plugin("accelflow.testing:StaticDriverFactory")
-        (True, False)
-    """
-    return driver_factory in GPU_FACTORY_NAMES
 
 
 def ray_assigned_ids(environ: Mapping[str, str], amount: int) -> list[str] | None:

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import replace
 
 from accelflow._errors import DiscoveryError
-from accelflow.resources.gpu._device import GPUDevice
+from accelflow.resources.gpu._device import GPUDevice, normalize_index
 
 log = logging.getLogger("accelflow.resources.gpu")
 
@@ -80,9 +80,13 @@ def parse_query_output(output: str, *, executable: str = NVIDIA_SMI) -> list[GPU
 
 
 def _parse_row(row: list[str], executable: str) -> GPUDevice:
-    index, uuid, name, memory, bus_id = (None if v in _UNKNOWN else v for v in row)
-    if index is None or not index.isdigit():
-        raise DiscoveryError(f"{executable} printed a GPU index that is not a number: {row!r}")
+    raw_index, uuid, name, memory, bus_id = (None if v in _UNKNOWN else v for v in row)
+    index = normalize_index(raw_index) if raw_index is not None else None
+    if index is None or ":" in index:
+        raise DiscoveryError(
+            f"{executable} printed a GPU index that is not a number of at most a few digits: "
+            f"{', '.join(row)[:200]!r}"
+        )
     memory_match = _MEMORY.fullmatch(memory) if memory else None
     return GPUDevice(
         index=index,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelflow._errors import JobCancelledError
-from accelflow.config import Configuration
+from accelflow.config import Configuration, config_from, local_slots
 from accelflow.config import keys as k
 from accelflow.dataflow import JobGraph
 from accelflow.runtime.client._context import ExecutionContext
@@ -70,6 +70,7 @@ class JobClient(_Waitable):
         self.name = graph.name
         self.submitted = time.monotonic()
         self.graph = graph
+        config = sized_for(graph, config)
         self.launcher = make_launcher(config)
         self.jobmanager = JobManager(config, self.launcher)
         self.rest: RestServer | None = None
@@ -119,6 +120,17 @@ class JobClient(_Waitable):
     def cancel(self) -> None:
         """Ask the job to stop; ``wait()`` then raises ``JobCancelledError``."""
         self.jobmanager.cancel_requested = True
+
+
+def sized_for(graph: JobGraph, config: Configuration) -> Configuration:
+    """``config`` with ``taskmanager.numberOfTaskSlots`` sized to ``graph`` when it is not set,
+    as Flink's local environment does (``Environment()`` runs a parallelism-4 job)."""
+    if config.is_set(k.NUMBER_OF_TASK_SLOTS):
+        return config
+    ray = config.get(k.EXECUTION_TARGET) == "ray"
+    taskexecutors = config.get(k.RAY_NUMBER_TASKMANAGER if ray else k.NUMBER_TASKMANAGER)
+    slots = local_slots(config, graph.max_parallelism, taskexecutors)
+    return config_from(values={**config.to_raw_dict(), k.NUMBER_OF_TASK_SLOTS.name: slots})
 
 
 def submit(graph: JobGraph, config: Configuration, context: ExecutionContext) -> Any:

@@ -17,12 +17,16 @@ from typing import Any
 
 import cloudpickle
 
-from accelflow._errors import AccelflowError, JobError
+from accelflow._errors import AccelflowError, JobCancelledError, JobError, TransportError, decode_error
+from accelflow._warn import warn
 from accelflow.config import Configuration
 from accelflow.dataflow import JobGraph
+from accelflow.runtime import (
+    CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob,
+)
 from accelflow.runtime.client._client import _Waitable
 from accelflow.runtime.client._context import ExecutionContext
-from accelflow.runtime.jobmanager import JobResult
+from accelflow.runtime.jobmanager import JOB_KEYS, JobResult
 
 
 class RemoteJobClient(_Waitable):
@@ -33,7 +37,7 @@ class RemoteJobClient(_Waitable):
     """
 
     def __init__(self, graph: JobGraph, config: Configuration, context: ExecutionContext) -> None:
-        from accelflow.runtime.service import find_session
+        from accelflow.runtime.service import find_session, session_config
 
         self.name = graph.name
         self.graph = graph
@@ -44,8 +48,10 @@ class RemoteJobClient(_Waitable):
         except Exception as exc:
             raise JobError(f"the job cannot be sent to the session cluster: {type(exc).__name__}: {exc}") from exc
         self.url = session.url
+        cluster_keys = dict(context.base_config) or session_config(session)
+        _warn_cluster_keys(config.to_raw_dict(), cluster_keys, self.url)
         self._conn: Connection = session.connect()
-        self._conn.send(("submit", blob, config.to_raw_dict()))
+        self._conn.send(SubmitJob(blob, config.to_raw_dict()))
         self._status = "CREATED"
         self._result: JobResult | None = None
         self._error: BaseException | None = None
@@ -62,40 +68,37 @@ class RemoteJobClient(_Waitable):
 
     def _accepted(self) -> str:
         msg = self._recv()
-        if msg[0] == "accepted":
-            print(f"accelflow: submitted {msg[1]} ({self.name}) to {msg[2]}", file=sys.stderr, flush=True)
-            return str(msg[1])
+        if isinstance(msg, JobAccepted):
+            print(f"accelflow: submitted {msg.job_id} ({self.name}) to {msg.url}", file=sys.stderr, flush=True)
+            return msg.job_id
         self._conn.close()
         raise self._error_of(msg)
 
-    def _recv(self) -> tuple[Any, ...]:
+    def _recv(self) -> Any:
         try:
-            msg: tuple[Any, ...] = self._conn.recv()
-            return msg
+            return self._conn.recv()
         except (EOFError, OSError) as exc:
-            raise JobError(f"the session cluster at {self.url} went away while running the job") from exc
+            raise TransportError(f"the session cluster at {self.url} went away while running the job") from exc
 
     @staticmethod
-    def _error_of(msg: tuple[Any, ...]) -> BaseException:
-        from accelflow.runtime.service import rebuild_error
-
-        if msg[0] == "error":
-            return rebuild_error(msg[1], msg[2], tuple(msg[3]))
-        return AccelflowError(f"unexpected answer from the session cluster: {msg[0]!r}")
+    def _error_of(msg: Any) -> BaseException:
+        if isinstance(msg, JobFailed):
+            return decode_error(msg.error)
+        return AccelflowError(f"unexpected answer from the session cluster: {msg!r}")
 
     def _read(self) -> None:
         try:
             while True:
                 msg = self._recv()
-                if msg[0] == "progress":
+                if isinstance(msg, JobProgress):
                     for listener in self.progress_listeners:
-                        listener(msg[1])
+                        listener(msg.snapshot)
                     continue
-                if msg[0] == "result":
-                    self._result, self._status = msg[1], "FINISHED"
+                if isinstance(msg, JobSucceeded):
+                    self._result, self._status = msg.result, "FINISHED"
                 else:
                     self._error = self._error_of(msg)
-                    self._status = "CANCELED" if msg[1:2] == ("JobCancelledError",) else "FAILED"
+                    self._status = "CANCELED" if isinstance(self._error, JobCancelledError) else "FAILED"
                 return
         except BaseException as exc:
             self._error, self._status = exc, "FAILED"
@@ -111,9 +114,22 @@ class RemoteJobClient(_Waitable):
         """Ask the cluster to cancel the job; ``wait()`` then raises ``JobCancelledError``."""
         try:
             with self._send_lock:
-                self._conn.send(("cancel",))
+                self._conn.send(CancelJob())
         except OSError:
             pass  # already over
+
+
+def _warn_cluster_keys(job: dict[str, Any], cluster: dict[str, Any], url: str) -> None:
+    """Say which keys the job sets that only the cluster decides (they are not applied)."""
+    job_keys = {key.name for key in JOB_KEYS}
+    ignored = sorted(name for name, value in job.items()
+                     if name not in job_keys and cluster.get(name, _UNSET) != value)
+    if ignored:
+        warn(f"the session cluster at {url} decides {', '.join(ignored)} for every job: the "
+             "job's values are ignored (only " + ", ".join(sorted(job_keys)) + " apply per job)")
+
+
+_UNSET = object()
 
 
 def _pickle_by_value(script_dir: str | None) -> None:

@@ -111,7 +111,7 @@ class Job:
     error: str | None = None
     ended_at: float | None = None
     result: JobResult | None = None
-    events: queue.Queue[tuple[str, tuple[Any, ...]]] = field(default_factory=queue.Queue)
+    events: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)  # RoutedEvent
     done: threading.Event = field(default_factory=threading.Event)
 
     @property

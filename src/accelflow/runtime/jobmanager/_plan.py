@@ -7,19 +7,20 @@ what it read under its lock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import cloudpickle
 
-from accelflow import _errors
-from accelflow._errors import AccelflowError, JobError
+from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import Chain, JobGraph
-from accelflow.runtime.jobmanager._jobs import Job
 from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey
-from accelflow.scheduling import SlotRequest, SubtaskRequest
+from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
+from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount
 
 #: Keys a job submitted to a session cluster may set for itself; every other key (resources,
 #: TaskExecutors, slots, REST) belongs to the cluster and is taken from the cluster's config.
@@ -137,13 +138,48 @@ def requester_name(chain: Chain, index: int) -> str:
     return f"{asked} ({index + 1}/{chain.parallelism})"
 
 
-def rebuild_error(te_id: str, class_name: str, text: str) -> AccelflowError:
-    """Re-raise a TaskExecutor's start-up error in the client, keeping its class."""
-    cls = getattr(_errors, class_name, None)
-    message = f"{te_id} could not start: {text}"
-    if isinstance(cls, type) and issubclass(cls, AccelflowError):
-        try:
-            return cls(message)
-        except TypeError:
-            pass
-    return AccelflowError(message)
+#: operators after which every record of a bounded job still reaches the sinks
+_ONE_TO_ONE = frozenset({"map", "map_batches"})
+
+
+def progress_of(graph: JobGraph, states: list[SubtaskState]) -> dict[str, Any]:
+    """``{"records": records the sinks have taken, "total": ...}``; the total is the
+    sources' bounded size when every operator passes each record on (map, map_batches),
+    else ``None`` (a count without a bar)."""
+    done = 0
+    for st in states:
+        chain = graph.chains[st.key.chain]
+        for node, (n_in, _) in zip(chain.nodes, st.counts):  # a source's count comes first
+            if node.is_sink:
+                done += n_in
+    total = source_total(graph)
+    if any(t.kind not in _ONE_TO_ONE and t.kind != "source" and not t.is_sink
+           for t in graph.transformations):
+        total = None
+    return {"records": done, "total": total}
+
+
+def result_of(job: Job, states: list[SubtaskState], first_record: float | None,
+              collected: list[Any]) -> JobResult:
+    """The :class:`JobResult` of ``job``'s last attempt from its subtasks' final states."""
+    operators: dict[str, dict[str, int]] = {}
+    devices: dict[str, str] = {}
+    for st in states:
+        chain = job.graph.chains[st.key.chain]
+        for node, (n_in, n_out) in zip(chain.nodes, st.counts):
+            entry = operators.setdefault(node.name, {"records_in": 0, "records_out": 0})
+            entry["records_in"] += n_in
+            entry["records_out"] += n_out
+        if st.devices:
+            devices[requester_name(chain, st.key.index)] = f"{st.taskexecutor} " + ", ".join(
+                _device_text(r, a, s) for r, items in sorted(st.devices.items()) for a, s in items
+            )
+    return JobResult(job.id, job.name, "FINISHED", time.monotonic() - job.submitted, first_record,
+                     job.attempt + 1, operators, devices, collected)
+
+
+def _device_text(resource: str, address: str, share: Fraction) -> str:
+    amount = "" if share == 1 else f" ({format_amount(share)})"
+    if address.startswith("#"):  # counted by amount only: no driver, or a degraded one
+        return f"{resource} (no device: counted only){amount}"
+    return f"{resource} {address}{amount}"

@@ -10,22 +10,20 @@ from __future__ import annotations
 import queue
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
 
-Event = tuple[str, tuple[Any, ...]]
+from accelflow.runtime import Command, TaskExecutorEvent
+
+#: ``(taskexecutor_id, message)``
+Event = tuple[str, TaskExecutorEvent]
 
 
 class TaskExecutorHandle(ABC):
     id: str
 
     @abstractmethod
-    def send(self, message: tuple[Any, ...]) -> None:
-        """Send a command; a dead TaskExecutor is reported as a ``("te_lost", ...)`` event.
-
-        Events about a TaskExecutor's end carry the pid of the incarnation they are about, so
-        a restarted TaskExecutor with the same id is not mistaken for the dead one:
-        ``("te_lost", te_id, pid)`` (its connection dropped) and ``("te_exit", te_id,
-        exitcode, pid)`` (its process ended).
+    def send(self, message: Command) -> None:
+        """Send a command; a dead TaskExecutor is reported as a
+        :class:`~accelflow.runtime.TaskExecutorLost` event (see :mod:`accelflow.runtime._messages`).
         """
 
 
@@ -39,8 +37,8 @@ class Launcher(ABC):
 
     @abstractmethod
     def start(self, ids: list[str]) -> None:
-        """Start TaskExecutors with these ids; each reports ``("register", ...)`` or
-        ``("register_failed", ...)`` as an event."""
+        """Start TaskExecutors with these ids; each reports a ``Registration`` or a
+        ``RegistrationFailed`` as an event."""
 
     @abstractmethod
     def handle(self, te_id: str) -> TaskExecutorHandle: ...

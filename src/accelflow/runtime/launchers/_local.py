@@ -14,9 +14,11 @@ import tempfile
 import threading
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Any
 
 from accelflow.config import Configuration
+from accelflow.runtime import (
+    Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
+)
 from accelflow.runtime import taskexecutor
 from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
@@ -30,12 +32,12 @@ class _LocalHandle(TaskExecutorHandle):
         self.conn = conn
         self.lock = threading.Lock()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Command) -> None:
         try:
             with self.lock:
                 self.conn.send(message)
         except OSError:
-            pass  # its reader thread reports te_lost
+            pass  # its reader thread reports TaskExecutorLost
 
 
 class LocalLauncher(Launcher):
@@ -93,20 +95,24 @@ class LocalLauncher(Launcher):
         try:
             while True:
                 msg = conn.recv()
-                if msg[0] == "register":
-                    te_id, pid = msg[1].taskexecutor_id, msg[1].pid
+                if isinstance(msg, Registration):
+                    te_id, pid = msg.taskexecutor_id, msg.pid
                     self.handles[te_id] = _LocalHandle(te_id, conn)
                     self._connected[te_id] = pid
-                self.events.put((te_id or msg[1], msg))
+                elif isinstance(msg, RegistrationFailed):
+                    self.events.put((msg.taskexecutor_id, msg))
+                    continue
+                if te_id is not None:
+                    self.events.put((te_id, msg))
         except (EOFError, OSError):
             if te_id is not None:
                 if self._connected.get(te_id) == pid:
                     del self._connected[te_id]
-                self.events.put((te_id, ("te_lost", te_id, pid)))
+                self.events.put((te_id, TaskExecutorLost(te_id, pid)))
 
     def _watch(self, te_id: str, proc: subprocess.Popen[bytes]) -> None:
         code = proc.wait()
-        self.events.put((te_id, ("te_exit", te_id, code, proc.pid)))
+        self.events.put((te_id, TaskExecutorExited(te_id, code, proc.pid)))
 
     def stop(self) -> None:
         if self._stopped:
@@ -114,7 +120,7 @@ class LocalLauncher(Launcher):
         self._stopped = True
         for te_id, proc in self.procs.items():
             if self._connected.get(te_id) == proc.pid:
-                self.handles[te_id].send(("shutdown",))
+                self.handles[te_id].send(Shutdown())
             elif proc.poll() is None:
                 proc.terminate()  # not registered (yet): nobody to ask; SIGTERM still releases
         for proc in self.procs.values():

@@ -28,11 +28,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelflow._errors import MissingDependencyError
+from accelflow._errors import DeploymentError, JobError, MissingDependencyError, encode_error
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.resources.gpu import is_gpu_plugin
-from accelflow.runtime import SubtaskDescriptor
+from accelflow.resources import ray_resources_of
+from accelflow.runtime import (
+    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, TaskExecutorLost,
+)
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
 
@@ -65,11 +67,10 @@ def actor_resources(config: Configuration) -> dict[str, Any]:
     gpus = 0
     custom: dict[str, float] = {}
     for spec in config.external_resources.values():
-        if is_gpu_plugin(spec.driver_factory):
-            gpus += spec.amount
-        else:
-            name = spec.ray_resource_name or spec.name
-            custom[name] = custom.get(name, 0) + spec.amount
+        wanted = ray_resources_of(spec)  # the factory's RayResourceDecorator, if it has one
+        gpus += wanted.num_gpus
+        for name, amount in wanted.resources.items():
+            custom[name] = custom.get(name, 0) + amount
     return {"num_cpus": config.get(k.NUMBER_OF_TASK_SLOTS), "num_gpus": gpus, "resources": custom}
 
 
@@ -107,7 +108,7 @@ class _RayHandle(TaskExecutorHandle):
         self.id = te_id
         self.launcher = launcher
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Command) -> None:
         self.launcher.send(self.id, message)
 
 
@@ -188,22 +189,22 @@ class RayLauncher(Launcher):
             event = self._register(te_id, actor, max(0.0, since + timeout - time.monotonic()))
             self.events.put((te_id, event))
 
-    def _register(self, te_id: str, actor: Any, timeout: float) -> tuple[Any, ...]:
+    def _register(self, te_id: str, actor: Any, timeout: float) -> Registration | RegistrationFailed:
         ray = self.ray
         ping = actor.ping.remote()
         try:
             ready, _ = ray.wait([ping], timeout=timeout)
             if not ready:
                 self._kill(actor)
-                return ("register_failed", te_id, "DeploymentError", self._unplaced(te_id))
-            reply: tuple[Any, ...] = ray.get(actor.start.remote())
+                return RegistrationFailed(te_id, encode_error(DeploymentError(self._unplaced(te_id))))
+            reply: Registration | RegistrationFailed = ray.get(actor.start.remote())
         except Exception as exc:  # the actor died while starting
-            return ("register_failed", te_id, "JobError", f"its Ray actor died while starting: {exc}")
-        if reply[0] == "register":
-            self.pids[te_id] = reply[1].pid
+            return RegistrationFailed(te_id, encode_error(JobError(f"its Ray actor died while starting: {exc}")))
+        if isinstance(reply, Registration):
+            self.pids[te_id] = reply.pid
             with self._lock:
                 self._alive.add(te_id)
-            thread = threading.Thread(target=self._poll, args=(te_id, actor, reply[1].pid), daemon=True,
+            thread = threading.Thread(target=self._poll, args=(te_id, actor, reply.pid), daemon=True,
                                       name=f"accelflow-ray-poll-{te_id}")
             thread.start()
             self._threads.append(thread)
@@ -223,7 +224,18 @@ class RayLauncher(Launcher):
             f"resources per node, as Ray sees them:\n{view}\nLower taskmanager.numberOfTaskSlots, "
             "ray.number-taskmanager or external-resource.<name>.amount, add nodes with these "
             "resources, or check external-resource.<name>.ray.resource-name"
+            + self._local_hint()
         )
+
+    def _local_hint(self) -> str:
+        """On a Ray instance accelflow started itself, the keys that size it."""
+        address: str | None = self.config.get_optional(k.RAY_ADDRESS)
+        if not self._owns_ray or address:
+            return ""
+        gpus: int | None = self.config.get_optional(k.RAY_LOCAL_NUM_GPUS)
+        return ("; this local Ray instance was started by accelflow with ray.local.num-gpus="
+                f"{gpus or 0}, ray.local.num-cpus and "
+                "ray.local.resources: raise those to give it the GPUs and resources this host has")
 
     def _poll(self, te_id: str, actor: Any, pid: int) -> None:
         while not self._stopped:
@@ -237,7 +249,7 @@ class RayLauncher(Launcher):
             if self.actors.get(te_id) is actor:
                 self._alive.discard(te_id)
         if not self._stopped:
-            self.events.put((te_id, ("te_lost", te_id, pid)))
+            self.events.put((te_id, TaskExecutorLost(te_id, pid)))
 
     # -- the JobManager's side -------------------------------------------------------------
     def handle(self, te_id: str) -> TaskExecutorHandle:
@@ -250,14 +262,14 @@ class RayLauncher(Launcher):
         """The Ray actor handle of TaskExecutor ``te_id`` (e.g. for ``ray.kill`` in tests)."""
         return self.actors[te_id]
 
-    def send(self, te_id: str, message: tuple[Any, ...]) -> None:
+    def send(self, te_id: str, message: Command) -> None:
         """Deliver ``message`` to ``te_id``'s actor, in order; a dead actor is reported by its
-        poll thread as ``te_lost``."""
+        poll thread as ``TaskExecutorLost``."""
         actor = self.actors.get(te_id)
         if actor is None:
             return
-        if message[0] == "deploy":
-            self._broadcast_route(te_id, actor, message[1])
+        if isinstance(message, Deploy):
+            self._broadcast_route(te_id, actor, message.descriptor)
         try:
             self.ray.get(actor.command.remote(message))
         except Exception:

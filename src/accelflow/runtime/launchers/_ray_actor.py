@@ -42,12 +42,14 @@ from typing import Any
 
 import ray
 
-from accelflow._errors import AccelflowError
+from accelflow._errors import AccelflowError, TransportError, encode_error
 from accelflow.config import config_from
 from accelflow.config import keys as k
-from accelflow.resources import ExternalResourceInfoProvider
-from accelflow.resources.gpu import RAY_GPU_IDS_ENV_VAR, is_gpu_plugin
-from accelflow.runtime import Registration
+from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
+from accelflow.runtime import (
+    ChannelDone, ChannelFailed, Command, OpenChannel, Registration, RegistrationFailed, Shutdown,
+    SubtaskFailed, TaskExecutorEvent,
+)
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
 )
@@ -93,7 +95,7 @@ class TaskExecutorActor:
         self.inbound: dict[tuple[str, str], _Inbound] = {}
         self.inbound_lock = threading.Lock()
         self.senders = itertools.count()
-        self.relay_failures: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.relay_failures: queue.SimpleQueue[SubtaskFailed] = queue.SimpleQueue()
         self.serving: threading.Thread | None = None
         self.listener: Listener | None = None
 
@@ -102,17 +104,17 @@ class TaskExecutorActor:
         """The actor's pid; answers as soon as Ray has placed and started the actor."""
         return os.getpid()
 
-    def start(self) -> tuple[Any, ...]:
-        """Run the drivers and start serving: ``("register", Registration)`` or
-        ``("register_failed", te_id, error_class, message)``."""
+    def start(self) -> Registration | RegistrationFailed:
+        """Run the drivers and start serving: a ``Registration`` or a ``RegistrationFailed``."""
         config = config_from(values=self.config_values)
-        if any(is_gpu_plugin(s.driver_factory) for s in config.external_resources.values()):
-            ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
-            os.environ[RAY_GPU_IDS_ENV_VAR] = ",".join(str(i) for i in ids)
         try:
+            os.environ.update(ray_accelerator_env(  # e.g. the GPU ids Ray chose for this actor
+                config.external_resources.values(),
+                ray.get_runtime_context().get_accelerator_ids(),
+            ))
             provider = ExternalResourceInfoProvider.from_config(config)
         except AccelflowError as exc:
-            return ("register_failed", self.id, type(exc).__name__, str(exc))
+            return RegistrationFailed(self.id, encode_error(exc))
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
                           base_env={RELAY_DIR_ENV_VAR: self.relay_dir})
         self.listener = Listener(os.path.join(self.relay_dir, RELAY_SOCKET), "AF_UNIX",
@@ -121,9 +123,9 @@ class TaskExecutorActor:
         self.serving = threading.Thread(target=self._serve, args=(te,), daemon=True,
                                         name="accelflow-taskexecutor")
         self.serving.start()
-        return ("register", Registration(
+        return Registration(
             self.id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
-        ))
+        )
 
     @staticmethod
     def _serve(te: TaskExecutor) -> None:
@@ -135,21 +137,21 @@ class TaskExecutorActor:
     def stop(self) -> None:
         """Stop every subtask, give the devices back and remove the relay directory."""
         if self.serving is not None:
-            self.command(("shutdown",))
+            self.command(Shutdown())
             self.serving.join(_STOP_WAIT_S)
         if self.listener is not None:
             self.listener.close()
         shutil.rmtree(self.relay_dir, ignore_errors=True)
 
     # -- JobManager messages ---------------------------------------------------------------
-    def command(self, message: tuple[Any, ...]) -> None:
+    def command(self, message: Command) -> None:
         """A JobManager message for the TaskExecutor (``deploy``, ``cancel``, ``shutdown``)."""
         with self.send_lock:
             self.jm.send(message)
 
-    def poll(self, timeout: float) -> list[tuple[Any, ...]]:
+    def poll(self, timeout: float) -> list[TaskExecutorEvent]:
         """The TaskExecutor's messages so far, waiting up to ``timeout`` s for the first."""
-        out: list[tuple[Any, ...]] = []
+        out: list[TaskExecutorEvent] = []
         while not self.relay_failures.empty():
             out.append(self.relay_failures.get())
         if self.jm.poll(0 if out else timeout):
@@ -193,7 +195,7 @@ class TaskExecutorActor:
     def _route(self, name: str) -> tuple[str, Any]:
         with self.routes_changed:
             if not self.routes_changed.wait_for(lambda: name in self.routes, CONNECT_TIMEOUT_S):
-                raise RuntimeError(f"no TaskExecutor receives channel {name!r}")
+                raise TransportError(f"no TaskExecutor receives channel {name!r}")
             return self.routes[name]
 
     def _report(self, sender_key: Any, name: str, te_id: str, exc: BaseException) -> str:
@@ -203,15 +205,17 @@ class TaskExecutorActor:
         text = f"relaying to {te_id} failed: {type(cause).__name__}: {why[0] if why else ''}"
         log.warning("%s: data channel %s: %s", self.id, name, text)
         if sender_key is not None:
-            self.relay_failures.put(("failed", sender_key, f"data channel {name}: {text}"))
+            self.relay_failures.put(SubtaskFailed(
+                sender_key, encode_error(TransportError(f"data channel {name}: {text}"))))
         return text
 
     def _relay(self, conn: Connection) -> None:
         """Forward one subtask's chunks for one channel to the receiving actor, in order;
-        answer the stream's end with ``("ok",)`` once all arrived, or ``("error", why)``."""
+        answer the stream's end with ``ChannelDone`` once all arrived, or ``ChannelFailed``."""
         te_id, sender_key, name = "?", None, "?"
         try:
-            _, name, sender_key = conn.recv()
+            opened: OpenChannel = conn.recv()
+            name, sender_key = opened.name, opened.sender
             te_id, actor = self._route(name)
             sender = f"{self.id}/{next(self.senders)}"
             send: Callable[[int, Any], Any]
@@ -243,14 +247,14 @@ class TaskExecutorActor:
                 chunk = conn.recv()
                 send(seq, chunk)
                 if chunk is None:
-                    conn.send(("ok",))
+                    conn.send(ChannelDone())
                     return
         except (EOFError, OSError):
             return  # the sending subtask ended without ending its stream: it reports why
         except Exception as exc:  # the receiver is gone: tell the sender, which then fails
             text = self._report(sender_key, name, te_id, exc)
             try:
-                conn.send(("error", text))
+                conn.send(ChannelFailed(text))
             except OSError:
                 pass
         finally:

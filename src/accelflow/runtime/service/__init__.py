@@ -8,7 +8,9 @@ from accelflow.runtime.service._session import (
     find_session,
     running_sessions,
     session_config,
+    session_process,
     state_dir,
+    sweep_stale,
 )
 
 __all__ = [
@@ -19,5 +21,7 @@ __all__ = [
     "render_metrics",
     "running_sessions",
     "session_config",
+    "session_process",
     "state_dir",
+    "sweep_stale",
 ]

@@ -1,4 +1,4 @@
-"""The JobManager's REST API and web UI, on the standard library's threading HTTP server.
+"""The JobManager's REST API and web UI (HTTP server: :mod:`accelflow.runtime.service._http`).
 
 Routes (JSON unless noted; errors are ``{"error": message}``):
 
@@ -13,11 +13,23 @@ POST     ``/v1/jobs/{id}/cancel``        cancel a job (202; 409 when it has ende
 GET      ``/metrics``                    Prometheus text format
 =======  ==============================  ==============================================
 
-Safety: it binds ``rest.address`` (loopback by default; anything else prints a warning), and
-with ``rest.token`` set every ``/v1`` and ``/metrics`` request needs ``Authorization: Bearer
-<token>`` (401 otherwise). The UI's static files hold no cluster data and are served without
-the token; the UI sends it from ``?token=`` (kept in the tab's ``sessionStorage``). No route
-runs code, reads a file named by the request, or changes anything but a job's cancel flag.
+Threat model (docs/observability.md, "Safety"): any local user and any web page the user
+visits can reach a loopback port. So, in this order and before any route runs:
+
+1. the ``Host`` header must name the bound address (``localhost`` too on loopback), else 403:
+   a DNS-rebound page (``evil.example`` resolving to 127.0.0.1) is refused;
+2. a state-changing request (anything but GET/HEAD) whose ``Origin`` is not this server's own
+   is refused with 403: a form on another site cannot cancel a job;
+3. every ``/v1`` and ``/metrics`` request needs ``Authorization: Bearer <token>`` (401). The
+   token is ``rest.token`` or, when unset, a random one made at start; the session cluster
+   keeps it in its 0600 state file (``accelflow cluster start|status`` print it and the UI
+   link ``/?token=...``). Job ids are sequential (``job-1``): the token, not the id, guards
+   them, and job errors (user exception text, which may hold secrets) are only served with it.
+
+The UI's static files hold no cluster data and are served without the token; the UI takes it
+from ``?token=`` (kept in the tab's ``sessionStorage``, sent as the bearer header, so no
+cookie rides along with cross-site requests). No route runs code, reads a file named by the
+request, or changes anything but a job's cancel flag.
 """
 
 from __future__ import annotations
@@ -26,18 +38,20 @@ import hmac
 import ipaddress
 import json
 import re
-import socket
+import secrets
 import sys
 import threading
 from collections.abc import Callable
+from email.message import Message
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from accelflow._errors import AccelflowError, ConfigError, MissingDependencyError
 from accelflow.config import Configuration
 from accelflow.config import keys as k
+from accelflow.runtime.service._http import BoundedHTTPServer, BoundedHTTPServer6, log_dropped
 from accelflow.runtime.service._snapshot import View, cluster_view, job_summary, pending_view
 
 if TYPE_CHECKING:
@@ -51,6 +65,13 @@ _STATIC = {
 }
 _JOB = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<rest>/pending|/cancel)?$")
 _GET_ROUTES = ("/v1/overview", "/v1/taskexecutors", "/v1/jobs", "/metrics")
+_SAFE_METHODS = ("GET", "HEAD")
+_WILDCARDS = ("", "0.0.0.0", "::")
+UNAUTHORIZED = (
+    "this cluster requires its REST token: open the web UI with the link that 'accelflow cluster "
+    "start' printed (.../?token=...), or send 'Authorization: Bearer <token>' ('accelflow cluster "
+    "status' shows it; rest.token sets it)"
+)
 
 
 class HttpError(Exception):
@@ -64,16 +85,28 @@ class RestServer:
 
     Example:
         >>> server = RestServer(jobmanager, config)
-        >>> server.start()          # prints "accelflow: REST API and web UI at http://..."
+        >>> server.start()          # prints "accelflow: REST API and web UI at http://...?token=..."
         'http://127.0.0.1:8081/'
+        >>> server.ui_url           # the UI link with the token
+        'http://127.0.0.1:8081/?token=...'
+
+    Raises (from the constructor):
+        ConfigError: ``rest.token`` is set but empty.
     """
 
     def __init__(self, jobmanager: JobManager, config: Configuration) -> None:
         self.jobmanager = jobmanager
         self.address = config.get(k.REST_ADDRESS)
         self.port = config.get(k.REST_PORT)
-        self.token = config.get_optional(k.REST_TOKEN)
-        self._httpd: ThreadingHTTPServer | None = None
+        configured = config.get_optional(k.REST_TOKEN)
+        if configured is not None and not configured.strip():
+            raise ConfigError("rest.token is empty; set a secret value or leave it unset for a "
+                              "random token made at start", key="rest.token")
+        #: the bearer token every ``/v1`` and ``/metrics`` request needs
+        self.token: str = configured.strip() if configured is not None else secrets.token_urlsafe(24)
+        self.token_generated = configured is None
+        self._hosts: frozenset[str] | None = None  # None: any Host (a wildcard bind)
+        self._httpd: BoundedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -84,6 +117,11 @@ class RestServer:
         host = str(host)
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
 
+    @property
+    def ui_url(self) -> str:
+        """The web UI's link, with the token (as Jupyter prints it)."""
+        return f"{self.url}?token={self.token}"
+
     def start(self, *, announce: Callable[[str], None] | None = None) -> str:
         """Bind and serve in a daemon thread; returns (and announces) the URL.
 
@@ -91,7 +129,7 @@ class RestServer:
             ConfigError: the address/port cannot be bound (names ``rest.port``/``rest.address``).
         """
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        server = _Server6 if ":" in self.address else _Server
+        server = BoundedHTTPServer6 if ":" in self.address else BoundedHTTPServer
         try:
             self._httpd = server((self.address, self.port), handler)
         except OSError as exc:
@@ -100,14 +138,18 @@ class RestServer:
                 f"cannot listen on {self.address}:{self.port}: {exc.strerror or exc}; choose "
                 "another rest.port (0 picks a free one) or rest.address", key=key,
             ) from exc
+        self._hosts = _allowed_hosts(self.address, str(self._httpd.server_address[0]),
+                                     int(self._httpd.server_address[1]))
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                         daemon=True, name="accelflow-rest")
         self._thread.start()
         say = announce or (lambda line: print(line, file=sys.stderr, flush=True))
         if not _is_loopback(self.address):
             say(f"accelflow: warning: the REST API listens on {self.address} (rest.address), "
-                "reachable from other machines" + ("" if self.token else "; set rest.token to require a bearer token"))
-        say(f"accelflow: REST API and web UI at {self.url}")
+                "reachable from other machines; it is plain HTTP: put it behind TLS or use an SSH tunnel")
+        # a token the user did not choose is shown once, in the link (the session cluster's log
+        # sits in the 0700 state directory); a configured one is not repeated
+        say(f"accelflow: REST API and web UI at {self.ui_url if self.token_generated else self.url}")
         return self.url
 
     def stop(self) -> None:
@@ -116,6 +158,30 @@ class RestServer:
             self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(5)
+
+    # -- checks, in order, before any route ------------------------------------------------
+    def check(self, method: str, path: str, headers: Message) -> None:
+        """Refuse a foreign ``Host`` (403), a foreign ``Origin`` on a write (403), a missing or
+        wrong token (401); nothing is looked up before these pass."""
+        host = (headers.get("Host") or "").strip().lower()
+        if self._hosts is not None and host not in self._hosts:
+            raise HttpError(HTTPStatus.FORBIDDEN, f"Host {host or '(none)'!r} is not this server "
+                            f"(expected one of {', '.join(sorted(self._hosts))}); open the URL the "
+                            "cluster printed")
+        if method not in _SAFE_METHODS:
+            origin = headers.get("Origin")
+            if origin is not None and origin.strip().lower() != f"http://{host}":
+                raise HttpError(HTTPStatus.FORBIDDEN, f"cross-origin {method} from {origin!r} "
+                                "refused: only this server's own web UI may change jobs")
+            if (headers.get("Sec-Fetch-Site") or "same-origin").lower() not in ("same-origin", "none"):
+                raise HttpError(HTTPStatus.FORBIDDEN, f"cross-site {method} refused: only this "
+                                "server's own web UI may change jobs")
+        if path in _STATIC and method in _SAFE_METHODS:
+            return
+        scheme, _, given = (headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            raise HttpError(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED,
+                            {"WWW-Authenticate": 'Bearer realm="accelflow"'})
 
     # -- routes --------------------------------------------------------------------------------
     def get(self, path: str) -> tuple[bytes, str]:
@@ -156,26 +222,6 @@ class RestServer:
             raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts GET only", {"Allow": "GET"})
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
 
-    def authorize(self, path: str, header: str | None) -> None:
-        if self.token is None or path in _STATIC:
-            return
-        scheme, _, given = (header or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-            raise HttpError(
-                HTTPStatus.UNAUTHORIZED,
-                "this cluster requires 'Authorization: Bearer <rest.token>'",
-                {"WWW-Authenticate": 'Bearer realm="accelflow"'},
-            )
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
 
 class _Handler(BaseHTTPRequestHandler):
     server_ref: RestServer
@@ -200,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         headers: dict[str, str] = {}
         try:
-            self.server_ref.authorize(path, self.headers.get("Authorization"))
+            self.server_ref.check(self.command, path, self.headers)
             status, body, ctype = route(path)
         except HttpError as exc:
             status, (body, ctype), headers = exc.status, _json({"error": exc.message}), exc.headers
@@ -216,10 +262,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except ConnectionError as exc:  # the client went away: one line, no traceback
+            log_dropped(self.client_address, exc)
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: no line per poll
         pass
@@ -238,6 +293,23 @@ def _find_job(view: View, job_id: str) -> View:
         if job["id"] == job_id:
             return dict(job)
     raise HttpError(HTTPStatus.NOT_FOUND, f"no such job: {job_id}")
+
+
+def _allowed_hosts(configured: str, bound: str, port: int) -> frozenset[str] | None:
+    """The ``Host`` values that name this server; None for a wildcard bind (any name: the token
+    guards it)."""
+    if configured in _WILDCARDS or bound in _WILDCARDS:
+        return None
+    names = {configured, bound}
+    if _is_loopback(configured) or _is_loopback(bound):
+        names |= {"localhost", "127.0.0.1", "::1"}
+    hosts = set()
+    for name in names:
+        shown = f"[{name}]" if ":" in name else name
+        hosts.add(f"{shown}:{port}".lower())
+        if port == 80:
+            hosts.add(shown.lower())
+    return frozenset(hosts)
 
 
 def _is_loopback(address: str) -> bool:

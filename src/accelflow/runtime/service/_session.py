@@ -7,17 +7,24 @@ state directory (``$ACCELFLOW_STATE_DIR``, default ``$XDG_STATE_HOME/accelflow``
 ``~/.local/state/accelflow``, mode 0700). The file maps the REST URL to the *submission
 channel*: a ``multiprocessing.connection`` Unix socket in a private 0700 directory, guarded by
 the random authentication key stored in the same file. Only the user who can read the file
-can submit code; the REST API cannot (see :mod:`accelflow.runtime.service._rest`).
+can submit code; the REST API cannot (see :mod:`accelflow.runtime.service._rest`). The file
+also holds the REST token, and the cluster process's start time and command line: a pid is
+only believed while both still match, so a stale file whose pid was reused by another process
+is removed and nothing is signalled (:func:`session_process`). The socket directory
+(``$TMPDIR/accelflow-session-<pid>-<start>-*``) names its owner the same way, so the
+directory of a SIGKILLed cluster is removed by the next ``accelflow cluster start|status|stop``
+(:func:`sweep_stale`).
 
-Messages on the submission channel (tuples, pickled; the job graph inside with cloudpickle):
+Messages on the submission channel are the typed messages of
+:mod:`accelflow.runtime._messages` (the job graph inside with cloudpickle):
 
-- ``("submit", graph_blob, job_config_raw)`` → ``("accepted", job_id, url)``, then
-  ``("progress", {...})``... and finally ``("result", JobResult)`` or
-  ``("error", class_name, message, reasons)``; the client may send ``("cancel",)``. A client
-  that disconnects leaves its job running (cancel it in the UI or with the REST API).
-- ``("status",)`` → ``("status", overview)``; ``("stop",)`` → ``("stopping",)``;
-  ``("config",)`` → ``("config", raw_config)``: the cluster's keys, the lowest config layer of
-  a job script run with ``--cluster`` (so it sees e.g. the cluster's external resources).
+- ``SubmitJob`` → ``JobAccepted``, then ``JobProgress``... and finally ``JobSucceeded`` or
+  ``JobFailed`` (the error keeps its class through :func:`accelflow._errors.encode_error`);
+  the client may send ``CancelJob``. A client that disconnects leaves its job running (cancel
+  it in the UI or with the REST API).
+- ``StatusRequest`` → ``StatusReply``; ``StopRequest`` → ``Stopping``; ``ConfigRequest`` →
+  ``ConfigReply``: the cluster's keys, the lowest config layer of a job script run with
+  ``--cluster`` (so it sees e.g. the cluster's external resources).
 """
 
 from __future__ import annotations
@@ -26,31 +33,45 @@ import argparse
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import psutil
 
-from accelflow._errors import AccelflowError, AllocationError, ConfigError, JobCancelledError
+from accelflow._errors import (
+    AccelflowError, AccelflowInternalError, AllocationError, ConfigError, JobError, encode_error,
+)
 from accelflow.config import Configuration, config_from
 from accelflow.config.keys import STATE_DIR_ENV_VAR
+from accelflow.runtime import (
+    CancelJob, ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded,
+    StatusReply, StatusRequest, Stopping, StopRequest, SubmitJob,
+)
 from accelflow.runtime.jobmanager import JobManager
 from accelflow.runtime.jobmanager import Job
 from accelflow.runtime.service._rest import RestServer
 from accelflow.runtime.service._snapshot import cluster_view
 from accelflow.runtime.launchers import make_launcher
+
 _STOP_JOBS_S = 20.0
 _PROGRESS_S = 0.5
 _log = logging.getLogger("accelflow.session")
+_SOCKET_PREFIX = "accelflow-session-"
+_SOCKET_DIR = re.compile(rf"^{_SOCKET_PREFIX}(?P<pid>[0-9]+)-(?P<start>[0-9]+)-")
+_START_TOLERANCE_S = 0.05  # psutil's start times are in clock ticks (1/100 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +84,14 @@ class SessionInfo:
     authkey: str  # hex
     started: float
     log: str
+    token: str  # the REST API's bearer token
+    create_time: float  # of the cluster process (psutil), with cmdline: who ``pid`` is
+    cmdline: list[str] = field(default_factory=list)
+
+    @property
+    def ui_url(self) -> str:
+        """The web UI's link with the token."""
+        return f"{self.url}?token={self.token}"
 
     @property
     def path(self) -> Path:
@@ -97,21 +126,88 @@ def state_dir() -> Path:
     return path
 
 
-def running_sessions() -> list[SessionInfo]:
-    """Every session whose process is alive; stale state files are removed."""
-    import psutil
+def session_process(info: SessionInfo) -> psutil.Process | None:
+    """The cluster's process, or None when ``info.pid`` has exited or now belongs to another
+    process (start time or command line differ): then signal nothing."""
+    return _same_process(info.pid, info.create_time, info.cmdline)
 
+
+def _same_process(pid: int, create_time: float, cmdline: list[str] | None) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > _START_TOLERANCE_S:
+            return None
+        if cmdline is not None and proc.cmdline() != cmdline:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return proc
+
+
+def _stale_reason(info: SessionInfo) -> str:
+    try:
+        proc = psutil.Process(info.pid)
+        return f"pid {info.pid} now belongs to another process ({' '.join(proc.cmdline())[:120] or proc.name()})"
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return f"pid {info.pid} has exited"
+
+
+def running_sessions(report: Callable[[str], None] | None = None) -> list[SessionInfo]:
+    """Every session whose process is alive (same pid, start time and command line); the state
+    files of the others are removed, each with a line to ``report`` when given."""
     found = []
     for path in sorted(state_dir().glob("session-*.json")):
         try:
             info = SessionInfo(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError) as exc:
+            if report is not None:
+                report(f"ignored {path}: not a session state file of this accelflow version "
+                       f"({type(exc).__name__}); remove it if no session cluster uses it")
             continue
-        if psutil.pid_exists(info.pid):
+        if session_process(info) is not None:
             found.append(info)
-        else:
-            path.unlink(missing_ok=True)
+            continue
+        path.unlink(missing_ok=True)
+        if report is not None:
+            report(f"removed the stale state file {path}: its session cluster at {info.url} is "
+                   f"gone ({_stale_reason(info)}); nothing was signalled")
     return found
+
+
+def sweep_stale(report: Callable[[str], None]) -> None:
+    """Remove stale state files and the socket directories of clusters that died (SIGKILL),
+    saying so through ``report``; only this user's directories, only when their owner (pid and
+    start time in the name) is gone."""
+    running_sessions(report)
+    base = Path(tempfile.gettempdir())
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        match = _SOCKET_DIR.match(path.name)
+        if match is None:
+            continue
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+            continue
+        if _same_process(int(match["pid"]), int(match["start"]) / 100, None) is not None:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            report(f"removed the socket directory {path} of a session cluster that died "
+                   f"(pid {match['pid']})")
+
+
+def _socket_dir() -> Path:
+    """A private (0700) directory whose name records this process's pid and start time."""
+    start = round(psutil.Process().create_time() * 100)
+    return Path(tempfile.mkdtemp(prefix=f"{_SOCKET_PREFIX}{os.getpid()}-{start}-"))
 
 
 def find_session(url: str | None) -> SessionInfo:
@@ -143,15 +239,17 @@ def session_config(info: SessionInfo) -> dict[str, Any]:
     """The raw config keys the session cluster runs with (see the ``config`` message)."""
     conn = info.connect()
     try:
-        conn.send(("config",))
+        conn.send(ConfigRequest())
         reply = conn.recv()
     finally:
         conn.close()
-    return dict(reply[1])
+    if not isinstance(reply, ConfigReply):
+        raise AccelflowError(f"unexpected answer from the session cluster at {info.url}: {reply!r}")
+    return dict(reply.config)
 
 
 def _normal_url(url: str) -> str:
-    url = url.strip().rstrip("/")
+    url = url.strip().split("?", 1)[0].rstrip("/")  # the UI link (``/?token=...``) names it too
     return url.replace("://localhost:", "://127.0.0.1:")
 
 
@@ -166,7 +264,7 @@ class SessionCluster:
         self.stopping = threading.Event()
         self.job_threads: list[threading.Thread] = []
         self.client_threads: list[threading.Thread] = []  # each tells its client how its job ended
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="accelflow-session-"))  # 0700
+        self.socket_dir = _socket_dir()
         self.authkey = secrets.token_bytes(32)
         self.listener: Listener | None = None
         self.info: SessionInfo | None = None
@@ -178,7 +276,9 @@ class SessionCluster:
         socket = str(self.socket_dir / "submit.sock")
         self.listener = Listener(socket, "AF_UNIX", authkey=self.authkey)
         threading.Thread(target=self._accept, daemon=True, name="accelflow-submit").start()
-        self.info = SessionInfo(os.getpid(), url, socket, self.authkey.hex(), time.time(), log_path)
+        me = psutil.Process()
+        self.info = SessionInfo(os.getpid(), url, socket, self.authkey.hex(), time.time(), log_path,
+                                self.rest.token, me.create_time(), me.cmdline())
         _write_private(self.info.path, json.dumps(asdict(self.info)))
         return self.info
 
@@ -214,21 +314,23 @@ class SessionCluster:
     def _serve(self, conn: Connection) -> None:
         try:
             msg = conn.recv()
-            if msg[0] == "status":
-                conn.send(("status", dict(cluster_view(self.jobmanager)["overview"], url=self.rest.url, pid=os.getpid())))
-            elif msg[0] == "config":
-                conn.send(("config", self.jobmanager.config.to_raw_dict()))
-            elif msg[0] == "stop":
-                conn.send(("stopping",))
+            if isinstance(msg, StatusRequest):
+                overview = cluster_view(self.jobmanager)["overview"]
+                conn.send(StatusReply(dict(overview, url=self.rest.url, pid=os.getpid())))
+            elif isinstance(msg, ConfigRequest):
+                conn.send(ConfigReply(self.jobmanager.config.to_raw_dict()))
+            elif isinstance(msg, StopRequest):
+                conn.send(Stopping())
                 self.stopping.set()
-            elif msg[0] == "submit":
-                self._submit(conn, msg[1], msg[2])
+            elif isinstance(msg, SubmitJob):
+                self._submit(conn, msg.graph_blob, msg.config)
         except (EOFError, OSError):
             pass
         except Exception as exc:  # our bug: tell the client instead of leaving it waiting
             _log.exception("internal error while serving a submission")
             try:
-                conn.send(("error", "AccelflowInternalError", f"{type(exc).__name__}: {exc}", ()))
+                error = AccelflowInternalError(f"{type(exc).__name__}: {exc}")
+                conn.send(JobFailed(encode_error(error)))
             except OSError:
                 pass
         finally:
@@ -239,24 +341,25 @@ class SessionCluster:
             graph = cloudpickle.loads(blob)
             job_config = config_from(values=raw)
         except Exception as exc:
-            conn.send(("error", "JobError", f"the session cluster cannot load the job: "
-                       f"{type(exc).__name__}: {exc}. Modules the job imports by name must be "
-                       "importable by the cluster (start it with them on PYTHONPATH)", ()))
+            conn.send(JobFailed(encode_error(JobError(
+                f"the session cluster cannot load the job: {type(exc).__name__}: {exc}. Modules "
+                "the job imports by name must be importable by the cluster (start it with them on "
+                "PYTHONPATH)"))))
             return
         if self.stopping.is_set():
-            conn.send(("error", "JobError", "the session cluster is stopping", ()))
+            conn.send(JobFailed(encode_error(JobError("the session cluster is stopping"))))
             return
         try:
             self.jobmanager.check_fits(graph, job_config)
         except AllocationError as exc:
-            conn.send(("error", "AllocationError", str(exc), exc.reasons))
+            conn.send(JobFailed(encode_error(exc)))
             return
         job = self.jobmanager.submit(graph, config=job_config)
         outcome: dict[str, Any] = {}
         thread = threading.Thread(target=self._run, args=(job, outcome), daemon=True, name=job.id)
         self.job_threads.append(thread)
         thread.start()
-        conn.send(("accepted", job.id, self.rest.url))
+        conn.send(JobAccepted(job.id, self.rest.url))
         self._follow(conn, job, thread, outcome)
 
     def _run(self, job: Job, outcome: dict[str, Any]) -> None:
@@ -270,37 +373,17 @@ class SessionCluster:
         last: dict[str, Any] | None = None
         while thread.is_alive():
             if conn.poll(_PROGRESS_S):
-                if conn.recv()[0] == "cancel":
+                if isinstance(conn.recv(), CancelJob):
                     self.jobmanager.cancel(job.id)
             snapshot = self.jobmanager.progress(job.graph)
             if snapshot != last:
-                conn.send(("progress", snapshot))
+                conn.send(JobProgress(snapshot))
                 last = snapshot
         thread.join()
         if "result" in outcome:
-            conn.send(("result", outcome["result"]))
+            conn.send(JobSucceeded(outcome["result"]))
         else:
-            exc = outcome["error"]
-            conn.send(("error", type(exc).__name__, str(exc), getattr(exc, "reasons", ())))
-
-
-def rebuild_error(class_name: str, message: str, reasons: tuple[str, ...]) -> BaseException:
-    """The client-side exception for a job's ``("error", ...)`` message."""
-    from accelflow import _errors
-
-    if class_name == "AllocationError":
-        return AllocationError(message.split("\n  ")[0], reasons)
-    if class_name == "JobCancelledError":
-        return JobCancelledError(message)
-    cls = getattr(_errors, class_name, None)
-    if isinstance(cls, type) and issubclass(cls, AccelflowError) and cls is not ConfigError:
-        try:
-            return cls(message)
-        except TypeError:
-            pass
-    if class_name == "ConfigError":
-        return ConfigError(message)
-    return _errors.JobError(f"{class_name}: {message}")
+            conn.send(JobFailed(encode_error(outcome["error"])))
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -8,6 +8,9 @@ import time
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
+from accelflow._errors import TransportError
+from accelflow.runtime import ChannelDone, ChannelFailed, OpenChannel
+
 CONNECT_TIMEOUT_S = 60.0
 #: channel addresses with this prefix go through the TaskExecutor's relay (the Ray target):
 #: ``relay:<name>`` listens on ``<relay dir>/<name>.sock`` and sends to ``<relay dir>/relay.sock``
@@ -37,13 +40,13 @@ def connect(address: str, authkey: bytes, sender: Any = None) -> Connection | Re
         return connect_unix(address, authkey)
     name = address[len(RELAY_PREFIX):]
     conn = connect_unix(os.path.join(os.environ[RELAY_DIR_ENV_VAR], RELAY_SOCKET), authkey)
-    conn.send(("open", name, sender))
+    conn.send(OpenChannel(name, sender))
     return RelayedChannel(conn, name)
 
 
 class RelayedChannel:
     """A channel through the TaskExecutor's relay. Chunks go as on a direct connection;
-    ending the stream (``None``) waits for the relay's ``("ok",)``, so a chunk the relay could
+    ending the stream (``None``) waits for the relay's :class:`ChannelDone`, so a chunk the relay could
     not deliver fails this sending subtask (naming the channel and why) instead of leaving the
     receiver waiting for an end that never comes."""
 
@@ -55,19 +58,19 @@ class RelayedChannel:
         try:
             self.conn.send(chunk)
         except OSError:
-            raise RuntimeError(self._relay_error()) from None
+            raise TransportError(self._relay_error()) from None
         if chunk is None:
             try:
                 reply = self.conn.recv()
             except (EOFError, OSError):
-                reply = ("error", "the relay closed the channel")
-            if reply[0] != "ok":
-                raise RuntimeError(f"data channel {self.name}: {reply[1]}")
+                reply = ChannelFailed("the relay closed the channel")
+            if not isinstance(reply, ChannelDone):
+                raise TransportError(f"data channel {self.name}: {_reason(reply)}")
 
     def _relay_error(self) -> str:
         try:
             if self.conn.poll(1.0):
-                return f"data channel {self.name}: {self.conn.recv()[1]}"
+                return f"data channel {self.name}: {_reason(self.conn.recv())}"
         except (EOFError, OSError):
             pass
         return f"data channel {self.name}: the relay closed the channel"
@@ -85,6 +88,10 @@ def connect_unix(address: str, authkey: bytes) -> Connection:
             return Client(address, "AF_UNIX", authkey=authkey)
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"downstream subtask at {address} never came up") from None
+                raise TransportError(f"downstream subtask at {address} never came up") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+
+def _reason(reply: Any) -> str:
+    return reply.reason if isinstance(reply, ChannelFailed) else f"unexpected reply {reply!r}"

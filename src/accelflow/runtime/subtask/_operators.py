@@ -17,6 +17,7 @@ import numpy as np
 from accelflow.dataflow import RuntimeContext
 from accelflow.dataflow import from_batch, iter_records, to_batch
 from accelflow.dataflow import Transformation
+from accelflow.runtime import create_part
 
 _METHODS = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
             "map_batches": "map_batch", "sink_user": "invoke"}
@@ -160,12 +161,9 @@ class FileSink(Operator):
         self.part_path = ""
 
     def open(self, ctx: RuntimeContext) -> None:
-        target = str(self.node.fn)
-        directory, base = os.path.split(target)
-        self.part_path = os.path.join(
-            directory, f".{base}.part-{ctx.index_of_this_subtask}.attempt-{ctx.attempt_number}.tmp"
-        )
-        self.file = open(self.part_path, "w", encoding="utf-8")
+        # a new file with a random name, 0600, never through a symlink (see _sinkfiles)
+        fd, self.part_path = create_part(str(self.node.fn), ctx.index_of_this_subtask, ctx.attempt_number)
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
 
     def process(self, chunk: Any) -> Any:
         assert self.file is not None

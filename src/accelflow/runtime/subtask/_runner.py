@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-import traceback
 from fractions import Fraction
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
@@ -19,7 +18,11 @@ import cloudpickle
 
 from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
-from accelflow.runtime import ChainPlan, SubtaskDescriptor
+from accelflow._errors import TransportError, encode_error
+from accelflow.runtime import (
+    ChainPlan, Collected, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress,
+    SubtaskRunning,
+)
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
 from accelflow.runtime.subtask._operators import OPERATORS, CollectSink, FileSink, Operator
@@ -51,13 +54,13 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
         # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
         # printed a traceback after a successful job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        status.send(("finished", desc.key, counts, parts))
+        status.send(SubtaskFinished(desc.key, counts, parts))
     except _Cancelled:
         os._exit(143)
-    except BaseException:
+    except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
         try:
-            status.send(("failed", desc.key, traceback.format_exc()))
+            status.send(SubtaskFailed(desc.key, encode_error(exc, with_traceback=True)))
         finally:
             os._exit(1)
 
@@ -82,7 +85,7 @@ class _Runner:
                     op.open(self._context(op.node))
                     opened.append(op)
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
-                self.status.send(("running", desc.key))
+                self.status.send(SubtaskRunning(desc.key))
                 if head.kind == "source":
                     self.source_out = 0
                     self._run_source(head.fn, self._context(head))
@@ -134,7 +137,7 @@ class _Runner:
                 try:
                     chunk = conn.recv()
                 except EOFError:
-                    raise RuntimeError("an upstream subtask disconnected before ending its stream") from None
+                    raise TransportError("an upstream subtask disconnected before ending its stream") from None
                 if chunk is None:
                     conns.remove(conn)
                     conn.close()
@@ -154,11 +157,11 @@ class _Runner:
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY_S:
             self.last_progress = now
-            self.status.send(("progress", self.desc.key, self._counts()))
+            self.status.send(SubtaskProgress(self.desc.key, self._counts()))
 
     def _emit(self, chunk: Any) -> None:
         if self.ops and isinstance(self.ops[-1], CollectSink):
-            self.status.send(("collect", self.desc.key, chunk))
+            self.status.send(Collected(self.desc.key, chunk))
         for router in self.routers:
             router.send(chunk)
 

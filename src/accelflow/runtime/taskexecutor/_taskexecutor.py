@@ -23,13 +23,15 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Client, Connection, wait
 from typing import Any
 
-from accelflow._errors import AccelflowError
+from accelflow._errors import AccelflowError, encode_error
 from accelflow.config import config_from
 from accelflow.config import keys as k
-from accelflow.resources import ExternalResourceInfo
-from accelflow.resources import ExternalResourceInfoProvider
-from accelflow.runtime import Registration, SubtaskDescriptor, SubtaskKey
-from accelflow.runtime import die_with_parent
+from accelflow.resources import ExternalResourceInfo, ExternalResourceInfoProvider
+from accelflow.runtime import (
+    CancelJob, Deploy, Registration, RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited,
+    SubtaskKey,
+)
+from accelflow.runtime import die_with_parent, subtask
 from accelflow.runtime.subtask import run_subtask
 
 AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
@@ -68,11 +70,11 @@ class TaskExecutor:
         except (EOFError, OSError):
             self.orphaned = True  # the JobManager went away without saying shutdown
             return False
-        if msg[0] == "deploy":
-            self._deploy(msg[1])
-        elif msg[0] == "cancel":
-            self._terminate([key for key in self.children if key.job_id == msg[1]])
-        elif msg[0] == "shutdown":
+        if isinstance(msg, Deploy):
+            self._deploy(msg.descriptor)
+        elif isinstance(msg, CancelJob):
+            self._terminate([key for key in self.children if key.job_id == msg.job_id])
+        elif isinstance(msg, Shutdown):
             return False
         return True
 
@@ -110,7 +112,7 @@ class TaskExecutor:
                 proc.join()
                 conn.close()
                 del self.children[key]
-                self.jm.send(("subtask_exit", key, proc.exitcode))
+                self.jm.send(SubtaskExited(key, proc.exitcode))
                 return
 
     def _terminate(self, keys: list[SubtaskKey]) -> None:
@@ -172,13 +174,27 @@ def start_forkserver() -> None:
     die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(
-        ["accelflow.runtime.taskexecutor._forkserver_guard", "accelflow.runtime.subtask._runner", "numpy", "cloudpickle"]
-    )
+    guard = f"{__package__}._forkserver_guard"  # named, not imported: importing it ties us too
+    ctx.set_forkserver_preload([guard, subtask.__name__, "numpy", "cloudpickle"])
     forkserver.ensure_running()
 
 
+def _exit_quietly(signum: int, frame: Any) -> None:
+    os._exit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The TaskExecutor process: ``ID JM_ADDRESS CONFIG_JSON``."""
+    try:
+        return _main(argv)
+    finally:
+        # From here on the interpreter only shuts down (atexit callbacks of multiprocessing):
+        # a SIGTERM now (the client stopping the cluster) must end the process, not raise
+        # SystemExit inside an atexit callback, which printed a stray traceback.
+        signal.signal(signal.SIGTERM, _exit_quietly)
+
+
+def _main(argv: list[str] | None) -> int:
     te_id, address, config_path = (argv or sys.argv[1:])[:3]
     client = os.getppid()
     die_with_parent(signal.SIGTERM)
@@ -192,13 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         provider = ExternalResourceInfoProvider.from_config(config)
     except AccelflowError as exc:
-        jm.send(("register_failed", te_id, type(exc).__name__, str(exc)))
+        jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
     try:
-        jm.send(("register", Registration(
+        jm.send(Registration(
             te_id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
-        )))
+        ))
         te.serve()
     finally:
         te.shutdown()

@@ -1,6 +1,8 @@
 // accelflow web UI: polls the REST API once a second and redraws. No build step.
-// A cluster with rest.token: open the UI once as /?token=TOKEN; the token is kept in this
-// tab's sessionStorage (not in the address bar) and sent as "Authorization: Bearer".
+// Every cluster has a REST token (rest.token, or a random one): open the UI once with the link
+// the cluster printed, /?token=TOKEN; the token is kept in this tab's sessionStorage (not in the
+// address bar, and no cookie: other sites' requests cannot carry it) and sent as
+// "Authorization: Bearer".
 "use strict";
 
 const POLL_MS = 1000;
@@ -97,13 +99,20 @@ async function jobDetail() {
     el("td", {}, s.name), el("td", { class: `state-${s.state}` }, s.state), el("td", {}, s.taskexecutor || ""),
     el("td", {}, s.devices.map(d => `${d.resource} ${d.address} (${d.share.exact})`).join(", ")),
     el("td", {}, s.records.map(r => `${r.operator}: ${r.in} in / ${r.out} out`).join("; "))));
-  box.replaceChildren(
+  box.replaceChildren(...detailParts(job, rows));
+}
+
+// The job detail's parts; absent ones (no error, not waiting) are left out, never passed to
+// replaceChildren as null (which the DOM would show as the text "null").
+function detailParts(job, rows) {
+  return [
     el("h2", {}, `${job.id} · ${job.name}`),
     job.error ? el("div", { class: "error" }, job.error) : null,
     job.pending ? el("div", { class: "error" }, job.pending.message,
       el("ul", {}, job.pending.reasons.map(r => el("li", {}, `${r.taskexecutor}: ${r.reason}`)))) : null,
     el("table", {}, el("thead", {}, el("tr", {}, ["Subtask", "State", "TaskExecutor", "Devices", "Records"].map(h => el("th", {}, h)))),
-       el("tbody", {}, rows)));
+       el("tbody", {}, rows)),
+  ].filter(part => part !== null);
 }
 
 function showError(e) { document.getElementById("status").textContent = e.message; }

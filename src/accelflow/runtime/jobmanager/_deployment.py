@@ -1,0 +1,159 @@
+"""Deployment: placing a job's subtasks on slots and devices (the pure
+:func:`accelflow.scheduling.place` decides), shipping them to their TaskExecutors, and
+taking everything back when an attempt ends or is aborted."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from fractions import Fraction
+from typing import Any
+
+from accelflow._errors import AllocationError, JobCancelledError
+from accelflow.config import keys as k
+from accelflow.runtime import CancelJob, Deploy, SubtaskDescriptor, SubtaskExited, SubtaskKey
+from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
+from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
+from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
+from accelflow.runtime.jobmanager._state import ClusterState
+from accelflow.runtime.launchers import Launcher
+from accelflow.scheduling import SlotAssignment, SlotRequest, place
+
+#: how long an aborted attempt waits for its subtasks to exit before giving up on them
+EXIT_WAIT_S = 15.0
+_log = logging.getLogger("accelflow.runtime")
+
+
+class Deployer:
+    def __init__(self, launcher: Launcher, state: ClusterState, pump: EventPump) -> None:
+        self.launcher = launcher
+        self.state = state
+        self.pump = pump
+
+    def deploy(self, job: Job, slots: int | None = None) -> list[SubtaskKey]:
+        """Place and ship the subtasks of ``job``'s current attempt; their keys.
+
+        Raises:
+            AllocationError: the job fits not even the empty cluster; the reasons say why.
+            JobCancelledError: the job was cancelled while it waited for resources.
+            JobError: user code that does not pickle (nothing is taken then).
+        """
+        graph = job.graph
+        requests = slot_requests(graph, job.id, job.attempt)
+        # user code is pickled and split before any slot or device is taken, so a job that
+        # cannot be shipped fails with nothing to give back
+        blobs = {c.id: chain_blob(job, c, lambda o, i: self.address(job, o, i)) for c in graph.chains}
+        splits = splits_of(graph)
+        with self.state.lock:
+            assignments = self._place_when_free(job, requests)
+            keys = self._acquire(job, assignments)
+            descriptors = [self._descriptor(job, key, blobs, splits) for key in keys]
+            job.state, job.pending = "RUNNING", None
+        for te_id, desc in descriptors:
+            self.launcher.handle(te_id).send(Deploy(desc))
+        return keys
+
+    def check_fits(self, requests: list[SlotRequest], policy: Any) -> None:
+        """Raise ``AllocationError`` unless ``requests`` would fit the empty cluster."""
+        place(requests, self.state.offers(empty=True), policy)
+
+    def _place_when_free(self, job: Job, requests: list[SlotRequest]) -> list[SlotAssignment]:
+        """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
+        Called with the lock held; waiting releases it."""
+        policy = job.config.get(k.PLACEMENT_POLICY)
+        while True:
+            if job.cancel_requested or self.state.cancel_all:
+                raise JobCancelledError(f"{job.id} ({job.name}) was cancelled while waiting for resources")
+            try:
+                return place(requests, self.state.offers(), policy)  # type: ignore[arg-type]
+            except AllocationError as now:
+                place(requests, self.state.offers(empty=True), policy)  # type: ignore[arg-type]
+                if job.pending is None:
+                    _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
+                job.state = "PENDING"
+                job.pending = PendingReason(str(now).splitlines()[0], now.reasons, time.time())
+                self.state.released.wait(1.0)
+
+    def _acquire(self, job: Job, assignments: list[SlotAssignment]) -> list[SubtaskKey]:
+        keys: list[SubtaskKey] = []
+        state = self.state
+        for assignment in assignments:
+            te = state.taskexecutors[assignment.taskexecutor]
+            te.used_slots += 1
+            for holder, shares in assignment.shares.items():
+                assert isinstance(holder, SubtaskKey)
+                if shares:
+                    state.ledger.acquire(holder, shares)
+                keys.append(holder)
+                devices: dict[str, list[tuple[str, Fraction]]] = {}
+                for d, share in shares.items():
+                    devices.setdefault(d.resource, []).append((d.address, share))
+                chain = job.graph.chains[holder.chain]
+                state.subtasks[holder] = SubtaskState(holder, subtask_name(chain, holder.index), te.id, devices)
+        state.slots[(job.id, job.attempt)] = [a.taskexecutor for a in assignments]
+        return keys
+
+    def _descriptor(self, job: Job, key: SubtaskKey, blobs: dict[int, bytes],
+                    splits: dict[tuple[int, int], list[Any]]) -> tuple[str, SubtaskDescriptor]:
+        st = self.state.subtasks[key]
+        te = self.state.taskexecutors[st.taskexecutor]
+        chain = job.graph.chains[key.chain]
+        return te.id, SubtaskDescriptor(
+            key=key, parallelism=chain.parallelism, chain_blob=blobs[chain.id],
+            listen_address=self.address(job, chain.id, key.index) if chain.input is not None else None,
+            expected_senders=job.graph.upstream_senders(chain, key.index),
+            splits=splits.get((chain.id, key.index)),
+            assigned={r: [(self.state.info_properties(te.id, r, a), str(s)) for a, s in items
+                          if not a.startswith("#")]
+                      for r, items in st.devices.items()},
+            taskexecutor_infos={r["name"]: r["infos"] for r in te.registration.resources},
+            isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
+            taskexecutor_id=te.id,
+        )
+
+    def address(self, job: Job, chain: int, index: int) -> str:
+        return self.launcher.channel_address(self._channel(job, chain, index))
+
+    @staticmethod
+    def _channel(job: Job, chain: int, index: int) -> str:
+        return f"{job.id}-a{job.attempt}-c{chain}-{index}"
+
+    def abort(self, job: Job, keys: list[SubtaskKey], exited: set[SubtaskKey]) -> None:
+        """Stop the attempt's subtasks, wait (bounded) for those not yet ``exited``, and
+        give back every slot and device share of the attempt."""
+        with self.state.lock:
+            te_ids = list(self.state.taskexecutors)
+            alive = {key for key in keys if key not in exited
+                     and self.state.subtasks[key].taskexecutor in self.state.taskexecutors
+                     and self.state.subtasks[key].state != "FINISHED"}
+        for te_id in te_ids:
+            self.launcher.handle(te_id).send(CancelJob(job.id))
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while alive and time.monotonic() < deadline:
+            event = self.pump.next_event(job.events, POLL_S)
+            if event is None:
+                continue
+            te_id, msg = event
+            if isinstance(msg, SubtaskExited):
+                alive.discard(msg.key)
+            elif isinstance(msg, TaskExecutorDied):
+                alive = {key for key in alive if self.state.subtasks[key].taskexecutor != te_id}
+        with self.state.lock:
+            for key in keys:
+                self.state.release_devices(key)
+                st = self.state.subtasks[key]
+                if st.state not in ("FINISHED", "FAILED"):
+                    st.state = "CANCELED"
+            self.state.release_slots(job.id, job.attempt)
+        self._remove_channels(job, keys)
+
+    def _remove_channels(self, job: Job, keys: list[SubtaskKey]) -> None:
+        """Remove the attempt's Unix-socket channel files (local target only)."""
+        for key in keys:
+            path = self.launcher.channel_address(self._channel(job, key.chain, key.index))
+            if os.path.isabs(path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass

@@ -1,0 +1,75 @@
+"""Membership: starting the TaskExecutors a cluster wants, waiting for them to register, and
+replacing the ones that were lost (before a restart)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from accelflow._errors import JobError, decode_error
+from accelflow.config import Configuration
+from accelflow.config import keys as k
+from accelflow.runtime import Registration, RegistrationFailed, TaskExecutorExited, TaskExecutorLost
+from accelflow.runtime.jobmanager._events import POLL_S, EventPump
+from accelflow.runtime.jobmanager._state import ClusterState
+
+
+class Membership:
+    def __init__(self, config: Configuration, state: ClusterState, pump: EventPump) -> None:
+        self.config = config
+        self.state = state
+        self.pump = pump
+        self._starting = threading.Lock()  # one start or replacement at a time
+
+    def wanted(self) -> list[str]:
+        """The ids of the TaskExecutors this cluster runs (``local.number-taskmanager``, or
+        ``ray.number-taskmanager`` on Ray)."""
+        ray = self.config.get(k.EXECUTION_TARGET) == "ray"
+        n = self.config.get(k.RAY_NUMBER_TASKMANAGER if ray else k.NUMBER_TASKMANAGER)
+        return [f"taskexecutor-{i}" for i in range(1, n + 1)]
+
+    def start(self) -> None:
+        """Start every wanted TaskExecutor and wait until each registered.
+
+        Raises:
+            the class a TaskExecutor's start-up failed with (``DriverLoadError``,
+            ``DiscoveryError``...), or ``JobError`` when one died or never registered.
+        """
+        with self._starting:
+            ids = self.wanted()
+            self.pump.launch(ids)
+            self._await(ids)
+
+    def replace_lost(self) -> None:
+        """Start again the wanted TaskExecutors that are not registered (lost ones)."""
+        with self._starting:
+            with self.state.lock:
+                lost = [te for te in self.wanted() if te not in self.state.taskexecutors]
+            if lost:
+                self.pump.launch(lost)
+                self._await(lost)
+
+    def _await(self, ids: list[str]) -> None:
+        timeout = self.config.get(k.STARTUP_TIMEOUT)
+        deadline = time.monotonic() + timeout
+        waiting = set(ids)
+        while waiting:
+            left = deadline - time.monotonic()
+            event = self.pump.next_event(self.pump.membership, min(POLL_S, max(0.0, left)))
+            if event is None:
+                if left > 0:
+                    continue
+                raise JobError(
+                    f"TaskExecutor(s) {sorted(waiting)} did not register within {timeout:g} s "
+                    "(taskmanager.registration.timeout)"
+                )
+            te_id, msg = event
+            if isinstance(msg, Registration):
+                waiting.discard(te_id)
+            elif isinstance(msg, RegistrationFailed):
+                raise decode_error(msg.error, context=f"{te_id} could not start")
+            elif (isinstance(msg, TaskExecutorExited | TaskExecutorLost) and te_id in waiting
+                  and msg.pid not in self.state.lost_pids):
+                how = (f"exited (exit code {msg.exitcode})" if isinstance(msg, TaskExecutorExited)
+                       else "disconnected")
+                raise JobError(f"{te_id} {how} during start-up; see its output above")

@@ -1,0 +1,105 @@
+"""``accelflow run``: options before the script reach accelflow; after it, the script gets them
+and accelflow warns (one line naming the option), so no command line loses its config."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelflow.cli._run import misplaced_options
+
+SCRIPT = """\
+import sys
+from accelflow import Environment
+env = Environment()
+print("argv", sys.argv[1:])
+print("slots", env.config.raw.get("taskmanager.numberOfTaskSlots"))
+"""
+
+
+def accelflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"}
+    return subprocess.run(
+        [sys.executable, "-m", "accelflow", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT, encoding="utf-8")
+    return script
+
+
+def test_options_before_the_script_configure_the_job_without_a_warning(
+    job: Path, tmp_path: Path
+) -> None:
+    done = accelflow("run", "-D", "taskmanager.numberOfTaskSlots=3", str(job), "--epochs", "2",
+                     cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "argv ['--epochs', '2']" in done.stdout
+    assert "slots 3" in done.stdout
+    assert "warning" not in done.stderr
+
+
+def test_a_d_option_after_the_script_is_warned_about_on_one_line(job: Path, tmp_path: Path) -> None:
+    done = accelflow("run", str(job), "-D", "taskmanager.numberOfTaskSlots=3", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "argv ['-D', 'taskmanager.numberOfTaskSlots=3']" in done.stdout  # the script's
+    assert "slots None" in done.stdout  # not accelflow's
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("accelflow: warning: '-D taskmanager.numberOfTaskSlots=3' comes after "
+                           "the job script")
+    assert "put it before the script" in line
+
+
+@pytest.mark.parametrize(
+    ("after", "named"),
+    [
+        (["--conf", "job.yaml"], "'--conf job.yaml'"),
+        (["--conf=job.yaml"], "'--conf=job.yaml'"),
+        (["--cluster", "http://127.0.0.1:8081"], "'--cluster http://127.0.0.1:8081'"),
+        (["-Dexecution.target=ray"], "'-Dexecution.target=ray'"),
+    ],
+)
+def test_every_accelflow_option_after_the_script_is_named(
+    job: Path, tmp_path: Path, after: list[str], named: str
+) -> None:
+    done = accelflow("run", "--no-progress", str(job), *after, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("accelflow: warning:")]
+    assert len(warnings) == 1 and named in warnings[0], done.stderr
+
+
+def test_a_double_dash_after_the_script_says_they_are_the_scripts_own(
+    job: Path, tmp_path: Path
+) -> None:
+    done = accelflow("run", str(job), "--", "-D", "x=1", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "argv ['-D', 'x=1']" in done.stdout
+    assert done.stderr == ""
+
+
+def test_help_names_every_place_a_job_can_run(tmp_path: Path) -> None:
+    done = accelflow("run", "--help", cwd=tmp_path)
+
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "--cluster URL" in text and "session cluster" in text
+    assert "-D execution.target=ray" in text and "ray.address=auto" in text
+    assert "embedded local cluster" in text
+    assert "options go before the script" in text
+
+
+def test_misplaced_options_stop_at_a_double_dash() -> None:
+    assert misplaced_options(["--epochs", "3", "-D", "a=b", "--", "--conf", "x"]) == ["-D a=b"]
+    assert misplaced_options(["--no-progress", "--confirm", "-D"]) == ["--no-progress", "-D"]

@@ -1,0 +1,158 @@
+"""The package layout holds (issue 15): one-way layers between subpackages, imports through
+package facades, small modules, and typed messages across process boundaries."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+
+import accelflow
+import accelflow.runtime
+from accelflow._errors import DataFormatError, RemoteError, encode_error
+from accelflow.runtime import _messages
+
+SRC = Path(accelflow.__file__).parent
+MAX_MODULE_LINES = 450
+#: modules every package may import by their private path (the root's shared internals)
+ROOT_INTERNALS = {"accelflow._errors", "accelflow._exports", "accelflow._names", "accelflow._warn"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _package_of(path: Path) -> str:
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every ``accelflow`` module imported by ``path``, lazily or not, with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("accelflow"):
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                      if (SRC.parent / f"{node.module}.{a.name}".replace(".", "/")).is_dir()]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("accelflow")]
+    return found
+
+
+def _unit(module: str) -> str:
+    """The layer a module belongs to: ``accelflow.<pkg>``, or ``accelflow.runtime.<pkg>``."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] == "runtime" and not parts[2].startswith("_"):
+        return ".".join(parts[:3])
+    if len(parts) >= 2 and not parts[1].startswith("_"):
+        return ".".join(parts[:2])
+    return "accelflow"
+
+
+def _sources() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_no_import_cycle_between_subpackages() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in _sources():
+        here = _unit(_module_name(path))
+        for _, target in _imports(path):
+            there = _unit(target)
+            if there != here and there != "accelflow" and here != "accelflow":
+                graph.setdefault(here, set()).add(there)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(f"{a} <-> {b}" for a, targets in graph.items() for b in targets if reaches(b, a, {b}))
+    assert not cycles, "import cycles between subpackages: " + ", ".join(cycles)
+
+
+def test_dataflow_imports_neither_api_nor_runtime() -> None:
+    bad = [f"{p.name}:{line} {m}" for p in (SRC / "dataflow").glob("*.py") for line, m in _imports(p)
+           if _unit(m) in ("accelflow.api",) or m.startswith("accelflow.runtime")]
+    assert not bad
+
+
+def test_runtime_never_imports_the_api() -> None:
+    bad = [f"{p}:{line}" for p in (SRC / "runtime").rglob("*.py") for line, m in _imports(p)
+           if m.startswith("accelflow.api")]
+    assert not bad
+
+
+def test_packages_import_each_other_through_their_facades() -> None:
+    bad = []
+    for path in _sources():
+        mine = _package_of(path)
+        for line, target in _imports(path):
+            last = target.rsplit(".", 1)[-1]
+            if not last.startswith("_") or target in ROOT_INTERNALS:
+                continue
+            owner = target.rsplit(".", 1)[0]
+            if owner != mine and not (path.name == "__init__.py" and owner == mine):
+                bad.append(f"{path.relative_to(SRC)}:{line} imports {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_is_over_the_size_budget() -> None:
+    big = [f"{p.relative_to(SRC)}: {n} lines" for p in _sources()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not big
+
+
+def test_module_paths_are_not_spelled_as_strings() -> None:
+    """Processes are started by module objects' names, so a move cannot break them."""
+    bad = [f"{p.relative_to(SRC)}" for p in _sources()
+           if '"accelflow.runtime.' in p.read_text(encoding="utf-8")]
+    assert not bad
+
+
+def _message_classes() -> list[type]:
+    return [obj for name, obj in vars(_messages).items()
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == _messages.__name__]
+
+
+def _example(cls: type) -> object:
+    key = _messages.SubtaskKey("job-1", 0, 1, 2)
+    error = encode_error(DataFormatError("bad header", path="/data/x.idx"))
+    values = {
+        "key": key, "sender": key, "error": error, "descriptor": None, "job_id": "job-1",
+        "taskexecutor_id": "taskexecutor-1", "pid": 42, "exitcode": 3, "slots": 2,
+        "counts": [(0, 5)], "parts": ["/tmp/p"], "chunk": [1, 2], "name": "c", "reason": "gone",
+        "graph_blob": b"x", "config": {"a": 1}, "url": "http://127.0.0.1:1", "snapshot": {"records": 1},
+        "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
+        "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
+    }
+    fields = {f.name: values[f.name] for f in dataclasses.fields(cls)
+              if f.name in values and f.default is dataclasses.MISSING}
+    if cls is _messages.SubtaskDescriptor:
+        pytest.skip("built by the JobManager; covered by every runtime test")
+    return cls(**fields)
+
+
+@pytest.mark.parametrize("cls", _message_classes(), ids=lambda c: c.__name__)
+def test_every_message_is_a_frozen_dataclass_that_survives_pickling(cls: type) -> None:
+    message = _example(cls)
+    assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_every_message_class_is_reexported_by_the_runtime_facade() -> None:
+    missing = [c.__name__ for c in _message_classes() if getattr(accelflow.runtime, c.__name__, None) is not c]
+    assert not missing
+
+
+def test_remote_error_is_the_only_error_format_on_the_wire() -> None:
+    failed = _messages.SubtaskFailed(_messages.SubtaskKey("j", 0, 0, 0), encode_error(ValueError("x")))
+    assert isinstance(failed.error, RemoteError)
