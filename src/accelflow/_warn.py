@@ -4,7 +4,8 @@ Command-line code calls :func:`warn`, which writes that one line to stderr. Libr
 logging (``logging.getLogger(__name__).warning(...)``), so an embedding program can capture or
 silence it; the ``accelflow`` command installs :class:`MessageFormatter`, which prints those
 records in the same shape (``accelflow: warning: <message>``), like its errors
-(``accelflow: error: <message>``).
+(``accelflow: error: <message>``). Every accelflow process that shows its stderr to a person
+(the command, a TaskExecutor, a Ray actor) calls :func:`configure_logging` once at start.
 """
 
 from __future__ import annotations
@@ -38,3 +39,12 @@ class MessageFormatter(logging.Formatter):
         if record.levelno < logging.WARNING:
             return f"{PREFIX}: {level}: {record.name}: {message}"
         return f"{PREFIX}: {level}: {message}"
+
+
+def configure_logging(*, verbose: bool = False) -> None:
+    """Print this process's log records on stderr as :class:`MessageFormatter` shapes them:
+    WARNING and above, or everything from DEBUG with ``verbose``. Does nothing when the root
+    logger already has a handler (an embedding program or pytest configured logging)."""
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(MessageFormatter())
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])

@@ -92,7 +92,7 @@ def test_the_container_runs_accelflow_run_with_the_mounted_config() -> None:
 
 
 def test_the_default_job_path_is_inside_the_image() -> None:
-    assert container(render(*GPU))["args"][1] == DEFAULT_JOB_PATH
+    assert container(render(*GPU))["args"][-1] == DEFAULT_JOB_PATH
 
 
 def test_the_config_map_reloads_to_the_same_config() -> None:

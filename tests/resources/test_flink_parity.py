@@ -248,3 +248,15 @@ def test_an_unknown_default_discovery_argument_is_a_config_error_naming_it(tmp_p
     assert "Traceback" not in done.stderr
     assert "external-resource.gpu.param.discovery-script.args" in done.stderr
     assert "--gpus-per-node" in done.stderr
+
+
+def test_an_invalid_factory_class_is_named_as_configured() -> None:
+    """Flink's ExternalResourceUtilsTest (issue 12.6): the message names the configured class."""
+    conf = config_from(values={
+        "external-resources": "x", "external-resource.x.amount": 1,
+        "external-resource.x.driver-factory.class": "org.example.someinvalidclass",
+    })
+    with pytest.raises(DriverLoadError) as info:
+        ExternalResourceInfoProvider.from_config(conf)
+    assert "org.example.someinvalidclass" in str(info.value)
+    assert info.value.key == "external-resource.x.driver-factory.class"

@@ -19,6 +19,7 @@ from accelflow.resources import (
     KubernetesResourceDecorator,
     KubernetesResources,
     YarnResourceDecorator,
+    info_properties,
 )
 
 Info = ExternalResourceInfo
@@ -202,3 +203,65 @@ def test_kubernetes_resources_are_frozen_and_keyword_only() -> None:
         resources.resources = {}  # type: ignore[misc]
     with pytest.raises(TypeError):
         KubernetesResources({"acme.com/fpga": 2})  # type: ignore[call-arg]
+
+
+# -- a Flink-style info: the interface only, no super().__init__() (issue 12.7) --------------
+
+
+class CardInfo(ExternalResourceInfo):
+    """As Flink's Java interface allows: two methods over its own attributes."""
+
+    def __init__(self, slot: int, serial: str) -> None:
+        self.slot = slot
+        self.serial = serial
+
+    def get_property(self, key: str) -> str | None:
+        return {"index": str(self.slot), "serial": self.serial}.get(key)
+
+    def get_keys(self) -> list[str]:
+        return ["serial", "index"]
+
+
+def test_a_flink_style_info_works_as_a_value() -> None:
+    a, b = CardInfo(10, "AC-10"), CardInfo(2, "AC-2")
+
+    assert a.address == "10" and b.to_dict() == {"index": "2", "serial": "AC-2"}
+    assert sorted([a, b]) == [b, a]
+    assert a == Info(index="10", serial="AC-10") and hash(a) == hash(Info(index="10", serial="AC-10"))
+    assert {a, CardInfo(10, "AC-10")} == {a}
+    assert dict(a) == {"index": "10", "serial": "AC-10"} and len(a) == 2 and a["serial"] == "AC-10"
+    assert repr(a) == "CardInfo(index='10', serial='AC-10')"
+    assert info_properties(a) == {"index": "10", "serial": "AC-10"}
+
+
+def test_a_flink_style_info_crosses_processes_as_the_plain_value_type() -> None:
+    copied = pickle.loads(pickle.dumps(CardInfo(1, "AC-1")))
+    assert type(copied) is ExternalResourceInfo
+    assert copied == CardInfo(1, "AC-1")
+
+
+def test_a_subclass_that_overrides_the_interface_is_read_through_it() -> None:
+    class Extra(ExternalResourceInfo):
+        def get_property(self, key: str) -> str | None:
+            return "fpga" if key == "kind" else super().get_property(key)
+
+        def get_keys(self) -> list[str]:
+            return [*super().get_keys(), "kind"]
+
+    info = Extra(index="0")
+    assert info.to_dict() == {"index": "0", "kind": "fpga"}
+    assert info == Info(index="0", kind="fpga") and hash(info) == hash(Info(index="0", kind="fpga"))
+
+
+def test_info_properties_skips_missing_values_and_checks_the_keys() -> None:
+    class Sparse(CardInfo):
+        def get_keys(self) -> list[str]:
+            return ["index", "vendor"]
+
+    class Bad(CardInfo):
+        def get_keys(self) -> str:  # type: ignore[override]
+            return "index"
+
+    assert info_properties(Sparse(0, "x")) == {"index": "0"}
+    with pytest.raises(TypeError, match="Bad.get_keys\\(\\) returned str"):
+        info_properties(Bad(0, "x"))

@@ -137,9 +137,13 @@ def gpu_definitions(tmp: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
-def start_session(tmp: Path, gpus: int = 2, preexec: Callable[[], None] | None = None,
-                  **extra: Any) -> Session:
-    return Session(_environment(tmp, gpus), tmp, gpu_definitions(tmp, **extra), preexec)
+def start_session(tmp: Path, gpus: int = 2, **extra: Any) -> Session:
+    return Session(_environment(tmp, gpus), tmp, gpu_definitions(tmp, **extra))
+
+
+def start_session_with(tmp: Path, preexec: Callable[[], None]) -> Session:
+    """A session whose ``accelflow cluster start`` runs ``preexec`` first (e.g. a lower limit)."""
+    return Session(_environment(tmp, 2), tmp, gpu_definitions(tmp), preexec)
 
 
 def stop_and_check(session: Session) -> None:

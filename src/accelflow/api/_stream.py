@@ -3,6 +3,7 @@
 Example:
     >>> env = Environment({"parallelism.default": 2})
     >>> env.from_sequence(1, 10).map(lambda x: x * x).filter(lambda x: x % 2).execute_and_collect()
+    [1, 9, 25, 49, 81]
 """
 
 from __future__ import annotations

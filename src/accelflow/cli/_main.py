@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
 from accelflow import __version__
 from accelflow._errors import AccelflowError, ConfigError
-from accelflow._warn import MessageFormatter
+from accelflow._warn import configure_logging
 
 # name -> module; each module defines register(subparsers)
 _COMMANDS = ("resources", "run", "render", "cluster")
@@ -43,9 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed, e.g. 'run' sees a '--'
-    handler = logging.StreamHandler()  # stderr
-    handler.setFormatter(MessageFormatter())
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
+    configure_logging(verbose=args.verbose)
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -27,17 +27,19 @@ from accelflow.deploy import (
 
 _MANAGERS = {
     "kubernetes": (
-        "print a ConfigMap and a batch/v1 Job (YAML) that run the job on Kubernetes",
+        "print a ConfigMap and a batch/v1 Job, or a KubeRay RayCluster (YAML), for Kubernetes",
         "Render the config as Kubernetes manifests: a ConfigMap holding the config and a Job "
-        "whose pod runs 'accelflow run JOB' with the embedded local cluster, asking for cpu, "
-        "memory and every external resource that has a kubernetes.config-key (or vendor), "
-        "times local.number-taskmanager, in both requests and limits. "
-        "Apply with: accelflow render kubernetes ... | kubectl apply -f -",
+        "whose pod runs 'accelflow run --conf /etc/accelflow/accelflow-conf.yaml JOB' with the "
+        "embedded local cluster, asking for cpu, memory and every external resource that has a "
+        "kubernetes.config-key (or vendor), times local.number-taskmanager, in both requests "
+        "and limits. With -D execution.target=ray: a KubeRay RayCluster instead of the Job "
+        "(docs/ray.md). Apply with: accelflow render kubernetes ... | kubectl apply -f -",
     ),
     "yarn": (
         "print a YARN Services API spec (JSON) that runs the job on YARN",
         "Render the config as the JSON body of POST /app/v1/services (or for "
-        "'yarn app -launch NAME FILE'): one container running 'accelflow run JOB' with the "
+        "'yarn app -launch NAME FILE'): one container running 'accelflow run --conf "
+        "conf/accelflow-conf.yaml JOB' with the "
         "embedded local cluster, asking for vcores, memory and every resource type that has a "
         "yarn.config-key, times local.number-taskmanager.",
     ),

@@ -153,7 +153,8 @@ REST_ENABLED = _key(
 )
 REST_ADDRESS = _key("rest.address", p.string, "127.0.0.1", "Address the REST API binds to.")
 REST_PORT = _key("rest.port", p.port, 8081, "Port of the REST API; 0 picks a free one.")
-REST_TOKEN = _key("rest.token", p.string, None, "Bearer token required by the REST API.")
+REST_TOKEN = _key("rest.token", p.string, None,
+                  "Bearer token required by the REST API (default: a random token made at each start).")
 
 # -- Ray (issue: scale-out) --------------------------------------------------------------------
 RAY_ADDRESS = _key("ray.address", p.string, None, "Ray cluster to join: 'auto' or 'ray://host:port'.")
@@ -174,6 +175,19 @@ RAY_LOCAL_RESOURCES = _key(
 )
 RAY_PLACEMENT_TIMEOUT = _key(
     "ray.placement-timeout", p.seconds, 60.0, "How long to wait for Ray to place an actor."
+)
+RAY_CONNECT_TIMEOUT = _key(
+    "ray.connect-timeout", p.seconds, 30.0,
+    "How long to wait for the Ray cluster at ray.address to answer before failing.",
+)
+RAY_RUNTIME_ENV_WORKING_DIR = _key(
+    "ray.runtime-env.working-dir", p.string, None,
+    "Directory (or URI) shipped to every TaskExecutor actor as its working directory and "
+    "import path (Ray runtime_env working_dir).",
+)
+RAY_RUNTIME_ENV_ENV_VARS = _key(
+    "ray.runtime-env.env-vars", p.string_map, None,
+    "Environment variables of every TaskExecutor actor: 'K1=v1,K2=v2' or a JSON object.",
 )
 
 # -- Kubernetes and YARN (issue: deployment) ---------------------------------------------------

@@ -1,8 +1,13 @@
-"""Built-in sources: collections, number sequences and NumPy arrays."""
+"""Built-in sources: collections, number sequences and NumPy arrays (shared with the subtasks
+of one host through shared memory, see :class:`ArraySource`)."""
 
 from __future__ import annotations
 
+import mmap
+import os
+import weakref
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,26 +68,95 @@ class SequenceSource(Source[int]):
         return max(0, self.end - self.start + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class SharedArray:
+    """Where the subtasks on this host map one array of an :class:`ArraySource`, read-only.
+
+    ``path`` is the caller's own memory-mapped file (an ``np.memmap`` passed as it is, never
+    copied), or the anonymous memory file the client filled once, seen through
+    ``/proc/<client pid>/fd/<fd>``: it has no name anywhere, so it goes away with the last
+    process that holds it, even when the client is SIGKILLed.
+    """
+
+    path: str
+    offset: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    def open(self) -> np.ndarray[Any, Any]:
+        mapped = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape)
+        return mapped.view(np.ndarray)  # slices are plain arrays (the mapping stays alive)
+
+
+def _close_fds(fds: list[int]) -> None:
+    while fds:
+        os.close(fds.pop())
+
+
 class ArraySource(Source[Any]):
-    """Rows of NumPy arrays (one array, or several as columns), shared through a memory-mapped
-    ``.npy`` file so that large arrays are not pickled into every subtask."""
+    """Rows of NumPy arrays (one array, or several as columns).
+
+    :meth:`share` (the JobManager, before deploying) hands large arrays to the subtasks without
+    pickling them into every subtask and without writing them to disk: a memory-mapped caller
+    array (``np.memmap``) by its file, any other array copied once into an anonymous
+    shared-memory file (Linux ``memfd``) that the client holds until :meth:`release` (the end
+    of the job). Arrays of Python objects and empty ones travel pickled.
+    """
 
     def __init__(self, arrays: Sequence[np.ndarray[Any, Any]]) -> None:
         self.arrays: list[Any] = list(arrays)
         self.length = len(self.arrays[0])
         self.chunk_records = CHUNK_RECORDS
+        self._originals: list[Any] | None = None  # the caller's arrays while shared
+        self._fds: list[int] = []
+        self._finalizer: weakref.finalize[[list[int]], ArraySource] | None = None
 
-    def spill(self, directory: Path) -> None:
-        """Write the arrays to ``directory`` so subtasks memory-map them."""
-        paths = []
-        for i, array in enumerate(self.arrays):
-            if isinstance(array, str):
-                paths.append(array)
-                continue
+    def __getstate__(self) -> dict[str, Any]:
+        # what subtasks get: the shared arrays' locations, never the originals or the fds
+        return {"arrays": self.arrays, "length": self.length, "chunk_records": self.chunk_records}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._originals, self._fds, self._finalizer = None, [], None
+
+    @property
+    def shared(self) -> bool:
+        return self._originals is not None
+
+    def share(self, directory: Path) -> None:
+        """Make the arrays readable by the subtasks on this host (idempotent). Without
+        ``memfd`` (not Linux), arrays are written as ``.npy`` files in ``directory`` instead."""
+        if self._originals is not None:
+            return
+        self._originals = list(self.arrays)
+        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+        self.arrays = [self._share_one(a, i, directory) for i, a in enumerate(self.arrays)]
+
+    def release(self) -> None:
+        """Give the shared memory back and hold the caller's arrays again (idempotent)."""
+        if self._originals is None:
+            return
+        self.arrays, self._originals = self._originals, None
+        _close_fds(self._fds)
+
+    def _share_one(self, array: Any, i: int, directory: Path) -> Any:
+        if not isinstance(array, np.ndarray) or array.dtype.hasobject or array.nbytes == 0:
+            return array  # a path or a ref already, Python objects, or nothing to share
+        mapped = _mapped_file(array)
+        if mapped is not None:
+            return mapped
+        if not hasattr(os, "memfd_create"):
             path = directory / f"array-{id(self)}-{i}.npy"
             np.save(path, np.ascontiguousarray(array))
-            paths.append(str(path))
-        self.arrays = paths
+            return str(path)
+        fd = os.memfd_create(f"accelflow-array-{i}", os.MFD_CLOEXEC)
+        self._fds.append(fd)
+        os.ftruncate(fd, array.nbytes)
+        with mmap.mmap(fd, array.nbytes) as region:
+            target = np.ndarray(array.shape, array.dtype, buffer=region)
+            np.copyto(target, array)
+            del target  # no view may outlive the mapping
+        return SharedArray(f"/proc/{os.getpid()}/fd/{fd}", 0, array.dtype, array.shape)
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
         return even_ranges(self.length, parallelism)
@@ -92,7 +166,7 @@ class ArraySource(Source[Any]):
             yield from chunk if not isinstance(chunk, Columns) else chunk.rows()
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        arrays = [np.load(a, mmap_mode="r") if isinstance(a, str) else a for a in self.arrays]
+        arrays = [_open(a) for a in self.arrays]
         first, stop = split
         for start in range(first, stop, self.chunk_records):
             end = min(start + self.chunk_records, stop)
@@ -101,3 +175,29 @@ class ArraySource(Source[Any]):
 
     def size_hint(self) -> int:
         return self.length
+
+
+def _open(array: Any) -> Any:
+    if isinstance(array, SharedArray):
+        return array.open()
+    if isinstance(array, str):
+        return np.load(array, mmap_mode="r")
+    return array
+
+
+def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
+    """The file and offset of a C-contiguous array that is a view of an ``np.memmap``'s
+    mapping (slices included), or None."""
+    base: Any = array
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    if base is None or not array.flags.c_contiguous or getattr(base, "filename", None) is None:
+        return None
+    region = getattr(base, "_mmap", None)
+    if region is None:
+        return None
+    # numpy maps from the allocation boundary at or below the memmap's offset
+    start = base.offset - base.offset % mmap.ALLOCATIONGRANULARITY
+    region_address = np.frombuffer(region, dtype=np.uint8, count=1).ctypes.data
+    offset = start + array.ctypes.data - region_address
+    return SharedArray(str(base.filename), offset, array.dtype, array.shape)

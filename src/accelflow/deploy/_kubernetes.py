@@ -3,8 +3,8 @@
 The TaskExecutor pod runs one container, ``accelflow-taskexecutor``, whose command is
 ``accelflow run --conf /etc/accelflow/accelflow-conf.yaml <job>``: the embedded local cluster
 with ``local.number-taskmanager`` TaskExecutors. Options come before the job script, as in
-``flink run [OPTIONS] <job>``; after it they would be the script's own arguments. The config reaches the pod as a ConfigMap
-mounted read-only at ``/etc/accelflow``. Objects are built with the ``kubernetes`` client's
+``flink run [OPTIONS] <job>``; after it they would be the script's own arguments. The config
+reaches the pod as a ConfigMap mounted read-only at ``/etc/accelflow``. Objects are built with the ``kubernetes`` client's
 models (imported lazily) and serialized with ``ApiClient().sanitize_for_serialization``.
 """
 
@@ -220,7 +220,8 @@ def pod_template(
     k8s = kubernetes_client()
     mounts = volumes = None
     if mount_config:
-        mounts = [k8s.V1VolumeMount(name=CONFIG_VOLUME, mount_path=CONFIG_MOUNT_PATH, read_only=True)]
+        mounts = [k8s.V1VolumeMount(name=CONFIG_VOLUME, mount_path=CONFIG_MOUNT_PATH,
+                                    read_only=True)]
         volumes = [k8s.V1Volume(name=CONFIG_VOLUME,
                                 config_map=k8s.V1ConfigMapVolumeSource(name=names.config_map))]
     main = k8s.V1Container(

@@ -1,6 +1,6 @@
 """What the container that hosts the TaskExecutors asks a cluster manager for.
 
-Shared by every renderer (Kubernetes, YARN; a KubeRay renderer can reuse it). For each
+Shared by every renderer (the Kubernetes Job, the KubeRay RayCluster, YARN). For each
 external resource the config gives an amount per TaskExecutor; the rendered container runs
 ``accelflow run`` with the embedded local cluster, which hosts ``local.number-taskmanager``
 TaskExecutors, so every quantity here is ``amount * local.number-taskmanager``.
@@ -136,9 +136,10 @@ def kubernetes_request(config: Configuration) -> KubernetesRequest:
     tolerations: list[Mapping[str, Any]] = []
     for spec in config.external_resources.values():
         _add_config_entries(config, spec, resources, selector, tolerations)
-        factory = _load_factory(spec)
-        if isinstance(factory, KubernetesResourceDecorator):
-            _add_driver_entries(spec, factory, resources, selector, tolerations)
+        driver = ask_decorator(spec, KubernetesResourceDecorator, "kubernetes_resources",
+                               KubernetesResources, "accelflow.resources.KubernetesResources")
+        if driver is not None:
+            _add_driver_entries(spec, driver, resources, selector, tolerations)
         elif not spec.kubernetes_config_key:
             log.warning(
                 "external resource %r is not requested from Kubernetes, so the pod may land on "
@@ -165,9 +166,10 @@ def yarn_request(config: Configuration) -> dict[str, int]:
         if spec.yarn_config_key:
             key = spec.key("yarn.config-key")
             entries.add(spec.yarn_config_key, spec.amount, _Origin(key, key))
-        factory = _load_factory(spec)
-        if isinstance(factory, YarnResourceDecorator):
-            _add_yarn_driver_entries(spec, factory, entries)
+        driver = ask_decorator(spec, YarnResourceDecorator, "yarn_resources", Mapping,
+                               "a mapping of resource type to amount")
+        if driver is not None:
+            _add_yarn_driver_entries(spec, driver, entries)
         elif not spec.yarn_config_key:
             example = SPARK_YARN_RESOURCE_TYPES.get(spec.name, "yarn.io/gpu")
             log.warning(
@@ -280,36 +282,47 @@ def _load_factory(spec: ExternalResourceSpec) -> ExternalResourceDriverFactory |
     )
 
 
-def _call(
-    origin: _Origin,
-    name: str,
-    method: Callable[[Mapping[str, str], int], Any],
-    spec: ExternalResourceSpec,
+def ask_decorator(
+    spec: ExternalResourceSpec, protocol: type, method: str, returns: type, returns_text: str
 ) -> Any:
+    """Ask ``spec``'s driver factory, if it implements the optional decorator ``protocol``,
+    for ``method(params, amount)`` and check that the result is a ``returns``.
+
+    The one place a driver decorator (Kubernetes, YARN) is called: its exception becomes a
+    :class:`DeploymentError` naming the driver, resource and config key, and so does a result
+    of the wrong type (``returns_text`` says what was expected).
+
+    Returns:
+        The result, or ``None`` when no factory is configured or it does not implement
+        ``protocol``.
+    """
+    factory = _load_factory(spec)
+    if factory is None or not isinstance(factory, protocol):
+        return None
+    origin = _Origin.of_driver(spec)
     try:
-        return method(spec.params, spec.amount)
+        result = getattr(factory, method)(spec.params, spec.amount)
     except AccelflowError:
         raise
     except Exception as exc:
         raise DeploymentError(
-            f"{origin.text}: {name}() failed: {type(exc).__name__}: {exc}"
+            f"{origin.text}: {method}() failed: {type(exc).__name__}: {exc}"
         ) from exc
+    if not isinstance(result, returns):
+        raise DeploymentError(
+            f"{origin.text}: {method}() must return {returns_text}, got {type(result).__name__}"
+        )
+    return result
 
 
 def _add_driver_entries(
     spec: ExternalResourceSpec,
-    factory: KubernetesResourceDecorator,
+    result: KubernetesResources,
     resources: _Entries[int],
     selector: _Entries[str],
     tolerations: list[Mapping[str, Any]],
 ) -> None:
     origin = _Origin.of_driver(spec)
-    result = _call(origin, "kubernetes_resources", factory.kubernetes_resources, spec)
-    if not isinstance(result, KubernetesResources):
-        raise DeploymentError(
-            f"{origin.text}: kubernetes_resources() must return "
-            f"accelflow.resources.KubernetesResources, got {type(result).__name__}"
-        )
     for name, amount in dict(result.resources).items():
         _check_driver_key(origin, name, kubernetes_extended_resource_problem)
         _check_quantity(origin, name, amount)
@@ -329,15 +342,9 @@ def _add_driver_entries(
 
 
 def _add_yarn_driver_entries(
-    spec: ExternalResourceSpec, factory: YarnResourceDecorator, entries: _Entries[int]
+    spec: ExternalResourceSpec, result: Mapping[str, Any], entries: _Entries[int]
 ) -> None:
     origin = _Origin.of_driver(spec)
-    result = _call(origin, "yarn_resources", factory.yarn_resources, spec)
-    if not isinstance(result, Mapping):
-        raise DeploymentError(
-            f"{origin.text}: yarn_resources() must return a mapping of resource type "
-            f"to amount, got {type(result).__name__}"
-        )
     for name, amount in dict(result).items():
         _check_driver_key(origin, name, yarn_resource_type_problem)
         _check_quantity(origin, name, amount)

@@ -45,7 +45,7 @@ class FashionMnistFiles:
         test_labels: their labels, or ``None`` likewise.
 
     Example:
-        >>> files = find_fashion_mnist()  # doctest: +SKIP
+        >>> files = find_fashion_mnist()
         >>> images, labels = read_labeled_pair(*files.test)
     """
 
@@ -117,7 +117,7 @@ def find_fashion_mnist(
             files are missing, and how to get them.
         ValueError: ``splits`` is empty or names something other than train/test.
 
-    Example:
+    Example (skipped in the doctest run: the path is in a user's home directory):
         >>> find_fashion_mnist("~/data/fashion").test_labels  # doctest: +SKIP
         PosixPath('/home/me/data/fashion/t10k-labels-idx1-ubyte.gz')
     """

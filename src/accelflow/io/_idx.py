@@ -58,7 +58,7 @@ class IdxHeader:
         compressed: whether the file on disk is gzip-compressed.
 
     Example:
-        >>> read_idx_header("t10k-images-idx3-ubyte.gz")  # doctest: +SKIP
+        >>> read_idx_header("t10k-images-idx3-ubyte.gz")
         IdxHeader(dtype=dtype('uint8'), shape=(10000, 28, 28), data_offset=16, compressed=True)
     """
 
@@ -115,7 +115,7 @@ def read_idx_header(path: PathLike) -> IdxHeader:
             truncated header, or (raw files) a data length that does not match the header.
 
     Example:
-        >>> read_idx_header("t10k-labels-idx1-ubyte").shape  # doctest: +SKIP
+        >>> read_idx_header("t10k-labels-idx1-ubyte").shape
         (10000,)
     """
     stream, compressed = open_stream(path)
@@ -143,7 +143,7 @@ def read_idx(path: PathLike, *, limit: int | None = None) -> npt.NDArray[np.gene
         ValueError: ``limit`` is negative.
 
     Example:
-        >>> labels = read_idx("t10k-labels-idx1-ubyte.gz", limit=5)  # doctest: +SKIP
+        >>> labels = read_idx("t10k-labels-idx1-ubyte.gz", limit=5)
         >>> labels.shape, labels.dtype
         ((5,), dtype('uint8'))
     """

@@ -77,7 +77,7 @@ class IdxFile:
         header: its validated header.
 
     Example:
-        >>> with open_idx("train-images-idx3-ubyte.gz") as images:  # doctest: +SKIP
+        >>> with open_idx("train-images-idx3-ubyte.gz") as images:
         ...     start, stop = images.splits(4)[1]  # subtask 1 of 4
         ...     batch = images.read_range(start, min(start + 256, stop))
         >>> len(images), images.shape, batch.shape
@@ -199,7 +199,7 @@ def open_idx(path: PathLike) -> IdxFile:
         DataFormatError: the file is missing, foreign, or its header (raw: or length) is bad.
 
     Example:
-        >>> labels = open_idx("t10k-labels-idx1-ubyte.gz")  # doctest: +SKIP
+        >>> labels = open_idx("t10k-labels-idx1-ubyte.gz")
         >>> labels.read_range(0, 3)
         array([9, 2, 1], dtype=uint8)
     """

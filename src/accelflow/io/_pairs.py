@@ -113,7 +113,7 @@ def read_labeled_pair(
         DataFormatError: either file is malformed or they do not match; names the file.
 
     Example:
-        >>> images, labels = read_labeled_pair(  # doctest: +SKIP
+        >>> images, labels = read_labeled_pair(
         ...     "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", limit=100)
     """
     _check_num_classes(num_classes)
@@ -190,7 +190,7 @@ def open_labeled_pair(
             :func:`check_pair_headers`).
 
     Example:
-        >>> with open_labeled_pair("t10k-images-idx3-ubyte.gz",  # doctest: +SKIP
+        >>> with open_labeled_pair("t10k-images-idx3-ubyte.gz",
         ...                        "t10k-labels-idx1-ubyte.gz") as pair:
         ...     images, labels = pair.read_range(*pair.splits(2)[0])
     """

@@ -34,6 +34,12 @@ class ExternalResourceInfo(Mapping[str, str]):
     Immutable, hashable and ordered (by address, numerically: ``"2"`` sorts before ``"10"``).
     It is also a read-only ``Mapping[str, str]``, so ``dict(info)`` gives its properties.
 
+    As in Flink, a driver may subclass it and implement only :meth:`get_property` and
+    :meth:`get_keys` over its own attributes, without calling ``super().__init__()``: equality,
+    hashing, ordering, ``address`` and serialisation all go through those two methods (see
+    :func:`info_properties`), and such an info crosses processes as a plain
+    ``ExternalResourceInfo`` with the same properties.
+
     Example:
         >>> info = ExternalResourceInfo(index="0", uuid="GPU-8f6c", name="NVIDIA H100")
         >>> info.get_property("index"), info.get_property("vendor")

@@ -1,7 +1,7 @@
 """Test helpers: an honest fake ``nvidia-smi`` and a static-list driver.
 
 Example:
-    >>> use_fake_nvidia_smi(monkeypatch, tmp_path, 4)   # doctest: +SKIP
+    >>> executable = use_fake_nvidia_smi(monkeypatch, tmp_path, 4)   # in a pytest test
 
 A fake GPU environment also sets ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` and unsets
 ``CUDA_VISIBLE_DEVICES``, so the fake wins on a host with real GPUs too.

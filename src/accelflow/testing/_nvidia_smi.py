@@ -23,10 +23,16 @@ Pass ``environ=`` to :func:`install_fake_nvidia_smi` (a dict for a subprocess), 
 :func:`use_fake_nvidia_smi` with pytest's ``monkeypatch`` for this process and its children.
 
 Example:
-    >>> env = dict(os.environ)  # doctest: +SKIP
-    >>> install_fake_nvidia_smi(tmp_path, 2, environ=env)  # doctest: +SKIP
-    >>> subprocess.run(["accelflow", "resources"], env=env)  # doctest: +SKIP
-    >>> use_fake_nvidia_smi(monkeypatch, tmp_path, 2)  # doctest: +SKIP
+    >>> import subprocess
+    >>> env = dict(os.environ)
+    >>> executable = install_fake_nvidia_smi(tmp_path, 2, environ=env)
+    >>> found = subprocess.run([sys.executable, "-m", "accelflow", "resources",
+    ...     "-D", "external-resources=gpu", "-D", "external-resource.gpu.amount=2",
+    ...     "-D", "external-resource.gpu.driver-factory.class=gpu"],
+    ...     env=env, capture_output=True, text=True, check=True).stdout
+    >>> found.count("NVIDIA A100-SXM4-80GB")
+    2
+    >>> executable = use_fake_nvidia_smi(monkeypatch, tmp_path, 2)
 """
 
 from __future__ import annotations

@@ -12,7 +12,12 @@ import pytest
 from accelflow import ConfigError, CoordinationError, DiscoveryError, ExternalResourceInfo
 from accelflow.config import config_from
 from accelflow.resources import ExternalResourceInfoProvider, load_driver_factory
-from accelflow.resources.gpu import CoordinationFile, GPUDriver, GPUDriverFactory
+from accelflow.resources.gpu import (
+    GPU_DISCOVERY_ENV_VAR,
+    CoordinationFile,
+    GPUDriver,
+    GPUDriverFactory,
+)
 from accelflow.testing._nvidia_smi import FakeGPU, fake_gpu_uuid
 
 from .conftest import FakeGPUs
@@ -29,6 +34,13 @@ def make(params: dict[str, str]) -> GPUDriver:
 
 def indexes(infos: object) -> list[str]:
     return [i["index"] for i in sorted(infos)]  # type: ignore[call-overload]
+
+
+@pytest.fixture(autouse=True)
+def _fake_gpus_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests mean the fake nvidia-smi, also in the discovery commands they start: never
+    the real NVML of a GPU machine (issue 12.9)."""
+    monkeypatch.setenv(GPU_DISCOVERY_ENV_VAR, "nvidia-smi")
 
 
 @pytest.fixture
@@ -307,7 +319,7 @@ def test_script_results_are_enriched_from_nvidia_smi(
     two_gpu_script: Path, fake_gpus: FakeGPUs
 ) -> None:
     fake_gpus([FakeGPU(index=0, name="Tesla T4", memory_total=15360), FakeGPU(index=5)])
-    script = write_script(two_gpu_script.parent / "zero-and-three.sh", "echo 0,3")
+    script = write_script(two_gpu_script.parent / "zero-and-five.sh", "echo 0,5")
     infos = sorted(make({"discovery-script.path": str(script)}).retrieve_resource_info(2))
     assert infos[0].to_dict() == {
         "index": "0",
@@ -316,7 +328,11 @@ def test_script_results_are_enriched_from_nvidia_smi(
         "memory_total": "15360",
         "pci_bus_id": "00000000:10:00.0",
     }
-    assert infos[1].to_dict() == {"index": "3"}  # nvidia-smi does not list 3: index only
+    assert infos[1]["uuid"] == fake_gpu_uuid(5)
+    # an index nvidia-smi does not list is the script's mistake, not a GPU
+    wrong = write_script(two_gpu_script.parent / "zero-and-three.sh", "echo 0,3")
+    with pytest.raises(DiscoveryError, match=r"printed GPU index\(es\) \['3'\]"):
+        make({"discovery-script.path": str(wrong)}).retrieve_resource_info(2)
 
 
 def test_enrichment_never_fails_discovery(two_gpu_script: Path, fake_gpus: FakeGPUs) -> None:

@@ -197,7 +197,9 @@ class CoordinationFile:
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
     ) -> None:
         if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout < float("inf"):
-            raise ValueError(f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}")
+            raise ValueError(
+                f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}"
+            )
         self.path = Path(path) if path is not None else default_coordination_path()
         self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
         self.lock_timeout = float(lock_timeout)

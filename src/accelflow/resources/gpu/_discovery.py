@@ -24,7 +24,7 @@ def discover_gpus(environ: Mapping[str, str] | None = None) -> list[GPUDevice]:
     """The GPUs (or MIG units) this process may use, in ``CUDA_VISIBLE_DEVICES`` order.
 
     Example:
-        >>> [d.index for d in discover_gpus()]  # doctest: +SKIP
+        >>> [d.index for d in discover_gpus()]  # on a host with two GPUs
         ['0', '1']
 
     Raises:

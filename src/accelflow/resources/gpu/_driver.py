@@ -45,11 +45,11 @@ class GPUDriver(ExternalResourceDriver):
 
     Example:
         >>> driver = GPUDriver(GPUDriverConfig(coordination=False))
-        >>> infos = driver.retrieve_resource_info(2)  # doctest: +SKIP
-        >>> sorted(i["index"] for i in infos)  # doctest: +SKIP
+        >>> infos = driver.retrieve_resource_info(2)
+        >>> sorted(i.get_property("index") for i in infos)
         ['0', '1']
-        >>> driver.isolation_env(infos)  # doctest: +SKIP
-        {'CUDA_VISIBLE_DEVICES': 'GPU-8f6c…,GPU-1d2e…', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}
+        >>> driver.isolation_env(infos)
+        {'CUDA_VISIBLE_DEVICES': 'GPU-...,GPU-...', 'CUDA_DEVICE_ORDER': 'PCI_BUS_ID'}
 
     Args:
         config: the checked parameters.

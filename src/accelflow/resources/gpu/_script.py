@@ -65,7 +65,7 @@ def run_discovery_script(
 ) -> list[str]:
     """Run the script for ``amount`` devices and return exactly ``amount`` indexes.
 
-    Example:
+    Example (skipped in the doctest run: the script is a site's own):
         >>> run_discovery_script(Path("/opt/gpu/discover.sh"), 2, ["--fast"])  # doctest: +SKIP
         ['0', '1']
 

@@ -14,6 +14,7 @@ a job that would not fit even the empty cluster fails at once with that explanat
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -154,20 +155,40 @@ class JobManager:
             return True
 
     def prepare_sources(self, graph: JobGraph) -> None:
-        """Spill NumPy sources to memory-mapped files (idempotent; may overlap cluster start)."""
-        for t in graph.transformations:
-            if isinstance(t.fn, ArraySource):
-                t.fn.spill(self.launcher.workdir)
+        """Share NumPy sources with the subtasks through shared memory, never a file
+        (idempotent; may overlap cluster start). Each job of ``graph`` gives the memory back
+        when it ends, however it ends; a SIGKILLed client leaves nothing behind (anonymous
+        memory, see ``ArraySource.share``)."""
+        sources = [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
+        for source in sources:
+            source.share(self.launcher.workdir)
+        with self.state.lock:
+            jobs = [j for j in self.state.jobs.values() if j.graph is graph and not j.done.is_set()]
+
+        def release_when_done(job: Job) -> None:
+            job.done.wait()
+            for source in sources:
+                source.release()
+
+        for job in jobs:
+            threading.Thread(target=release_when_done, args=(job,), daemon=True,
+                             name=f"accelflow-release-{job.id}").start()
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
+        for t in graph.transformations:
+            if isinstance(t.fn, ArraySource):
+                t.fn.release()
         remove_stale_parts(graph)
 
     def _run_attempts(self, job: Job) -> JobResult:
         self.prepare_sources(job.graph)
         strategy = job.config.get(k.RESTART_STRATEGY)
         attempts_left = job.config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
+        restarting = False
         while True:
             try:
+                if restarting:  # a replacement that cannot start yet fails this attempt only
+                    self.membership.replace_lost()
                 collected, first_record = self._run_attempt(job)
                 break
             except (JobCancelledError, AllocationError):
@@ -182,7 +203,7 @@ class JobManager:
                 _log.warning("%s failed, restarting (attempt %d): %s", job.id, job.attempt + 1,
                              str(exc).splitlines()[0])
                 time.sleep(job.config.get(k.RESTART_DELAY))
-                self.membership.replace_lost()
+                restarting = True
         self.state.release_slots(job.id, job.attempt)
         commit_files(job.graph, lambda c, i: self.state.subtasks[SubtaskKey(job.id, job.attempt, c, i)].parts)
         with self.state.lock:

@@ -13,6 +13,9 @@ from accelflow.runtime import Registration, RegistrationFailed, TaskExecutorExit
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump
 from accelflow.runtime.jobmanager._state import ClusterState
 
+#: on Ray, registration waits at least this long after ``ray.placement-timeout``
+_RAY_MARGIN_S = 30.0
+
 
 class Membership:
     def __init__(self, config: Configuration, state: ClusterState, pump: EventPump) -> None:
@@ -50,7 +53,11 @@ class Membership:
                 self._await(lost)
 
     def _await(self, ids: list[str]) -> None:
-        timeout = self.config.get(k.STARTUP_TIMEOUT)
+        timeout, which = self.config.get(k.STARTUP_TIMEOUT), "taskmanager.registration.timeout"
+        if self.config.get(k.EXECUTION_TARGET) == "ray":  # Ray's placement diagnosis wins
+            placement = self.config.get(k.RAY_PLACEMENT_TIMEOUT) + _RAY_MARGIN_S
+            if placement > timeout:
+                timeout, which = placement, f"ray.placement-timeout + {_RAY_MARGIN_S:g} s"
         deadline = time.monotonic() + timeout
         waiting = set(ids)
         while waiting:
@@ -61,7 +68,7 @@ class Membership:
                     continue
                 raise JobError(
                     f"TaskExecutor(s) {sorted(waiting)} did not register within {timeout:g} s "
-                    "(taskmanager.registration.timeout)"
+                    f"({which})"
                 )
             te_id, msg = event
             if isinstance(msg, Registration):

@@ -37,6 +37,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+from accelflow.runtime.launchers._ray_connect import join_cluster, without_ray_address
 
 _POLL_S = 0.25
 _STOP_TIMEOUT_S = 15.0
@@ -72,6 +73,29 @@ def actor_resources(config: Configuration) -> dict[str, Any]:
         for name, amount in wanted.resources.items():
             custom[name] = custom.get(name, 0) + amount
     return {"num_cpus": config.get(k.NUMBER_OF_TASK_SLOTS), "num_gpus": gpus, "resources": custom}
+
+
+def runtime_env(config: Configuration) -> dict[str, Any]:
+    """The Ray runtime environment of every TaskExecutor actor: the client's import path
+    (right where the client and the actor share a filesystem), ``ray.runtime-env.env-vars``
+    and ``ray.runtime-env.working-dir`` (shipped by Ray, first on the actor's import path).
+
+    Example:
+        >>> from accelflow.config import config_from
+        >>> env = runtime_env(config_from(values={"ray.runtime-env.working-dir": "/srv/job",
+        ...     "ray.runtime-env.env-vars": "HF_HOME=/data"}))
+        >>> env["working_dir"], env["env_vars"]["HF_HOME"], env["env_vars"]["PYTHONHASHSEED"]
+        ('/srv/job', '/data', '0')
+    """
+    path = [p for p in sys.path if p and os.path.isdir(p)]
+    env_vars = {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}
+    extra: Mapping[str, str] = config.get_optional(k.RAY_RUNTIME_ENV_ENV_VARS) or {}
+    env_vars.update(extra)
+    env: dict[str, Any] = {"env_vars": env_vars}
+    working_dir: str | None = config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
+    if working_dir:
+        env["working_dir"] = working_dir
+    return env
 
 
 def ray_view_of_free_resources(ray: Any) -> list[str]:
@@ -115,21 +139,22 @@ class _RayHandle(TaskExecutorHandle):
 class RayLauncher(Launcher):
     """TaskExecutors as Ray actors on the cluster at ``ray.address`` (or a local instance).
 
-    Example:
+    Example (skipped in the doctest run: it starts a Ray instance; tests/ray runs one):
         >>> launcher = RayLauncher(config_from(values={"execution.target": "ray"}))  # doctest: +SKIP
     """
 
     def __init__(self, config: Configuration) -> None:
         self.ray = import_ray()
         self.config = config
-        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
         self.authkey = secrets.token_bytes(32)
         self.events: queue.Queue[Event] = queue.Queue()
         self.options = actor_resources(config)
         self._owns_ray = self._connect()
+        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))  # once connected: no leftovers
         self.actors: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
         self._alive: set[str] = set()
+        self._placed: list[Any] = []  # actors that answered ping: stop() cleans their folders
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -145,17 +170,19 @@ class RayLauncher(Launcher):
         address = self.config.get_optional(k.RAY_ADDRESS)
         common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
         if address:
-            ray.init(address=address, **common)
+            join_cluster(ray, address, self.config.get(k.RAY_CONNECT_TIMEOUT), **common)
             return True
         slots = self.config.get(k.NUMBER_OF_TASK_SLOTS)
         wanted_cpus = slots * self.config.get(k.RAY_NUMBER_TASKMANAGER)
         custom: Mapping[str, Any] = self.config.get_optional(k.RAY_LOCAL_RESOURCES) or {}
-        ray.init(
-            num_cpus=self.config.get_optional(k.RAY_LOCAL_NUM_CPUS) or max(os.cpu_count() or 1, wanted_cpus),
-            num_gpus=self.config.get_optional(k.RAY_LOCAL_NUM_GPUS) or 0,
-            resources=dict(custom),
-            **common,
-        )
+        with without_ray_address():  # unset means a new local instance, whatever runs here
+            ray.init(
+                address="local",
+                num_cpus=self.config.get_optional(k.RAY_LOCAL_NUM_CPUS) or max(os.cpu_count() or 1, wanted_cpus),
+                num_gpus=self.config.get_optional(k.RAY_LOCAL_NUM_GPUS) or 0,
+                resources=dict(custom),
+                **common,
+            )
         return True
 
     def start(self, ids: list[str]) -> None:
@@ -168,11 +195,9 @@ class RayLauncher(Launcher):
     def _create(self, te_id: str) -> Any:
         from accelflow.runtime.launchers._ray_actor import TaskExecutorActor
 
-        path = [p for p in sys.path if p and os.path.isdir(p)]
         cls = self.ray.remote(TaskExecutorActor).options(
             name=None, max_concurrency=_MAX_CONCURRENCY, max_restarts=0,
-            runtime_env={"env_vars": {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}},
-            **self.options,
+            runtime_env=runtime_env(self.config), **self.options,
         )
         actor = cls.remote(te_id, self.config.to_raw_dict(), self.authkey)
         with self._lock:
@@ -197,6 +222,8 @@ class RayLauncher(Launcher):
             if not ready:
                 self._kill(actor)
                 return RegistrationFailed(te_id, encode_error(DeploymentError(self._unplaced(te_id))))
+            with self._lock:
+                self._placed.append(actor)
             reply: Registration | RegistrationFailed = ray.get(actor.start.remote())
         except Exception as exc:  # the actor died while starting
             return RegistrationFailed(te_id, encode_error(JobError(f"its Ray actor died while starting: {exc}")))
@@ -295,8 +322,8 @@ class RayLauncher(Launcher):
         ray = self.ray
         with self._lock:
             actors = dict(self.actors)
-            alive = set(self._alive)
-        stops = [actors[t].stop.remote() for t in alive]
+            placed = [a for a in self._placed if any(a is b for b in actors.values())]
+        stops = [a.stop.remote() for a in placed]  # registered, or still starting
         try:
             ray.wait(stops, num_returns=len(stops), timeout=_STOP_TIMEOUT_S)
         except Exception:

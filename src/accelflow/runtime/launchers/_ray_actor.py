@@ -87,7 +87,7 @@ class TaskExecutorActor:
         self.config_values = config_values
         self.authkey = authkey
         start_forkserver()  # in the actor's main thread: the forkserver dies with the actor
-        self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{te_id}-")
+        self.relay_dir = ""  # made by start(), removed by stop(): nothing left when killed before
         self.jm, self.te_end = multiprocessing.Pipe()
         self.send_lock = threading.Lock()
         self.routes: dict[str, tuple[str, Any]] = {}
@@ -115,6 +115,7 @@ class TaskExecutorActor:
             provider = ExternalResourceInfoProvider.from_config(config)
         except AccelflowError as exc:
             return RegistrationFailed(self.id, encode_error(exc))
+        self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
                           base_env={RELAY_DIR_ENV_VAR: self.relay_dir})
         self.listener = Listener(os.path.join(self.relay_dir, RELAY_SOCKET), "AF_UNIX",
@@ -141,7 +142,8 @@ class TaskExecutorActor:
             self.serving.join(_STOP_WAIT_S)
         if self.listener is not None:
             self.listener.close()
-        shutil.rmtree(self.relay_dir, ignore_errors=True)
+        if self.relay_dir:
+            shutil.rmtree(self.relay_dir, ignore_errors=True)
 
     # -- JobManager messages ---------------------------------------------------------------
     def command(self, message: Command) -> None:

@@ -57,7 +57,6 @@ class BoundedHTTPServer(HTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
-        super().__init__(address, handler)
         self._limit = max_waiting()
         self._waiting: OrderedDict[socket.socket, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -69,6 +68,7 @@ class BoundedHTTPServer(HTTPServer):
         self._threads = [threading.Thread(target=self._room, daemon=True, name="accelflow-rest-wait")]
         self._threads += [threading.Thread(target=self._worker, daemon=True, name=f"accelflow-rest-{i}")
                           for i in range(WORKERS)]
+        super().__init__(address, handler)  # binds (closing everything when that fails)
         for t in self._threads:
             t.start()
 
@@ -142,7 +142,8 @@ class BoundedHTTPServer(HTTPServer):
         for _ in range(WORKERS):
             self._work.put(None)
         self._wake_w.send(b"\0")
-        self._threads[0].join(2)
+        if self._threads[0].is_alive():
+            self._threads[0].join(2)
         with self._lock:
             while self._waiting:
                 self._close_oldest_locked()

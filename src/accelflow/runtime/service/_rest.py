@@ -83,11 +83,11 @@ class HttpError(Exception):
 class RestServer:
     """Serves one JobManager until :meth:`stop`.
 
-    Example:
-        >>> server = RestServer(jobmanager, config)
-        >>> server.start()          # prints "accelflow: REST API and web UI at http://...?token=..."
+    Example (skipped in the doctest run: it needs a running JobManager; tests/rest runs one):
+        >>> server = RestServer(jobmanager, config)  # doctest: +SKIP
+        >>> server.start()  # also logs the UI link with its token  # doctest: +SKIP
         'http://127.0.0.1:8081/'
-        >>> server.ui_url           # the UI link with the token
+        >>> server.ui_url           # the UI link with the token  # doctest: +SKIP
         'http://127.0.0.1:8081/?token=...'
 
     Raises (from the constructor):

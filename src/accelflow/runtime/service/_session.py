@@ -11,9 +11,10 @@ can submit code; the REST API cannot (see :mod:`accelflow.runtime.service._rest`
 also holds the REST token, and the cluster process's start time and command line: a pid is
 only believed while both still match, so a stale file whose pid was reused by another process
 is removed and nothing is signalled (:func:`session_process`). The socket directory
-(``$TMPDIR/accelflow-session-<pid>-<start>-*``) names its owner the same way, so the
-directory of a SIGKILLed cluster is removed by the next ``accelflow cluster start|status|stop``
-(:func:`sweep_stale`).
+(``$TMPDIR/accelflow-session-*``) names its owner the same way in its ``owner`` file (pid and
+start time; the directory name stays short: Unix socket paths are limited to 107 bytes), so
+the directory of a SIGKILLed cluster is removed by the next ``accelflow cluster
+start|status|stop`` (:func:`sweep_stale`).
 
 Messages on the submission channel are the typed messages of
 :mod:`accelflow.runtime._messages` (the job graph inside with cloudpickle):
@@ -70,7 +71,7 @@ _STOP_JOBS_S = 20.0
 _PROGRESS_S = 0.5
 _log = logging.getLogger("accelflow.session")
 _SOCKET_PREFIX = "accelflow-session-"
-_SOCKET_DIR = re.compile(rf"^{_SOCKET_PREFIX}(?P<pid>[0-9]+)-(?P<start>[0-9]+)-")
+_OWNER = re.compile(r"^(?P<pid>[0-9]{1,10}) (?P<start>[0-9]{1,12}(?:\.[0-9]{1,6})?)\n?$")
 _START_TOLERANCE_S = 0.05  # psutil's start times are in clock ticks (1/100 s)
 
 
@@ -179,7 +180,8 @@ def running_sessions(report: Callable[[str], None] | None = None) -> list[Sessio
 def sweep_stale(report: Callable[[str], None]) -> None:
     """Remove stale state files and the socket directories of clusters that died (SIGKILL),
     saying so through ``report``; only this user's directories, only when their owner (pid and
-    start time in the name) is gone."""
+    start time in their ``owner`` file) is gone. A directory without that file (being created,
+    or from an older accelflow) is left alone."""
     running_sessions(report)
     base = Path(tempfile.gettempdir())
     try:
@@ -187,16 +189,16 @@ def sweep_stale(report: Callable[[str], None]) -> None:
     except OSError:
         return
     for path in entries:
-        match = _SOCKET_DIR.match(path.name)
-        if match is None:
+        if not path.name.startswith(_SOCKET_PREFIX):
             continue
         try:
             st = path.lstat()
-        except OSError:
+            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+                continue
+            match = _OWNER.match((path / "owner").read_text(encoding="ascii")[:64])
+        except (OSError, UnicodeDecodeError):
             continue
-        if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
-            continue
-        if _same_process(int(match["pid"]), int(match["start"]) / 100, None) is not None:
+        if match is None or _same_process(int(match["pid"]), float(match["start"]), None) is not None:
             continue
         shutil.rmtree(path, ignore_errors=True)
         if not path.exists():
@@ -205,9 +207,10 @@ def sweep_stale(report: Callable[[str], None]) -> None:
 
 
 def _socket_dir() -> Path:
-    """A private (0700) directory whose name records this process's pid and start time."""
-    start = round(psutil.Process().create_time() * 100)
-    return Path(tempfile.mkdtemp(prefix=f"{_SOCKET_PREFIX}{os.getpid()}-{start}-"))
+    """A private (0700) directory whose ``owner`` file records this process's pid and start time."""
+    path = Path(tempfile.mkdtemp(prefix=_SOCKET_PREFIX))
+    _write_private(path / "owner", f"{os.getpid()} {psutil.Process().create_time():.3f}\n")
+    return path
 
 
 def find_session(url: str | None) -> SessionInfo:

@@ -7,9 +7,9 @@ a device's free share and its holders always add up to one.
 Shares are exact: every share is ``{"exact": "1/2", "value": 0.5}`` (the fraction as a string,
 plus a float for convenience).
 
-Example:
-    >>> view = cluster_view(jobmanager)
-    >>> view["taskexecutors"][0]["resources"][0]["devices"][0]["holders"]
+Example (skipped in the doctest run: it needs a JobManager running a job; tests/rest runs one):
+    >>> view = cluster_view(jobmanager)  # doctest: +SKIP
+    >>> view["taskexecutors"][0]["resources"][0]["devices"][0]["holders"]  # doctest: +SKIP
     [{'job': 'job-1', 'operator': 'classify', 'subtask': 'classify (1/2)', 'share': {...}}]
 """
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from accelflow._errors import TransportError
 from accelflow.runtime import ChannelDone, ChannelFailed, OpenChannel
+from accelflow.runtime.subtask._shm import ShmSender
 
 CONNECT_TIMEOUT_S = 60.0
 #: channel addresses with this prefix go through the TaskExecutor's relay (the Ray target):
@@ -32,12 +33,13 @@ def listen(address: str, authkey: bytes) -> Listener:
     return Listener(channel_path(address), "AF_UNIX", authkey=authkey)
 
 
-def connect(address: str, authkey: bytes, sender: Any = None) -> Connection | RelayedChannel:
-    """A connection to the subtask listening at ``address``; for a relay address, to the
-    TaskExecutor's relay, told first which channel the chunks are for and who sends them
-    (the sender's ``SubtaskKey``, which a relay failure is reported against)."""
+def connect(address: str, authkey: bytes, sender: Any = None) -> ShmSender | RelayedChannel:
+    """A channel to the subtask listening at ``address``: direct, with array batches in a
+    shared-memory ring (:mod:`._shm`); for a relay address, to the TaskExecutor's relay, told
+    first which channel the chunks are for and who sends them (the sender's ``SubtaskKey``,
+    which a relay failure is reported against)."""
     if not address.startswith(RELAY_PREFIX):
-        return connect_unix(address, authkey)
+        return ShmSender(connect_unix(address, authkey))
     name = address[len(RELAY_PREFIX):]
     conn = connect_unix(os.path.join(os.environ[RELAY_DIR_ENV_VAR], RELAY_SOCKET), authkey)
     conn.send(OpenChannel(name, sender))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import zlib
-from multiprocessing.connection import Connection
 from typing import Any
 
 from accelflow.dataflow import iter_records, strided
 from accelflow.runtime import OutputEdge
 from accelflow.runtime.subtask._channels import RelayedChannel, connect
+from accelflow.runtime.subtask._shm import ShmSender
 
 
 def stable_hash(key: Any) -> int:
@@ -47,7 +47,7 @@ class Router:
     def __init__(self, edge: OutputEdge, index: int, authkey: bytes, sender: Any = None) -> None:
         self.edge = edge
         targets = [edge.addresses[index]] if edge.partitioning == "forward" else list(edge.addresses)
-        self.conns: list[Connection | RelayedChannel] = [connect(a, authkey, sender) for a in targets]
+        self.conns: list[ShmSender | RelayedChannel] = [connect(a, authkey, sender) for a in targets]
         self.next = index % len(self.conns)  # subtasks start at different channels
 
     def send(self, chunk: Any) -> None:

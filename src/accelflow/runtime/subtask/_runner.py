@@ -27,6 +27,7 @@ from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
 from accelflow.runtime.subtask._operators import OPERATORS, CollectSink, FileSink, Operator
 from accelflow.runtime.subtask._partition import Router
+from accelflow.runtime.subtask._shm import ShmReceiver
 
 PROGRESS_EVERY_S = 0.25
 
@@ -131,18 +132,23 @@ class _Runner:
 
     def _run_inputs(self, listener: Listener | None) -> None:
         conns = [listener.accept() for _ in range(self.desc.expected_senders)] if listener else []
-        while conns:
-            for conn in wait(conns):
-                assert isinstance(conn, Connection)
-                try:
-                    chunk = conn.recv()
-                except EOFError:
-                    raise TransportError("an upstream subtask disconnected before ending its stream") from None
-                if chunk is None:
-                    conns.remove(conn)
-                    conn.close()
-                else:
-                    self._push(chunk, 0)
+        receiver = ShmReceiver()
+        try:
+            while conns:
+                for conn in wait(conns):
+                    assert isinstance(conn, Connection)
+                    try:
+                        chunk = receiver.recv(conn)
+                    except (EOFError, OSError):
+                        raise TransportError(
+                            "an upstream subtask disconnected before ending its stream") from None
+                    if chunk is None:
+                        conns.remove(conn)
+                        conn.close()
+                    else:
+                        self._push(chunk, 0)
+        finally:
+            receiver.close_all()
 
     def _push(self, chunk: Any, start: int) -> None:
         for op in self.ops[start:]:

@@ -1,0 +1,123 @@
+"""Connecting to Ray: a new local instance when ``ray.address`` is unset, or the cluster at
+``ray.address`` within ``ray.connect-timeout``.
+
+Ray's own ``ray.init`` reads ``RAY_ADDRESS`` and the address of the last cluster started on
+this host when no address is given, and retries an unreachable GCS for minutes, printing
+warnings and ignoring SIGINT. So: an unset ``ray.address`` starts a local instance
+(``address="local"``, with ``RAY_ADDRESS`` hidden from it), and a set one is first probed with a
+plain TCP connection and then joined in a thread the client abandons after the timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from accelflow._errors import DeploymentError
+
+RAY_ADDRESS_ENV_VAR = "RAY_ADDRESS"
+_JOIN_POLL_S = 0.2
+
+
+@contextmanager
+def without_ray_address() -> Iterator[None]:
+    """``RAY_ADDRESS`` unset inside the block (a local instance must not inherit it)."""
+    saved = os.environ.pop(RAY_ADDRESS_ENV_VAR, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[RAY_ADDRESS_ENV_VAR] = saved
+
+
+def gcs_host_port(address: str) -> tuple[str, int] | None:
+    """The host and port ``address`` stands for, or ``None`` when it cannot be told here
+    (``auto`` with no cluster known on this host: ``ray.init`` then says so itself).
+
+    Example:
+        >>> gcs_host_port("ray://10.0.0.5:10001"), gcs_host_port("[::1]:6379")
+        (('10.0.0.5', 10001), ('::1', 6379))
+    """
+    if address == "auto":
+        try:
+            from ray._private import services
+
+            address = services.canonicalize_bootstrap_address(address) or ""
+        except Exception:  # no cluster found, or a private API that changed
+            return None
+    address = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout: float) -> None:
+    """Fail unless something accepts a TCP connection at ``address``'s host and port.
+
+    Raises:
+        DeploymentError: naming the address, the reason and ``ray.connect-timeout``.
+    """
+    target = gcs_host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=max(timeout, 0.1)):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise DeploymentError(
+            f"ray.address {address!r}: no Ray cluster answers at {target[0]}:{target[1]} "
+            f"({reason}, ray.connect-timeout {timeout:g} s). Start one (ray start --head), fix "
+            "ray.address, or leave it unset to start a local Ray instance"
+        ) from exc
+
+
+class _QuietSigterm(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+def join_cluster(ray: Any, address: str, timeout: float, **options: Any) -> None:
+    """``ray.init(address=address)``, failing after ``timeout`` s instead of hanging.
+
+    Raises:
+        DeploymentError: the address is unreachable, or the cluster did not answer in time
+            (the connecting thread is then abandoned), or ``ray.init`` refused it.
+    """
+    started = time.monotonic()
+    probe(address, timeout)
+    failure: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            ray.init(address=address, **options)
+        except BaseException as exc:  # reported by the waiting thread
+            failure.append(exc)
+
+    quiet = _QuietSigterm()
+    worker_log = logging.getLogger("ray._private.worker")
+    worker_log.addFilter(quiet)
+    try:
+        thread = threading.Thread(target=connect, daemon=True, name="accelflow-ray-connect")
+        thread.start()
+        while thread.is_alive() and time.monotonic() - started < timeout:
+            thread.join(_JOIN_POLL_S)  # short waits: SIGINT still interrupts the client
+    finally:
+        worker_log.removeFilter(quiet)
+    if thread.is_alive():
+        raise DeploymentError(
+            f"ray.address {address!r}: the Ray cluster did not answer within {timeout:g} s "
+            "(ray.connect-timeout). Check that it is a Ray head's GCS address (ray status "
+            "prints it) and that this host can reach it, or raise ray.connect-timeout"
+        )
+    if failure:
+        exc = failure[0]
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DeploymentError(f"ray.address {address!r}: Ray could not connect: {first}") from exc

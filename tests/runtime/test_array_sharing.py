@@ -1,0 +1,137 @@
+"""NumPy sources reach the subtasks through shared memory or the caller's memory map, never a
+temporary ``.npy`` file, and the shared memory goes away when the job ends, however it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from accelflow import Environment, JobError
+from accelflow.dataflow import ArraySource, Columns
+from accelflow.dataflow._sources import SharedArray
+
+CONF = {"taskmanager.numberOfTaskSlots": 2}
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _read_all(source: ArraySource) -> list[Any]:
+    """What the subtasks read: the source as pickled into a chain plan, every split."""
+    remote = cloudpickle.loads(cloudpickle.dumps(source))
+    return [c for split in remote.create_splits(3) for c in remote.read_chunks(split, None)]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
+def test_an_array_is_copied_once_into_anonymous_shared_memory_not_a_file(tmp_path: Path) -> None:
+    array = np.arange(300_000, dtype=np.float32).reshape(100_000, 3)
+    source = ArraySource([array])
+    source.share(tmp_path)
+    (shared,) = source.arrays
+    assert isinstance(shared, SharedArray) and shared.path.startswith(f"/proc/{os.getpid()}/fd/")
+    assert list(tmp_path.iterdir()) == []  # nothing spilled
+    assert len(cloudpickle.dumps(source)) < 10_000  # subtasks get where it is, not the data
+    assert np.array_equal(np.concatenate(_read_all(source)), array)
+    source.share(tmp_path)  # idempotent
+    assert source.arrays == [shared]
+    source.release()
+    assert not os.path.exists(shared.path)  # the memory is given back
+    assert source.arrays[0] is array and not source.shared
+
+
+def test_a_memory_mapped_caller_array_is_passed_by_its_file_and_offset(tmp_path: Path) -> None:
+    path = tmp_path / "data.bin"
+    full = np.memmap(path, dtype=np.int64, mode="w+", offset=8, shape=(5000, 4))
+    full[:] = np.arange(20_000).reshape(5000, 4)
+    full.flush()
+    view = full[1000:3000]  # a slice starts inside the mapping
+    source = ArraySource([view, full[1000:3000, 0:1]])  # the second is not contiguous
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    source.share(workdir)
+    mapped, copied = source.arrays
+    assert isinstance(mapped, SharedArray)
+    assert (mapped.path, mapped.offset, mapped.shape) == (str(path), 8 + 1000 * 4 * 8, (2000, 4))
+    assert isinstance(copied, SharedArray) and copied.path != str(path)
+    chunks = _read_all(source)
+    assert all(isinstance(c, Columns) for c in chunks)
+    assert np.array_equal(np.concatenate([c.columns()[0] for c in chunks]), np.asarray(view))
+    assert np.array_equal(np.concatenate([c.columns()[1] for c in chunks]), np.asarray(view[:, 0:1]))
+    assert list(workdir.iterdir()) == []
+    source.release()
+
+
+def test_object_and_empty_arrays_travel_pickled(tmp_path: Path) -> None:
+    objects = np.array([{"a": 1}, None, "x"], dtype=object)
+    source = ArraySource([objects])
+    source.share(tmp_path)
+    assert source.arrays[0] is objects
+    assert [r for c in _read_all(source) for r in c] == list(objects)
+    empty = ArraySource([np.zeros((0, 3))])
+    empty.share(tmp_path)
+    assert isinstance(empty.arrays[0], np.ndarray)
+
+
+def _fail_on_seven(batch: Any) -> Any:
+    if (batch == 7).any():
+        raise ValueError("seven")
+    return batch
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_job_gives_the_shared_memory_back_when_it_ends(fails: bool) -> None:
+    before = _shm()
+    array = np.arange(20_000, dtype=np.int32)
+    env = Environment(CONF)
+    stream = env.from_collection(array, parallelism=2)
+    out = stream.map_batches(_fail_on_seven if fails else (lambda b: b + 1), parallelism=2)
+    out.add_sink(lambda x: None)
+    client = env.execute_async()
+    (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
+    if fails:
+        with pytest.raises(JobError, match="seven"):
+            client.wait(120)
+    else:
+        assert client.wait(120).operators["collection"]["records_out"] == 20_000
+    client.jobmanager.state.jobs["job-1"].done.wait(5)
+    for _ in range(100):  # the release runs on the job's end, in its own thread
+        if not source.shared:
+            break
+        client._done.wait(0.05)
+    assert not source.shared and source.arrays[0] is array
+    assert _shm() == before  # nothing named in /dev/shm
+
+
+_KILLED_CLIENT = """
+    import sys, time
+    import numpy as np
+    from accelflow.dataflow import ArraySource
+    source = ArraySource([np.ones((1000, 100))])
+    source.share(__import__("pathlib").Path(sys.argv[1]))
+    print(source.arrays[0].path, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
+def test_a_sigkilled_client_leaves_no_shared_memory_behind(tmp_path: Path) -> None:
+    before = _shm()
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_CLIENT), str(tmp_path)],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    path = proc.stdout.readline().decode().strip()
+    assert os.path.exists(path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert not os.path.exists(path) and _shm() == before and list(tmp_path.iterdir()) == []
