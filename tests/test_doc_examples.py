@@ -22,7 +22,6 @@ import ast
 import doctest
 import gzip
 import importlib
-import inspect
 import os
 import pkgutil
 import re
@@ -305,6 +304,13 @@ def _params() -> Iterator[Any]:
         yield pytest.param(block, id=block.id, marks=marks)
 
 
+def _check_classify_output(stdout: str) -> None:
+    """The README's job: every record once, its 4 subtasks spread over both GPUs (half each)."""
+    records = [ast.literal_eval(line.split("> ", 1)[1]) for line in stdout.splitlines()]
+    assert sorted(x for _, x in records) == list(range(1, 101))
+    assert sorted(device for device, _ in records) == ["0"] * 50 + ["1"] * 50
+
+
 @pytest.mark.parametrize("block", list(_params()))
 def test_doc_block(
     block: Block,
@@ -319,6 +325,8 @@ def test_doc_block(
         proc = subprocess.run([sys.executable, "example.py"], env=env, capture_output=True,
                               text=True, timeout=_TIMEOUT_S, check=False)
         _check(block.id, proc)
+        if "class Classify" in block.body:
+            _check_classify_output(proc.stdout)
         return
     runnable = [c for c in block.commands
                 if c.text not in NOT_RUN_COMMANDS and _is_accelflow(c.pipeline[0])]
@@ -339,7 +347,9 @@ def test_doc_block(
             if command.text in EXACT_OUTPUT:
                 assert ran.stdout + ran.stderr == command.shown_output
             if argv[1:3] == ["cluster", "start"]:
-                url = _URL.search(ran.stdout).group(0)  # type: ignore[union-attr]
+                started = _URL.search(ran.stdout)
+                assert started, f"no URL in the output of {command.text}: {ran.stdout}"
+                url = started.group(0)
             elif argv[1:3] == ["cluster", "stop"]:
                 url = None
     finally:

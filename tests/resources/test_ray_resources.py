@@ -118,7 +118,7 @@ def test_the_actor_learns_which_ids_ray_assigned(acme: str) -> None:
 
 def test_a_factory_returning_something_else_is_a_deployment_error(acme: str) -> None:
     spec = ExternalResourceSpec(name="gpu", amount=1, driver_factory=f"{acme}:Broken")
-    with pytest.raises(DeploymentError, match="returned dict, not accelflow.resources.RayResources") as info:
+    with pytest.raises(DeploymentError, match="must return accelflow.resources.RayResources, got dict") as info:
         ray_resources_of(spec)
     assert "external-resource.gpu.driver-factory.class" in str(info.value)
 

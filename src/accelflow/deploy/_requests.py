@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from accelflow._errors import AccelflowError, ConfigError, DeploymentError
+from accelflow._errors import ConfigError, DeploymentError
 from accelflow.config.keys import NUMBER_TASKMANAGER
 from accelflow.config import Configuration, ExternalResourceSpec
 from accelflow._names import (
@@ -36,12 +36,11 @@ from accelflow._names import (
     yarn_resource_type_problem,
 )
 from accelflow.resources import (
-    ExternalResourceDriverFactory,
     KubernetesResourceDecorator,
     KubernetesResources,
     YarnResourceDecorator,
 )
-from accelflow.resources import load_driver_factory
+from accelflow.resources import ask_decorator
 
 log = logging.getLogger("accelflow.deploy")
 
@@ -274,45 +273,6 @@ def _append_new(items: list[Mapping[str, Any]], item: Mapping[str, Any]) -> None
 # -- driver entries ------------------------------------------------------------------------
 
 
-def _load_factory(spec: ExternalResourceSpec) -> ExternalResourceDriverFactory | None:
-    if spec.driver_factory is None:
-        return None
-    return load_driver_factory(
-        spec.driver_factory, resource=spec.name, key=spec.key("driver-factory.class")
-    )
-
-
-def ask_decorator(
-    spec: ExternalResourceSpec, protocol: type, method: str, returns: type, returns_text: str
-) -> Any:
-    """Ask ``spec``'s driver factory, if it implements the optional decorator ``protocol``,
-    for ``method(params, amount)`` and check that the result is a ``returns``.
-
-    The one place a driver decorator (Kubernetes, YARN) is called: its exception becomes a
-    :class:`DeploymentError` naming the driver, resource and config key, and so does a result
-    of the wrong type (``returns_text`` says what was expected).
-
-    Returns:
-        The result, or ``None`` when no factory is configured or it does not implement
-        ``protocol``.
-    """
-    factory = _load_factory(spec)
-    if factory is None or not isinstance(factory, protocol):
-        return None
-    origin = _Origin.of_driver(spec)
-    try:
-        result = getattr(factory, method)(spec.params, spec.amount)
-    except AccelflowError:
-        raise
-    except Exception as exc:
-        raise DeploymentError(
-            f"{origin.text}: {method}() failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(result, returns):
-        raise DeploymentError(
-            f"{origin.text}: {method}() must return {returns_text}, got {type(result).__name__}"
-        )
-    return result
 
 
 def _add_driver_entries(

@@ -37,6 +37,7 @@ from accelflow.resources._registry import (
     list_driver_entry_points,
     load_driver_factory,
 )
+from accelflow.resources._ray import ask_decorator as ask_decorator  # for accelflow.deploy; not SDK
 from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
 
 __all__ = [

@@ -10,6 +10,7 @@ variables to set from Ray's assigned accelerator ids before the drivers run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from accelflow._errors import AccelflowError, DeploymentError
 from accelflow.config import ExternalResourceSpec
@@ -31,26 +32,45 @@ def ray_resources_of(spec: ExternalResourceSpec) -> RayResources:
             than :class:`RayResources`.
     """
     default = RayResources(resources={spec.ray_resource_name or spec.name: spec.amount})
+    wanted = ask_decorator(spec, RayResourceDecorator, "ray_resources", RayResources,
+                           "accelflow.resources.RayResources")
+    return default if wanted is None else wanted
+
+
+def ask_decorator(
+    spec: ExternalResourceSpec, protocol: type, method: str, returns: type, returns_text: str
+) -> Any:
+    """Ask ``spec``'s driver factory, if it implements the optional decorator ``protocol``
+    (Kubernetes, YARN, Ray), for ``method(params, amount)`` and check that the result is a
+    ``returns``.
+
+    The one place a driver decorator is called: its exception becomes a
+    :class:`DeploymentError` naming the driver, resource and config key, and so does a result
+    of the wrong type (``returns_text`` says what was expected).
+
+    Returns:
+        The result, or ``None`` when no factory is configured or it does not implement
+        ``protocol``.
+
+    Raises:
+        DriverLoadError: the configured factory cannot be loaded.
+    """
     if spec.driver_factory is None:
-        return default
+        return None
     key = spec.key("driver-factory.class")
     factory = load_driver_factory(spec.driver_factory, resource=spec.name, key=key)
-    if not isinstance(factory, RayResourceDecorator):
-        return default
+    if not isinstance(factory, protocol):
+        return None
+    origin = f"driver {spec.driver_factory!r} of resource {spec.name!r} ({key})"
     try:
-        wanted = factory.ray_resources(spec.params, spec.amount)
+        result = getattr(factory, method)(spec.params, spec.amount)
     except AccelflowError:
         raise
     except Exception as exc:
-        raise DeploymentError(
-            f"{key}: {spec.driver_factory!r}.ray_resources() failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(wanted, RayResources):
-        raise DeploymentError(
-            f"{key}: {spec.driver_factory!r}.ray_resources() returned "
-            f"{type(wanted).__name__}, not accelflow.resources.RayResources"
-        )
-    return wanted
+        raise DeploymentError(f"{origin}: {method}() failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(result, returns):
+        raise DeploymentError(f"{origin}: {method}() must return {returns_text}, got {type(result).__name__}")
+    return result
 
 
 def ray_accelerator_env(

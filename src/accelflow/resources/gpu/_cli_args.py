@@ -15,8 +15,39 @@ from pathlib import Path
 from typing import NoReturn
 
 from accelflow._errors import AccelflowError
+from accelflow.config import _parse
+from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
 
 COMMAND_NAME = "accelflow-gpu-discovery"
+MAX_LOCK_TIMEOUT_S = 3600.0
+"""The longest wait for the coordination lock one may configure: a holder keeps the lock for
+milliseconds, so a longer wait only hides a stuck holder (issue 16.5)."""
+
+
+def lock_timeout_seconds(value: object) -> float:
+    """A coordination lock timeout: a positive duration of at most :data:`MAX_LOCK_TIMEOUT_S`.
+
+    Example:
+        >>> lock_timeout_seconds("500 ms"), lock_timeout_seconds("2")
+        (0.5, 2.0)
+
+    Raises:
+        ValueError: not a positive duration, or longer than :data:`MAX_LOCK_TIMEOUT_S`.
+    """
+    seconds = _parse.seconds(value)
+    if seconds > MAX_LOCK_TIMEOUT_S:
+        raise ValueError(
+            f"expected at most {MAX_LOCK_TIMEOUT_S:g} s (a lock is held for milliseconds; a "
+            f"longer wait only hides a stuck holder), got {value!r}"
+        )
+    return seconds
+
+
+def _lock_timeout(text: str) -> float:
+    try:
+        return lock_timeout_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _amount(text: str) -> int:
@@ -73,7 +104,15 @@ def build_parser(*, quiet: bool = False) -> argparse.ArgumentParser:
         "--owner-pid",
         type=_pid,
         metavar="PID",
-        help="the process that owns the GPUs (default: the parent of this command)",
+        help="the process that owns the GPUs (default: the process named by "
+        "$ACCELFLOW_GPU_OWNER, else the parent of this command)",
+    )
+    parser.add_argument(
+        "--lock-timeout",
+        type=_lock_timeout,
+        metavar="SECONDS",
+        help="the longest wait for the coordination lock, e.g. '10' or '500 ms' (default "
+        f"{DEFAULT_LOCK_TIMEOUT_S:g} s, at most {MAX_LOCK_TIMEOUT_S:g} s)",
     )
     return parser
 
@@ -86,19 +125,22 @@ class DiscoveryFlags:
         coordination: ``--enable-coordination-mode`` (or ``--enable-coordination``) was given.
         coordination_file: ``--coordination-file``, made absolute; ``None`` when not given.
         owner_pid: ``--owner-pid``; ``None`` when not given.
+        lock_timeout: ``--lock-timeout`` in seconds; ``None`` when not given.
     """
 
     coordination: bool = False
     coordination_file: Path | None = None
     owner_pid: int | None = None
+    lock_timeout: float | None = None
 
 
 def parse_flags(args: Sequence[str]) -> DiscoveryFlags:
     """Parse the flags the command takes after its amount.
 
     Example:
-        >>> parse_flags(["--enable-coordination", "--coordination-file", "/tmp/g.json"])
-        DiscoveryFlags(coordination=True, coordination_file=PosixPath('/tmp/g.json'), owner_pid=None)
+        >>> flags = parse_flags(["--enable-coordination", "--coordination-file", "/tmp/g.json"])
+        >>> flags.coordination, flags.coordination_file, flags.owner_pid, flags.lock_timeout
+        (True, PosixPath('/tmp/g.json'), None, None)
 
     Raises:
         ValueError: an unknown flag or a bad value; the message names it.
@@ -108,6 +150,7 @@ def parse_flags(args: Sequence[str]) -> DiscoveryFlags:
         coordination=namespace.coordination,
         coordination_file=absolute(namespace.coordination_file),
         owner_pid=namespace.owner_pid,
+        lock_timeout=namespace.lock_timeout,
     )
 
 

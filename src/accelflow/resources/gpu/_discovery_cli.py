@@ -3,6 +3,7 @@
 Usage (exactly like ``nvidia-gpu-discovery.sh``, usable as ``discovery-script.path``)::
 
     accelflow-gpu-discovery <amount> [--enable-coordination-mode] [--coordination-file PATH]
+                            [--owner-pid PID] [--lock-timeout SECONDS]
 
 * prints the chosen GPU indexes, comma-separated, on stdout;
 * amount 0 prints nothing and exits 0;
@@ -12,6 +13,8 @@ Usage (exactly like ``nvidia-gpu-discovery.sh``, usable as ``discovery-script.pa
   of the GPUs is ``--owner-pid``, else the process named by ``$ACCELFLOW_GPU_OWNER`` (the GPU
   driver sets it, so a wrapper script in between does not matter), else the process that ran
   this command (its parent), as in Flink. An owner that has already exited is refused;
+* ``--lock-timeout SECONDS`` bounds the wait for the coordination file's lock (default
+  5 s); then the command fails naming the lock file and its holder;
 * unknown options are an error (exit 2), never silently ignored.
 
 Also runs as ``python -m accelflow.resources.gpu._discovery_cli``.
@@ -30,6 +33,7 @@ from accelflow._errors import AccelflowError, CoordinationError, DiscoveryError
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, absolute, build_parser
 from accelflow.resources.gpu._coordination import CoordinationFile
 from accelflow.resources.gpu._discovery import discover_gpus
+from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
 from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner, owner_from_env
 
 EXIT_NOT_ENOUGH = 1
@@ -60,7 +64,10 @@ def _choose(args: argparse.Namespace) -> list[str]:
                 f"{len(universe)} ({found})"
             )
         return [d.index for d in universe[: args.amount]]
-    ledger = CoordinationFile(absolute(args.coordination_file))
+    ledger = CoordinationFile(
+        absolute(args.coordination_file),
+        lock_timeout=args.lock_timeout or DEFAULT_LOCK_TIMEOUT_S,
+    )
     owner = _owner(args.owner_pid, ledger)
     return [d.index for d in ledger.allocate(universe, args.amount, owner)]
 

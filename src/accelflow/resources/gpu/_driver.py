@@ -19,14 +19,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection, Mapping
-from pathlib import Path
 
 from accelflow._errors import DiscoveryError
 from accelflow.resources import ExternalResourceDriver, ExternalResourceInfo
 from accelflow.resources.gpu import _discovery, _script
-from accelflow.resources.gpu._cli_args import COMMAND_NAME, coordination_file_of
+from accelflow.resources.gpu._cli_args import (
+    COMMAND_NAME,
+    coordination_file_of,
+    parse_flags,
+)
 from accelflow.resources.gpu._coordination import CoordinationFile
 from accelflow.resources.gpu._device import GPUDevice
+from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
 from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner
 from accelflow.resources.gpu._params import GPUDriverConfig, ScriptConfig
 from accelflow.resources.gpu._ray import ray_assigned_ids
@@ -114,7 +118,9 @@ class GPUDriver(ExternalResourceDriver):
             if len(universe) < amount:
                 raise DiscoveryError(_too_few(universe, amount))
             return universe[:amount]
-        ledger = CoordinationFile(self.config.coordination_file)
+        ledger = CoordinationFile(
+            self.config.coordination_file, lock_timeout=self.config.lock_timeout
+        )
         return self._allocate(ledger, universe, amount)
 
     def _run_script(self, script: ScriptConfig, amount: int) -> list[GPUDevice]:
@@ -124,11 +130,11 @@ class GPUDriver(ExternalResourceDriver):
             script.path, amount, script.args, script.timeout, environ=environ
         )
         devices = _enrich(indexes, check_source=str(script.path))
-        ledger_path = _our_command_ledger(script)
-        if ledger_path is not None:
+        ledger = _our_command_ledger(script)
+        if ledger is not None:
             # accelflow-gpu-discovery recorded these GPUs for this process (its parent):
             # remember them so release() gives them back eagerly
-            self._ledger, self._owner = CoordinationFile(ledger_path), me
+            self._ledger, self._owner = ledger, me
             self._held.extend(devices)
         return devices
 
@@ -180,10 +186,18 @@ def _index_order(index: str) -> tuple[int, ...]:
     return tuple(int(part) for part in index.split(":"))
 
 
-def _our_command_ledger(script: ScriptConfig) -> Path | None:
+def _our_command_ledger(script: ScriptConfig) -> CoordinationFile | None:
+    """The coordination file ``accelflow-gpu-discovery`` used, with its ``--lock-timeout``."""
     if script.path.name != COMMAND_NAME:
         return None
-    return coordination_file_of(script.args)
+    path = coordination_file_of(script.args)
+    if path is None:
+        return None
+    try:
+        lock_timeout = parse_flags(script.args).lock_timeout or DEFAULT_LOCK_TIMEOUT_S
+    except ValueError:
+        lock_timeout = DEFAULT_LOCK_TIMEOUT_S
+    return CoordinationFile(path, lock_timeout=lock_timeout)
 
 
 def _too_few(universe: list[GPUDevice], amount: int) -> str:

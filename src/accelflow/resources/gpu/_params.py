@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import os
 import shlex
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,21 +27,26 @@ from accelflow.config import _parse
 from accelflow.config.keys import ACCELFLOW_HOME_ENV_VAR
 from accelflow.resources.gpu._cli_args import (
     COMMAND_NAME,
+    MAX_LOCK_TIMEOUT_S,
     DiscoveryFlags,
     args_problem,
+    lock_timeout_seconds,
     parse_flags,
 )
-from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S
+from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
+from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S, find_on_path
 
 SCRIPT_PATH = "discovery-script.path"
 SCRIPT_ARGS = "discovery-script.args"
 SCRIPT_TIMEOUT = "discovery-script.timeout"
 COORDINATION = "coordination"
 COORDINATION_FILE = "coordination-file"
+LOCK_TIMEOUT = "coordination.lock-timeout"
 
 PARAMS: Mapping[str, str] = {
-    SCRIPT_PATH: "Discovery script; absolute, or relative to $ACCELFLOW_HOME, else to the "
-    "working directory; a bare name not found there is looked up on PATH. Unset: NVML, "
+    SCRIPT_PATH: "Discovery script: an absolute path, a relative path with a '/' (against "
+    "$ACCELFLOW_HOME, else the working directory), or a bare command name, looked up on PATH "
+    "only (never in the working directory; write './name' for a script there). Unset: NVML, "
     "else nvidia-smi, in process.",
     SCRIPT_ARGS: "Arguments after the amount, split like a shell (quotes respected). Without "
     "a script (as in Flink): '--enable-coordination-mode [--coordination-file PATH]' turn on "
@@ -52,10 +56,13 @@ PARAMS: Mapping[str, str] = {
     "(default true).",
     COORDINATION_FILE: "In-process discovery only: the coordination file (an absolute path; "
     "default: per user, under the temp directory).",
+    LOCK_TIMEOUT: "In-process discovery only: the longest wait for the coordination file's "
+    f"lock, e.g. '10 s' (default {DEFAULT_LOCK_TIMEOUT_S:g} s, at most "
+    f"{MAX_LOCK_TIMEOUT_S:g} s); then discovery fails naming the lock file and its holder.",
 }
 DEFAULT_COORDINATION = True
 _SCRIPT_ONLY = (SCRIPT_TIMEOUT,)
-_IN_PROCESS_ONLY = (COORDINATION, COORDINATION_FILE)
+_IN_PROCESS_ONLY = (COORDINATION, COORDINATION_FILE, LOCK_TIMEOUT)
 
 GPU_DISCOVERY_ENV_VAR = "ACCELFLOW_GPU_DISCOVERY"
 """Where in-process discovery looks: ``auto`` (default: NVML, else ``nvidia-smi``), ``nvml``
@@ -107,11 +114,22 @@ class GPUDriverConfig:
         script: the discovery script, or ``None`` for in-process discovery.
         coordination: in-process mode: whether to allocate through the coordination file.
         coordination_file: its path; ``None`` is the per-user default.
+        lock_timeout: the longest wait for its lock, in seconds.
     """
 
     script: ScriptConfig | None = None
     coordination: bool = DEFAULT_COORDINATION
     coordination_file: Path | None = None
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lock_timeout, bool) or not isinstance(self.lock_timeout, int | float):
+            raise ValueError(f"lock_timeout must be a number of seconds, got {self.lock_timeout!r}")
+        if not 0 < self.lock_timeout <= MAX_LOCK_TIMEOUT_S:
+            raise ValueError(
+                f"lock_timeout must be in (0, {MAX_LOCK_TIMEOUT_S:g}] seconds, "
+                f"got {self.lock_timeout!r}"
+            )
 
 
 def parse_params(
@@ -120,8 +138,8 @@ def parse_params(
     """Check every parameter and build the driver config.
 
     Example:
-        >>> parse_params({"coordination": "false"})
-        GPUDriverConfig(script=None, coordination=False, coordination_file=None)
+        >>> parse_params({"coordination": "false", "coordination.lock-timeout": "2 s"})
+        GPUDriverConfig(script=None, coordination=False, coordination_file=None, lock_timeout=2.0)
 
     Raises:
         ConfigError: one problem per wrong key (unknown, bad value, missing script, ...).
@@ -132,13 +150,18 @@ def parse_params(
     script = _script_config(params, env, problems) if SCRIPT_PATH in params else None
     coordination = _coordination(params, problems)
     coordination_file = _coordination_file(params, problems)
+    lock_timeout = _lock_timeout(params, problems)
     if SCRIPT_PATH not in params and SCRIPT_ARGS in params:
         flags = _default_discovery_flags(params, problems)
         coordination, coordination_file = flags.coordination, flags.coordination_file
+        lock_timeout = flags.lock_timeout or lock_timeout
     if problems:
         raise ConfigError(problems)
     return GPUDriverConfig(
-        script=script, coordination=coordination, coordination_file=coordination_file
+        script=script,
+        coordination=coordination,
+        coordination_file=coordination_file,
+        lock_timeout=lock_timeout,
     )
 
 
@@ -176,7 +199,7 @@ def _mode_conflicts(params: Mapping[str, str]) -> list[ConfigProblem]:
             ConfigProblem(
                 key(p),
                 "applies to in-process discovery only; with a discovery script, pass "
-                "--enable-coordination-mode [--coordination-file PATH] in "
+                "--enable-coordination-mode [--coordination-file PATH] [--lock-timeout S] in "
                 f"{key(SCRIPT_ARGS)} (accelflow-gpu-discovery understands them)",
             )
             for p in _IN_PROCESS_ONLY
@@ -222,7 +245,7 @@ def _default_discovery_flags(
     raw = params[SCRIPT_ARGS]
     fix = (
         "without discovery-script.path only --enable-coordination-mode (or "
-        "--enable-coordination) and --coordination-file PATH apply"
+        "--enable-coordination), --coordination-file PATH and --lock-timeout SECONDS apply"
     )
     try:
         flags = parse_flags(shlex.split(raw))
@@ -233,13 +256,17 @@ def _default_discovery_flags(
         problems.append(
             ConfigProblem(key(SCRIPT_ARGS), f"{raw!r}: --owner-pid is for scripts only; {fix}")
         )
-    if flags.coordination_file is not None and not flags.coordination:
-        problems.append(
-            ConfigProblem(
-                key(SCRIPT_ARGS),
-                f"{raw!r}: --coordination-file has no effect without --enable-coordination-mode",
+    for flag, value in (
+        ("--coordination-file", flags.coordination_file),
+        ("--lock-timeout", flags.lock_timeout),
+    ):
+        if value is not None and not flags.coordination:
+            problems.append(
+                ConfigProblem(
+                    key(SCRIPT_ARGS),
+                    f"{raw!r}: {flag} has no effect without --enable-coordination-mode",
+                )
             )
-        )
     return flags
 
 
@@ -252,6 +279,8 @@ def _script_path(
             ConfigProblem(key(SCRIPT_PATH), "must not be empty; unset it to use NVML/nvidia-smi")
         )
         return None
+    if os.sep not in text and not text.startswith("~"):
+        return _command_on_path(text, environ, problems)
     given = Path(text).expanduser()
     home = environ.get(ACCELFLOW_HOME_ENV_VAR, "").strip()
     base, base_note = (
@@ -260,13 +289,40 @@ def _script_path(
         else (Path.cwd(), f"the working directory {Path.cwd()}")
     )
     path = given if given.is_absolute() else base / given
-    if not path.exists() and os.sep not in text and shutil.which(text):
-        path = Path(str(shutil.which(text)))
     problem = _script_problem(path, given, base_note)
     if problem:
         problems.append(ConfigProblem(key(SCRIPT_PATH), problem))
         return None
     return path.absolute()
+
+
+def _command_on_path(
+    name: str, environ: Mapping[str, str], problems: list[ConfigProblem]
+) -> Path | None:
+    """A bare name is a command: looked up on PATH only, never in the working directory, so a
+    file planted there cannot run as the discovery script (issue 16.8)."""
+    found = find_on_path(name, environ)
+    if found is None:
+        problems.append(
+            ConfigProblem(
+                key(SCRIPT_PATH),
+                f"no executable {name!r} on PATH (a bare name is looked up on PATH only, never "
+                f"in the working directory); give an absolute path, or './{name}' for a "
+                "script in the working directory",
+            )
+        )
+        return None
+    return found.absolute()
+
+
+def _lock_timeout(params: Mapping[str, str], problems: list[ConfigProblem]) -> float:
+    if LOCK_TIMEOUT not in params:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        return lock_timeout_seconds(params[LOCK_TIMEOUT])
+    except ValueError as exc:
+        problems.append(ConfigProblem(key(LOCK_TIMEOUT), str(exc)))
+        return DEFAULT_LOCK_TIMEOUT_S
 
 
 def _script_problem(path: Path, given: Path, base_note: str) -> str | None:

@@ -86,8 +86,7 @@ class ClusterState:
     def release_devices(self, key: SubtaskKey) -> None:
         """Give back what subtask ``key`` holds (nothing when it holds nothing)."""
         with self.lock:
-            if self.ledger.held_by(key):
-                self.ledger.release(key)
+            self.ledger.release_if_held(key)
             self.released.notify_all()
 
     def info_properties(self, te_id: str, resource: str, address: str) -> dict[str, str]:

@@ -33,7 +33,8 @@ from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.resources import ray_resources_of
 from accelflow.runtime import (
-    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, TaskExecutorLost,
+    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, SubtaskFailed,
+    SubtaskFinished, TaskExecutorLost,
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
@@ -43,6 +44,7 @@ _POLL_S = 0.25
 _STOP_TIMEOUT_S = 15.0
 _MAX_CONCURRENCY = 64
 _NOT_RESOURCES = ("memory", "object_store_memory")
+_PART_BLOCK = 4 << 20  # bytes of a remote part file per actor call
 
 
 def import_ray() -> Any:
@@ -96,6 +98,17 @@ def runtime_env(config: Configuration) -> dict[str, Any]:
     if working_dir:
         env["working_dir"] = working_dir
     return env
+
+
+def sink_directories(desc: SubtaskDescriptor) -> list[str]:
+    """The directories of the file sink targets of one subtask's chain (absolute ones)."""
+    if b"sink_file" not in desc.chain_blob:
+        return []
+    import cloudpickle
+
+    plan = cloudpickle.loads(desc.chain_blob)
+    return sorted({os.path.dirname(str(n.fn)) for n in plan.nodes
+                   if n.kind == "sink_file" and os.path.isabs(str(n.fn))})
 
 
 def ray_view_of_free_resources(ray: Any) -> list[str]:
@@ -271,12 +284,33 @@ class RayLauncher(Launcher):
             except Exception:
                 break
             for message in messages:
+                if isinstance(message, SubtaskFinished) and message.parts:
+                    message = self._take_parts(te_id, actor, message)
                 self.events.put((te_id, message))
         with self._lock:
             if self.actors.get(te_id) is actor:
                 self._alive.discard(te_id)
         if not self._stopped:
             self.events.put((te_id, TaskExecutorLost(te_id, pid)))
+
+    def _take_parts(self, te_id: str, actor: Any, finished: SubtaskFinished) -> SubtaskFinished | SubtaskFailed:
+        """Copy the part files of a sink subtask that ran on another machine to the same
+        paths here (the client commits them), then remove them there."""
+        for part in finished.parts:
+            if os.path.exists(part):
+                continue  # a filesystem this client shares with the actor
+            try:
+                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    while data := self.ray.get(actor.read_part.remote(part, out.tell(), _PART_BLOCK)):
+                        out.write(data)
+                self.ray.get(actor.remove_part.remote(part))
+            except Exception as exc:
+                return SubtaskFailed(finished.key, encode_error(JobError(
+                    f"the part file {part} of its file sink could not be taken from {te_id}'s "
+                    f"machine: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )))
+        return finished
 
     # -- the JobManager's side -------------------------------------------------------------
     def handle(self, te_id: str) -> TaskExecutorHandle:
@@ -297,6 +331,12 @@ class RayLauncher(Launcher):
             return
         if isinstance(message, Deploy):
             self._broadcast_route(te_id, actor, message.descriptor)
+            directories = sink_directories(message.descriptor)
+            if directories:
+                try:
+                    self.ray.get(actor.make_dirs.remote(directories))
+                except Exception:
+                    pass  # a dead actor: its poll thread reports it
         try:
             self.ray.get(actor.command.remote(message))
         except Exception:

@@ -48,7 +48,7 @@ from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
 from accelflow.runtime import (
     ChannelDone, ChannelFailed, Command, OpenChannel, Registration, RegistrationFailed, Shutdown,
-    SubtaskFailed, TaskExecutorEvent,
+    SubtaskFailed, SubtaskFinished, TaskExecutorEvent,
 )
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
@@ -98,6 +98,8 @@ class TaskExecutorActor:
         self.relay_failures: queue.SimpleQueue[SubtaskFailed] = queue.SimpleQueue()
         self.serving: threading.Thread | None = None
         self.listener: Listener | None = None
+        self.made_dirs: list[str] = []  # sink directories this actor created (parents first)
+        self.parts: set[str] = set()  # part files written here and not yet taken by the client
 
     # -- life cycle ------------------------------------------------------------------------
     def ping(self) -> int:
@@ -144,6 +146,13 @@ class TaskExecutorActor:
             self.listener.close()
         if self.relay_dir:
             shutil.rmtree(self.relay_dir, ignore_errors=True)
+        for part in list(self.parts):
+            self.remove_part(part)
+        for directory in reversed(self.made_dirs):
+            try:
+                os.rmdir(directory)  # only when empty: never anything of someone else's
+            except OSError:
+                pass
 
     # -- JobManager messages ---------------------------------------------------------------
     def command(self, message: Command) -> None:
@@ -159,7 +168,43 @@ class TaskExecutorActor:
         if self.jm.poll(0 if out else timeout):
             while len(out) < 256 and self.jm.poll():
                 out.append(self.jm.recv())
+        for message in out:
+            if isinstance(message, SubtaskFinished):
+                self.parts.update(message.parts)
         return out
+
+    # -- file sinks on a machine of their own ----------------------------------------------
+    def make_dirs(self, directories: list[str]) -> None:
+        """Create the sink target directories missing on this machine (removed at stop, when
+        empty): the subtasks write their parts there, the client then takes them."""
+        for directory in directories:
+            missing = []
+            path = os.path.abspath(directory)
+            while not os.path.isdir(path) and os.path.dirname(path) != path:
+                missing.append(path)
+                path = os.path.dirname(path)
+            try:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            except OSError:
+                continue  # the subtask then fails naming the path
+            self.made_dirs.extend(reversed(missing))
+
+    def read_part(self, path: str, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of a part file written here, from ``offset`` (``b""``: its end)."""
+        if path not in self.parts:
+            raise TransportError(f"{path} is not a part file of {self.id}")
+        with open(path, "rb") as file:
+            file.seek(offset)
+            return file.read(size)
+
+    def remove_part(self, path: str) -> None:
+        """Remove a part file the client took (or that no job commits any more)."""
+        if path in self.parts:
+            self.parts.discard(path)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     # -- data channels ---------------------------------------------------------------------
     def add_route(self, name: str, te_id: str, actor: Any) -> None:
