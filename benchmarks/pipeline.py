@@ -9,8 +9,8 @@
 * accelflow, ``map_batches`` at parallelism 1 and 2 (batches of ``pipeline.batch-size``);
 * accelflow, a per-record ``map`` at parallelism 2.
 
-Every accelflow job feeds the array with ``env.from_collection(array)`` (spilled once per
-job to a memory-mapped ``.npy`` that the source subtasks split), collects the predictions
+Every accelflow job feeds the array with ``env.from_collection(array)`` (copied once per
+job into anonymous shared memory that the source subtasks map and split), collects the predictions
 with ``execute_and_collect`` and is checked against NumPy's predictions. Each job starts a
 fresh embedded cluster (one TaskExecutor with one slot per subtask), as ``accelflow run``
 does. For each job the script prints:
@@ -20,7 +20,7 @@ does. For each job the script prints:
 * ``running``: records / (``JobResult.duration_s`` - ``JobResult.startup_s``), the rate once
   the first record is out, which is what the 0.8x target compares with NumPy;
 * ``start-up``: ``JobResult.startup_s``, submission to the first record out of a source
-  (cluster start, spilling the array, deploying the subtasks).
+  (cluster start, sharing the array, deploying the subtasks).
 
 ``--target ray`` runs every accelflow job on the Ray target too (``execution.target: ray``,
 one TaskExecutor actor per job), beside the local one in the same run, and prints the

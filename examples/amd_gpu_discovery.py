@@ -26,8 +26,12 @@ process may use are further restricted by ``HIP_VISIBLE_DEVICES`` or, if that is
 
 ``--enable-coordination-mode`` shares GPUs between TaskExecutors on one host through
 accelflow's coordination file (only this option needs accelflow importable by the Python
-that runs this script). The owner of the GPUs is this script's parent, the TaskExecutor; they
-are reclaimed after it dies. (The driver releases eagerly only for ``accelflow-gpu-discovery``.)
+that runs this script). The owner of the GPUs is the process named by ``$ACCELFLOW_GPU_OWNER``,
+which accelflow's GPU driver sets to the TaskExecutor (so a wrapper script in between, which
+exits at once, does not become the owner); where it is unset, the owner is this script's
+parent, as in Flink. An owner that has already exited is refused (its GPUs would be free again
+at once). The GPUs are reclaimed after the owner dies. (The driver releases eagerly only for
+``accelflow-gpu-discovery``.)
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ def choose(args: argparse.Namespace, gpus: list[AmdGpu]) -> list[int]:
         return [g.index for g in gpus[: args.amount]]
     try:  # accelflow's coordination file: exact matching, crash-safe, PID-reuse safe
         from accelflow import AccelflowError
-        from accelflow.resources.gpu import CoordinationFile, GPUDevice, Owner
+        from accelflow.resources.gpu import CoordinationFile, GPUDevice
     except ImportError as exc:
         raise DiscoveryFailed(
             f"--enable-coordination-mode needs accelflow importable ({exc})"
@@ -171,12 +175,24 @@ def choose(args: argparse.Namespace, gpus: list[AmdGpu]) -> list[int]:
     devices = [GPUDevice(index=str(g.index), uuid=g.uuid, pci_bus_id=g.bus_id) for g in gpus]
     path = args.coordination_file.expanduser().absolute() if args.coordination_file else None
     try:
-        taken = CoordinationFile(path).allocate(
-            devices, args.amount, Owner.of_process(os.getppid())
-        )
+        taken = CoordinationFile(path).allocate(devices, args.amount, owner())
     except AccelflowError as exc:
         raise DiscoveryFailed(str(exc)) from exc
     return [int(d.index) for d in taken]
+
+
+def owner() -> Any:
+    """Who holds the GPUs: ``$ACCELFLOW_GPU_OWNER`` (set by accelflow's GPU driver), else the
+    parent; never a process that has exited."""
+    import psutil
+
+    from accelflow.resources.gpu import OWNER_ENV_VAR, Owner, owner_from_env
+
+    named = os.environ.get(OWNER_ENV_VAR)
+    try:
+        return owner_from_env(named) if named is not None else Owner.of_process(os.getppid())
+    except (ValueError, psutil.NoSuchProcess) as exc:
+        raise DiscoveryFailed(f"refusing to record the owner of the GPUs: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     files = find_fashion_mnist(args.data_dir, splits=("test",))  # inference: t10k-* only
     images, labels = files.test
     load_model(args.model)  # fail now, naming the file, rather than in every subtask
-    env = Environment({"taskmanager.numberOfTaskSlots": max(1, args.parallelism)})
+    env = Environment()  # slots are sized to the job unless the config sets them
     resource = "gpu" if "gpu" in env.config.external_resources else None
     if resource is None:
         print("No GPU resource configured (external-resources has no 'gpu'): classifying on the "

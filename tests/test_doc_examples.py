@@ -85,9 +85,6 @@ NEEDS_FASHION_MNIST = {
     "accelflow.io.read_idx_header", "accelflow.io.read_labeled_pair",
 }
 
-#: Literal blocks that parse as Python but are not Python (module: first line).
-NOT_PYTHON_BLOCKS: dict[str, str] = {}
-
 #: Config files the docs name without showing them (the docs' own ``# NAME.yaml`` blocks win).
 DEFAULT_FILES = {
     "job.yaml": "external-resources: gpu\n"
@@ -121,6 +118,14 @@ env.from_sequence(1, 8).map(lambda x: x * x, parallelism=2).print()
 env.execute("squares")
 """
 JOB_OF_DOC = {"ray.md": CPU_JOB}
+
+#: Commands whose shown output must have the same lines as what they print, up to the values
+#: (pids, ports, tokens, counts): each line's label, the text before its first ':' or '('.
+SHAPED_OUTPUT = {
+    "accelflow cluster start --conf cluster.yaml -D rest.port=0",
+    "accelflow cluster status",
+    "accelflow cluster stop",
+}
 
 # --- fenced blocks ------------------------------------------------------------------------------
 
@@ -224,14 +229,15 @@ def test_the_lists_name_examples_that_exist() -> None:
     programs = {_program(argv) for b in BLOCKS for c in b.commands for argv in c.pipeline}
     assert set(NOT_RUN_COMMANDS) <= commands
     assert set(EXACT_OUTPUT) <= commands
-    assert set(NOT_RUN_PROGRAMS) <= programs | {"pip"}
+    assert SHAPED_OUTPUT <= commands
+    assert set(NOT_RUN_PROGRAMS) <= programs
     assert any(b.lang == "python" for b in BLOCKS)
 
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A directory with a short path: Ray and the cluster put AF_UNIX sockets (107 bytes) in it."""
-    path = Path(tempfile.mkdtemp(prefix="af-doc-"))
+    path = Path(tempfile.mkdtemp(prefix="af-doc-", dir="/tmp" if Path("/tmp").is_dir() else None))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -304,6 +310,10 @@ def _params() -> Iterator[Any]:
         yield pytest.param(block, id=block.id, marks=marks)
 
 
+def _labels(output: str) -> list[str]:
+    return [re.split(r"[:(]", line, maxsplit=1)[0].strip() for line in output.splitlines()]
+
+
 def _check_classify_output(stdout: str) -> None:
     """The README's job: every record once, its 4 subtasks spread over both GPUs (half each)."""
     records = [ast.literal_eval(line.split("> ", 1)[1]) for line in stdout.splitlines()]
@@ -346,6 +356,8 @@ def test_doc_block(
             _check(command.text, ran, EXACT_OUTPUT.get(command.text, 0))
             if command.text in EXACT_OUTPUT:
                 assert ran.stdout + ran.stderr == command.shown_output
+            if command.text in SHAPED_OUTPUT and command.shown_output:
+                assert _labels(ran.stdout) == _labels(command.shown_output), ran.stdout
             if argv[1:3] == ["cluster", "start"]:
                 started = _URL.search(ran.stdout)
                 assert started, f"no URL in the output of {command.text}: {ran.stdout}"
@@ -505,8 +517,7 @@ def literal_blocks() -> list[LiteralBlock]:
                 continue
             start = node.body[0].lineno
             for line, code in _literal_blocks_of(node.body[0].value.value, start):
-                if _is_python(code) and f"{module.__name__}: {code.splitlines()[0]}" \
-                        not in NOT_PYTHON_BLOCKS:
+                if _is_python(code):
                     found.append(LiteralBlock(module.__name__, path, line, code))
     return found
 

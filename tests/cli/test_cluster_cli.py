@@ -15,9 +15,8 @@ from accelflow.testing import install_fake_nvidia_smi
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    exe = install_fake_nvidia_smi(tmp_path / "bin", 2)
-    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"),
-               PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"))
+    install_fake_nvidia_smi(tmp_path / "bin", 2, environ=env)  # the fake wins over a real GPU
     env.pop("ACCELFLOW_CONF", None)
     return subprocess.run([sys.executable, "-m", "accelflow", *args], env=env, capture_output=True,
                           text=True, timeout=60)

@@ -140,8 +140,8 @@ def test_a_drivers_warning_is_one_stderr_line_in_the_one_warning_format() -> Non
 
 def test_uuids_are_never_cut_when_piped_to_a_narrow_width(tmp_path: Path) -> None:
     """stdout is a pipe and COLUMNS=40: every UUID (and the factory path) appears whole."""
-    exe = install_fake_nvidia_smi(tmp_path / "bin", 2)
-    env = {"PATH": f"{exe.parent}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "40"}
+    env = dict(os.environ, COLUMNS="40")
+    install_fake_nvidia_smi(tmp_path / "bin", 2, environ=env)  # the fake wins over a real GPU
     args = ["-D", "external-resources=gpu", "-D", "external-resource.gpu.amount=1",
             "-D", "external-resource.gpu.driver-factory.class=gpu",
             "-D", f"external-resource.gpu.param.coordination-file={tmp_path / 'c.json'}"]
@@ -152,7 +152,7 @@ def test_uuids_are_never_cut_when_piped_to_a_narrow_width(tmp_path: Path) -> Non
     assert as_json.returncode == 0 and table.returncode == 0, as_json.stderr + table.stderr
     (gpu,) = json.loads(as_json.stdout)["resources"]
     uuids = [info["uuid"] for info in gpu["infos"]]
-    assert len(uuids) == 1 and len(uuids[0]) > 30  # a GPU-... UUID, fake or (on a GPU host) real
+    assert len(uuids) == 1 and len(uuids[0]) > 30  # a GPU-... UUID of the fake, on any host
     lines = table.stdout.splitlines()
     for uuid in uuids:
         assert any(uuid in line for line in lines), table.stdout

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from accelflow.resources.gpu import CoordinationFile, GPUDriverFactory
+from accelflow.resources.gpu import OWNER_ENV_VAR, CoordinationFile, GPUDriverFactory, Owner
+from accelflow.testing import use_fake_nvidia_smi
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "amd_gpu_discovery.py"
 
@@ -48,14 +49,17 @@ def fake_tool(
 
 @pytest.fixture
 def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A PATH holding only the fake tools, this Python (as python3) and the basic system dirs."""
+    """A PATH holding only the fake tools, this Python (as python3) and the basic system dirs,
+    and an NVIDIA side that lists no GPU (a fake nvidia-smi with none, first on PATH), so the
+    GPU driver takes the AMD indexes as they are even on a host with NVIDIA GPUs."""
     directory = tmp_path / "tools"
     directory.mkdir()
     path = os.pathsep.join([str(directory), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
     monkeypatch.setenv("PATH", path)
-    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ACCELFLOW_HOME"):
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ACCELFLOW_HOME", OWNER_ENV_VAR):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", None)
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "no-nvidia", 0)
     return directory
 
 
@@ -136,6 +140,55 @@ def test_coordination_keeps_callers_apart(tools: Path, tmp_path: Path) -> None:
     records = CoordinationFile(file).allocations()
     assert {r.uuid for r in records} == {g["uuid"] for g in AMD_SMI_LIST}
     assert {r.owner.pid for r in records} == {os.getpid()}
+
+
+def test_the_owner_named_by_the_driver_wins_over_the_parent(
+    tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_tool(tools, "amd-smi", json.dumps(AMD_SMI_LIST))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        monkeypatch.setenv(OWNER_ENV_VAR, Owner.of_process(sleeper.pid).to_env())
+        file = tmp_path / "coordination.json"
+        done = run("1", "--enable-coordination-mode", "--coordination-file", str(file))
+        assert (done.returncode, done.stdout) == (0, "0\n")
+        assert [r.owner.pid for r in CoordinationFile(file).allocations()] == [sleeper.pid]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_an_owner_that_has_exited_is_refused(
+    tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_tool(tools, "amd-smi", json.dumps(AMD_SMI_LIST))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setenv(OWNER_ENV_VAR, f"{gone.pid}:")
+    file = tmp_path / "coordination.json"
+    done = run("1", "--enable-coordination-mode", "--coordination-file", str(file))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert f"{OWNER_ENV_VAR} names process {gone.pid}, which has exited" in done.stderr
+    assert not file.exists() or CoordinationFile(file).allocations() == []
+
+
+def test_behind_a_wrapper_the_driver_not_the_wrapper_owns_the_gpus(
+    tools: Path, tmp_path: Path
+) -> None:
+    """Issue 16.2 for this example: a wrapper shell (no exec) exits at once; had it been
+    recorded as the owner, the next caller would reclaim GPUs the TaskExecutor still uses."""
+    fake_tool(tools, "amd-smi", json.dumps(AMD_SMI_LIST))
+    file = tmp_path / "coordination.json"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\n"{SCRIPT}" "$@"\n')
+    wrapper.chmod(0o755)
+    args = f"--enable-coordination-mode --coordination-file {file}"
+    params = {"discovery-script.path": str(wrapper), "discovery-script.args": args}
+    first = GPUDriverFactory().create_external_resource_driver(params)
+    assert sorted(i["index"] for i in first.retrieve_resource_info(2)) == ["0", "1"]
+    assert {r.owner.pid for r in CoordinationFile(file).allocations()} == {os.getpid()}
+    second = GPUDriverFactory().create_external_resource_driver(params)
+    assert sorted(i["index"] for i in second.retrieve_resource_info(2)) == ["2", "3"]
 
 
 def test_as_the_gpu_drivers_discovery_script(tools: Path) -> None:

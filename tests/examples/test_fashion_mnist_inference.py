@@ -58,7 +58,8 @@ def test_fake_gpus_each_subtask_uses_its_own_device(tmp_path: Path) -> None:
     """Two TaskExecutors x 2 fake GPUs, coordination on: 4 classifier subtasks get 4 distinct
     GPUs; a fake CuPy (NumPy underneath) proves the CUDA code path picks local device 0 under
     isolation."""
-    install_fake_nvidia_smi(tmp_path, 4)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    install_fake_nvidia_smi(tmp_path, 4, environ=env)  # the fake wins over a real GPU
     fake_cupy = tmp_path / "site" / "cupy"
     fake_cupy.mkdir(parents=True)
     (fake_cupy / "__init__.py").write_text(
@@ -71,8 +72,6 @@ def test_fake_gpus_each_subtask_uses_its_own_device(tmp_path: Path) -> None:
         "        def use(self):\n"
         "            pass\n"
     )
-    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=str(tmp_path / "site"))
     proc = run_job(
         "--conf", "conf/two-taskexecutors.yaml",
         "-D", f"external-resource.gpu.param.coordination-file={tmp_path / 'coordination.json'}",

@@ -50,7 +50,8 @@ class _Restarts(logging.Handler):
 
     def __init__(self, n: int) -> None:
         super().__init__(logging.WARNING)
-        self.pattern, self.seen, self.messages = f"restarting (attempt {n})", threading.Event(), []
+        self.pattern, self.seen = f"restarting (attempt {n})", threading.Event()
+        self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
@@ -107,11 +108,13 @@ def test_a_replacement_that_cannot_be_placed_yet_uses_the_remaining_attempts(
 
 def test_runtime_env_keys_reach_the_actor_options() -> None:
     env = runtime_env(config_from(values={
-        "ray.runtime-env.working-dir": "/srv/job", "ray.runtime-env.env-vars": '{"A": "1", "B": "x=y"}',
+        "ray.runtime-env.working-dir": "gs://bucket/job.zip", "ray.runtime-env.env-vars": '{"A": "1", "B": "x=y"}',
     }))
-    assert env["working_dir"] == "/srv/job"
+    assert env["working_dir"] == "gs://bucket/job.zip"
     assert env["env_vars"]["A"] == "1" and env["env_vars"]["B"] == "x=y"
     assert "working_dir" not in runtime_env(config_from(values={}))
+    local = config_from(values={"ray.runtime-env.working-dir": "/srv/job"})
+    assert "working_dir" not in runtime_env(local)  # uploaded once by ray.init, not per actor
 
 
 def test_env_vars_reach_the_actors_and_a_failed_start_leaves_no_folder(

@@ -297,11 +297,9 @@ def test_done_when_the_cli_runs_one_script_on_ray_and_local_alike(tmp_path: Path
         "    r['CUDA_VISIBLE_DEVICES'] in (r['infos'][0][0], r['infos'][0][1])) for r in records)))\n",
         encoding="utf-8",
     )
-    exe = install_fake_nvidia_smi(tmp_path / "bin", 4)
-    env = dict(os.environ, PATH=f"{exe.parent}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent / "runtime"),
-                                           os.environ.get("PYTHONPATH", "")]))
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent / "runtime"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    install_fake_nvidia_smi(tmp_path / "bin", 4, environ=env)  # the fake wins over a real GPU
     accelflow = [sys.executable, "-m", "accelflow", "run", "--no-progress"]
     out = {}
     for target, extra in (

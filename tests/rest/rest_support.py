@@ -115,9 +115,8 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float = 20) -> 
 
 
 def _environment(tmp: Path, gpus: int) -> dict[str, str]:
-    exe = install_fake_nvidia_smi(tmp / "bin", gpus)
     env = dict(os.environ)
-    env["PATH"] = f"{exe.parent}{os.pathsep}{env['PATH']}"
+    install_fake_nvidia_smi(tmp / "bin", gpus, environ=env)  # the fake wins over a real GPU
     env["ACCELFLOW_STATE_DIR"] = str(tmp / "state")
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), *[p for p in sys.path if p]])
     for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "ACCELFLOW_CONF"):

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from accelflow.testing import install_fake_nvidia_smi
+from accelflow.testing import use_fake_nvidia_smi
 
 if str(Path(__file__).parent) not in sys.path:  # runtime_jobs, also for job scripts run by tests
     sys.path.insert(0, str(Path(__file__).parent))
@@ -75,10 +75,7 @@ def gpu_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     The fake ``nvidia-smi`` is first on ``PATH`` before the cluster starts, so TaskExecutors
     (which inherit the client's environment) run it as a real program.
     """
-    exe = install_fake_nvidia_smi(tmp_path / "bin", 4)
-    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
-    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
-        monkeypatch.delenv(var, raising=False)
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 4)  # wins over a real GPU (issue 12.9)
     coordination = tmp_path / "gpu-coordination.json"
     monkeypatch.setenv("TEST_COORDINATION_FILE", str(coordination))
     return {

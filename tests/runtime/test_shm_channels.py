@@ -30,13 +30,31 @@ def _shm() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _rings_held() -> list[str]:
+    """This process's descriptors and mappings of channel rings."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        return [x for x in fds + maps.read().splitlines() if "accelflow-channel" in x]
 
 
 @pytest.fixture
 def address(tmp_path: Path) -> Iterator[str]:
     yield str(tmp_path / "channel.sock")
+
+
+def _pair(listener: Listener, address: str) -> tuple[Connection, Connection]:
+    """A connected (client, accepted) pair in this process (the handshake needs both ends)."""
+    accepted: list[Connection] = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()))
+    thread.start()
+    client = Client(address, "AF_UNIX", authkey=KEY)
+    thread.join()
+    return client, accepted[0]
 
 
 def _batches() -> list[Any]:
@@ -90,8 +108,8 @@ def test_batches_arrive_whole_and_in_order_through_a_small_ring(address: str) ->
 def test_a_slow_consumer_bounds_the_ring_and_blocks_the_sender(address: str) -> None:
     batch = np.ones((256 * 1024,), np.uint8)
     with Listener(address, "AF_UNIX", authkey=KEY) as listener:
-        sender = ShmSender(Client(address, "AF_UNIX", authkey=KEY), ring_bytes=1024 * 1024)
-        conn = listener.accept()
+        client, conn = _pair(listener, address)
+        sender = ShmSender(client, ring_bytes=1024 * 1024)
         sent: list[int] = []
 
         def produce() -> None:
@@ -124,7 +142,7 @@ def _receive_then_die(address: str, after: int) -> None:
 
 
 def test_a_consumer_killed_mid_batch_leaks_no_shared_memory(address: str) -> None:
-    shm_before, fds_before = _shm(), _fds()
+    shm_before = _shm()
     with Listener(address, "AF_UNIX", authkey=KEY) as listener:
         consumer = FORK.Process(target=_receive_then_die, args=(address, 3))
         consumer.start()
@@ -132,10 +150,11 @@ def test_a_consumer_killed_mid_batch_leaks_no_shared_memory(address: str) -> Non
         with pytest.raises(TransportError, match="closed its data channel"):
             for _ in range(100):  # blocks on credits, then finds the consumer gone
                 sender.send(np.ones((200_000,), np.uint8))
+        assert _rings_held() != []  # (the check below can see a ring)
         consumer.join()
         sender.close()
     assert consumer.exitcode == -signal.SIGKILL
-    assert _shm() == shm_before and _fds() == fds_before  # no segment, no descriptor left
+    assert _shm() == shm_before and _rings_held() == []  # no segment, descriptor or mapping
 
 
 def _write_half_then_die(address: str) -> None:
@@ -170,8 +189,8 @@ def test_a_producer_killed_mid_write_never_delivers_a_torn_batch(address: str) -
 
 def test_small_and_object_batches_keep_the_pickled_path(address: str) -> None:
     with Listener(address, "AF_UNIX", authkey=KEY) as listener:
-        sender = ShmSender(Client(address, "AF_UNIX", authkey=KEY))
-        conn = listener.accept()
+        client, conn = _pair(listener, address)
+        sender = ShmSender(client)
         sender.send(np.arange(10))
         sender.send(np.array([{"a": 1}, None], dtype=object))
         receiver = ShmReceiver()
@@ -180,3 +199,14 @@ def test_small_and_object_batches_keep_the_pickled_path(address: str) -> None:
         assert sender.ring is None and receiver.rings == {}
         sender.close()
         conn.close()
+
+
+def test_a_rebalanced_array_job_goes_through_the_rings_and_matches_numpy() -> None:
+    from accelflow import Environment
+
+    images = np.random.default_rng(1).integers(0, 256, size=(20_000, 784), dtype=np.uint8)
+    env = Environment({"taskmanager.numberOfTaskSlots": 3})
+    out = (env.from_collection(images, parallelism=1)
+           .map_batches(lambda b: b.astype(np.int64).sum(axis=1), parallelism=2)
+           .execute_and_collect())
+    assert sorted(out) == sorted(images.astype(np.int64).sum(axis=1).tolist())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from accelflow.resources.gpu import Allocation, CoordinationFile, GPUDevice, Owner
-from accelflow.testing._nvidia_smi import FakeGPU, install_fake_nvidia_smi
+from accelflow.testing import FakeGPU, use_fake_nvidia_smi
 
 HERE = Path(__file__).parent
 OWNER_PROCESS = HERE / "owner_process.py"
@@ -36,14 +36,15 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGPUs:
     """``fake_gpus(4)`` or ``fake_gpus([FakeGPU(...)], exit_code=9, stderr="...")`` installs the
-    fake nvidia-smi in ``tmp_path/bin``, puts it first on PATH and returns its path; calling it
-    again changes what the fake reports."""
+    fake nvidia-smi in ``tmp_path/bin`` and makes it the only GPU source of this process and its
+    children (first on PATH, ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi``, no ``CUDA_VISIBLE_DEVICES``:
+    the fake wins on a host with real GPUs too, issue 12.9); returns its path. Calling it again
+    changes what the fake reports (and unsets ``CUDA_VISIBLE_DEVICES`` again)."""
 
     def install(gpus: int | Sequence[FakeGPU], *, exit_code: int = 0, stderr: str = "") -> Path:
-        path = install_fake_nvidia_smi(tmp_path / "bin", gpus, exit_code=exit_code, stderr=stderr)
-        if not os.environ["PATH"].startswith(str(path.parent)):
-            monkeypatch.setenv("PATH", f"{path.parent}{os.pathsep}{os.environ['PATH']}")
-        return path
+        return use_fake_nvidia_smi(
+            monkeypatch, tmp_path / "bin", gpus, exit_code=exit_code, stderr=stderr
+        )
 
     return install
 

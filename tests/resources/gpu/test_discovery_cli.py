@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from accelflow.resources.gpu import CoordinationFile, GPUDevice, Owner
+from accelflow.resources.gpu import GPU_DISCOVERY_ENV_VAR, CoordinationFile, GPUDevice, Owner
 from accelflow.testing._nvidia_smi import fake_gpu_uuid
 
 from .conftest import OWNER_PROCESS, FakeGPUs, plant
@@ -23,8 +23,16 @@ from .test_coordination import dead_owner
 MODULE = [sys.executable, "-m", "accelflow.resources.gpu._discovery_cli"]
 
 
+def fake_env() -> dict[str, str]:
+    """This process's environment with the fake nvidia-smi as the only GPU source, said
+    explicitly: the command must never ask a GPU machine's real NVML (issue 12.9)."""
+    return {**os.environ, GPU_DISCOVERY_ENV_VAR: "nvidia-smi"}
+
+
 def discover(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MODULE, *args], capture_output=True, text=True, check=False, timeout=60)
+    return subprocess.run(
+        [*MODULE, *args], capture_output=True, text=True, check=False, timeout=60, env=fake_env()
+    )
 
 
 def coordinated(
@@ -81,7 +89,9 @@ def test_usage_errors_exit_2_and_are_never_ignored(args: tuple[str, ...], messag
 def test_the_installed_console_script_works(fake_gpus: FakeGPUs) -> None:
     fake_gpus(3)
     command = Path(sys.executable).parent / "accelflow-gpu-discovery"
-    done = subprocess.run([str(command), "3"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(command), "3"], capture_output=True, text=True, check=False, env=fake_env()
+    )
     assert (done.returncode, done.stdout) == (0, "0,1,2\n")
 
 
@@ -204,6 +214,7 @@ def start_owners(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=fake_env(),
         )
         for _ in range(n)
     ]

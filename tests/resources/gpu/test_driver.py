@@ -97,8 +97,9 @@ def test_a_directory_is_not_a_script(tmp_path: Path) -> None:
 
 
 def test_relative_paths_resolve_against_accelflow_home_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_gpu_script: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_gpu_script: Path, fake_gpus: FakeGPUs
 ) -> None:
+    fake_gpus(8)  # index 7 exists, whatever GPUs the host has
     home = tmp_path / "home"
     write_script(home / "plugins" / "gpu.sh", "echo 7")
     monkeypatch.setenv("ACCELFLOW_HOME", str(home))
@@ -110,15 +111,37 @@ def test_relative_paths_resolve_against_accelflow_home_first(
     )
     assert indexes(driver.retrieve_resource_info(1)) == ["7"]
     with pytest.raises(ConfigError, match=r"resolved against \$ACCELFLOW_HOME="):
-        make({"discovery-script.path": two_gpu_script.name})  # exists in cwd, not in home
+        make({"discovery-script.path": f"./{two_gpu_script.name}"})  # in cwd, not in home
 
 
 def test_relative_paths_resolve_against_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_gpu_script: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    driver = make({"discovery-script.path": two_gpu_script.name})
+    driver = make({"discovery-script.path": f"./{two_gpu_script.name}"})
     assert driver.config.script is not None and driver.config.script.path == two_gpu_script
+
+
+def test_a_bare_name_planted_in_the_working_directory_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_gpus: FakeGPUs
+) -> None:
+    """Issue 16.8: a bare name is a command looked up on PATH only; a file of that name in the
+    working directory (which anyone who can write there may plant) never runs."""
+    fake_gpus(10)
+    planted = write_script(tmp_path / "work" / "discover-gpus", "echo 9")
+    monkeypatch.chdir(planted.parent)
+    bin_dir = tmp_path / "commands"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f".{os.pathsep}{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(ConfigError) as info:
+        make({"discovery-script.path": "discover-gpus"})
+    assert info.value.keys == ("param.discovery-script.path",)
+    assert "no executable 'discover-gpus' on PATH" in str(info.value)
+    assert "'./discover-gpus'" in str(info.value)  # the fix for a script meant in the cwd
+    on_path = write_script(bin_dir / "discover-gpus", "echo 3")
+    driver = make({"discovery-script.path": "discover-gpus"})
+    assert driver.config.script is not None and driver.config.script.path == on_path
+    assert indexes(driver.retrieve_resource_info(1)) == ["3"]  # not the planted '9'
 
 
 def test_a_bare_command_name_is_found_on_path(
@@ -500,6 +523,7 @@ def test_the_public_surface_is_pinned() -> None:
     assert gpu.__all__ == [
         "GPU_DISCOVERY_ENV_VAR",
         "INFO_PROPERTIES",
+        "OWNER_ENV_VAR",
         "PARAMS",
         "Allocation",
         "CoordinationFile",
@@ -512,6 +536,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ScriptConfig",
         "default_coordination_path",
         "discover_gpus",
+        "owner_from_env",
         "parse_script_output",
         "run_discovery_script",
     ]
@@ -535,4 +560,5 @@ def test_the_public_surface_is_pinned() -> None:
         "discovery-script.timeout",
         "coordination",
         "coordination-file",
+        "coordination.lock-timeout",
     ]

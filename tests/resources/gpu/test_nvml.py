@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from accelflow import DiscoveryError
-from accelflow.resources.gpu import discover_gpus
+from accelflow.resources.gpu import GPU_DISCOVERY_ENV_VAR, discover_gpus
 from accelflow.resources.gpu._nvml import NvmlUnavailable, open_nvml, query_gpus
 
 from .conftest import FakeGPUs
@@ -55,6 +55,7 @@ class FakeNvml(types.ModuleType):
         self.init_error = init_error
         self.as_bytes = as_bytes
         self.initialised = False
+        self.inits = 0
         self.shutdowns = 0
         self.fail_on: str | None = None
 
@@ -68,6 +69,7 @@ class FakeNvml(types.ModuleType):
             raise NVMLError(self.NVML_ERROR_UNKNOWN)
 
     def nvmlInit(self) -> None:
+        self.inits += 1
         if self.init_error is not None:
             raise NVMLError(self.init_error)
         self.initialised = True
@@ -125,8 +127,12 @@ def a100(i: int, **kwargs: Any) -> FakeDevice:
 
 @pytest.fixture
 def install(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Put a fake ``pynvml`` in place and ask for NVML first, said explicitly (these tests mean
+    this fake, and ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` would skip it)."""
+
     def put(nvml: FakeNvml) -> FakeNvml:
         monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        monkeypatch.setenv(GPU_DISCOVERY_ENV_VAR, "auto")
         return nvml
 
     return put
@@ -194,14 +200,14 @@ def test_a_failing_query_is_an_error_and_nvml_is_still_shut_down(install: Any) -
 
 
 def test_nvml_that_cannot_load_falls_back_to_nvidia_smi(install: Any, fake_gpus: FakeGPUs) -> None:
-    nvml = install(FakeNvml([a100(0)], init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     fake_gpus(3)
+    nvml = install(FakeNvml([a100(0)], init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     assert [d.uuid for d in discover_gpus({})] == [
         "GPU-00000000-0000-4000-8000-000000000000",
         "GPU-00000000-0000-4000-8000-000000000001",
         "GPU-00000000-0000-4000-8000-000000000002",
     ]
-    assert nvml.shutdowns == 0
+    assert (nvml.inits, nvml.shutdowns) == (1, 0)  # NVML was asked first, then nvidia-smi
 
 
 def test_neither_nvml_nor_nvidia_smi_says_how_to_fix_it(install: Any, no_nvidia_smi: None) -> None:

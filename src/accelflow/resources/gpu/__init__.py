@@ -19,7 +19,7 @@ from accelflow.resources.gpu._device import INFO_PROPERTIES, GPUDevice
 from accelflow.resources.gpu._discovery import discover_gpus
 from accelflow.resources.gpu._driver import GPUDriver
 from accelflow.resources.gpu._factory import GPUDriverFactory
-from accelflow.resources.gpu._owner import Liveness, Owner
+from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Liveness, Owner, owner_from_env
 from accelflow.resources.gpu._params import (
     GPU_DISCOVERY_ENV_VAR,
     PARAMS,
@@ -31,6 +31,7 @@ from accelflow.resources.gpu._script import parse_script_output, run_discovery_s
 __all__ = [
     "GPU_DISCOVERY_ENV_VAR",
     "INFO_PROPERTIES",
+    "OWNER_ENV_VAR",
     "PARAMS",
     "Allocation",
     "CoordinationFile",
@@ -43,6 +44,7 @@ __all__ = [
     "ScriptConfig",
     "default_coordination_path",
     "discover_gpus",
+    "owner_from_env",
     "parse_script_output",
     "run_discovery_script",
 ]

@@ -279,15 +279,10 @@ def _script_path(
             ConfigProblem(key(SCRIPT_PATH), "must not be empty; unset it to use NVML/nvidia-smi")
         )
         return None
+    base, base_note = _relative_base(environ)
     if os.sep not in text and not text.startswith("~"):
-        return _command_on_path(text, environ, problems)
+        return _command_on_path(text, environ, base_note, problems)
     given = Path(text).expanduser()
-    home = environ.get(ACCELFLOW_HOME_ENV_VAR, "").strip()
-    base, base_note = (
-        (Path(home), f"${ACCELFLOW_HOME_ENV_VAR}={home}")
-        if home
-        else (Path.cwd(), f"the working directory {Path.cwd()}")
-    )
     path = given if given.is_absolute() else base / given
     problem = _script_problem(path, given, base_note)
     if problem:
@@ -296,8 +291,16 @@ def _script_path(
     return path.absolute()
 
 
+def _relative_base(environ: Mapping[str, str]) -> tuple[Path, str]:
+    """What relative script paths are resolved against, and how messages name it."""
+    home = environ.get(ACCELFLOW_HOME_ENV_VAR, "").strip()
+    if home:
+        return Path(home), f"${ACCELFLOW_HOME_ENV_VAR}={home}"
+    return Path.cwd(), f"the working directory {Path.cwd()}"
+
+
 def _command_on_path(
-    name: str, environ: Mapping[str, str], problems: list[ConfigProblem]
+    name: str, environ: Mapping[str, str], base_note: str, problems: list[ConfigProblem]
 ) -> Path | None:
     """A bare name is a command: looked up on PATH only, never in the working directory, so a
     file planted there cannot run as the discovery script (issue 16.8)."""
@@ -308,7 +311,7 @@ def _command_on_path(
                 key(SCRIPT_PATH),
                 f"no executable {name!r} on PATH (a bare name is looked up on PATH only, never "
                 f"in the working directory); give an absolute path, or './{name}' for a "
-                "script in the working directory",
+                f"script relative to {base_note}",
             )
         )
         return None

@@ -21,7 +21,6 @@ from accelflow.dataflow import JobGraph
 from accelflow.runtime.client._context import ExecutionContext
 from accelflow.runtime.jobmanager import JobManager, JobResult
 from accelflow.runtime.launchers import make_launcher
-from accelflow.runtime.service import RestServer
 
 _CANCEL_WAIT_S = 30.0
 
@@ -73,7 +72,7 @@ class JobClient(_Waitable):
         config = sized_for(graph, config)
         self.launcher = make_launcher(config)
         self.jobmanager = JobManager(config, self.launcher)
-        self.rest: RestServer | None = None
+        self.rest: Any = None  # a RestServer while rest.enabled
         self._status = "CREATED"
         self._result: JobResult | None = None
         self._error: BaseException | None = None
@@ -87,13 +86,15 @@ class JobClient(_Waitable):
     def _run(self) -> None:
         try:
             self._status = "STARTING"
-            spill = threading.Thread(target=self.jobmanager.prepare_sources, args=(self.graph,))
-            spill.start()  # large arrays go to disk while TaskExecutors start
+            share = threading.Thread(target=self.jobmanager.prepare_sources, args=(self.graph,))
+            share.start()  # large arrays go to shared memory while TaskExecutors start
             try:
                 self.jobmanager.start_cluster()
             finally:
-                spill.join()
+                share.join()
             if self.jobmanager.config.get(k.REST_ENABLED):
+                from accelflow.runtime.service import RestServer  # http.server only when asked
+
                 self.rest = RestServer(self.jobmanager, self.jobmanager.config)
                 self.rest.start()
             self._status = "RUNNING"

@@ -30,7 +30,7 @@ class TaskExecutorHandle(ABC):
 class Launcher(ABC):
     """Starts, restarts and stops TaskExecutors for one JobManager."""
 
-    #: private working directory (sockets, spilled arrays), removed by :meth:`stop`
+    #: private working directory (sockets; arrays only where there is no memfd), removed by :meth:`stop`
     workdir: Path
     #: where data channels listen; subtask ``address(name)`` gives one endpoint
     events: queue.Queue[Event]

@@ -80,14 +80,15 @@ def actor_resources(config: Configuration) -> dict[str, Any]:
 def runtime_env(config: Configuration) -> dict[str, Any]:
     """The Ray runtime environment of every TaskExecutor actor: the client's import path
     (right where the client and the actor share a filesystem), ``ray.runtime-env.env-vars``
-    and ``ray.runtime-env.working-dir`` (shipped by Ray, first on the actor's import path).
+    and a remote ``ray.runtime-env.working-dir`` (a URI; a local directory is uploaded for
+    the whole Ray job when the launcher connects: see ``_connect``).
 
     Example:
         >>> from accelflow.config import config_from
-        >>> env = runtime_env(config_from(values={"ray.runtime-env.working-dir": "/srv/job",
+        >>> env = runtime_env(config_from(values={"ray.runtime-env.working-dir": "s3://b/job.zip",
         ...     "ray.runtime-env.env-vars": "HF_HOME=/data"}))
         >>> env["working_dir"], env["env_vars"]["HF_HOME"], env["env_vars"]["PYTHONHASHSEED"]
-        ('/srv/job', '/data', '0')
+        ('s3://b/job.zip', '/data', '0')
     """
     path = [p for p in sys.path if p and os.path.isdir(p)]
     env_vars = {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}
@@ -95,7 +96,7 @@ def runtime_env(config: Configuration) -> dict[str, Any]:
     env_vars.update(extra)
     env: dict[str, Any] = {"env_vars": env_vars}
     working_dir: str | None = config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
-    if working_dir:
+    if working_dir and "://" in working_dir:  # a local one is uploaded by ray.init (_connect)
         env["working_dir"] = working_dir
     return env
 
@@ -182,6 +183,9 @@ class RayLauncher(Launcher):
             return False
         address = self.config.get_optional(k.RAY_ADDRESS)
         common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+        working_dir: str | None = self.config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
+        if working_dir and "://" not in working_dir:  # Ray uploads a local one for the job
+            common["runtime_env"] = {"working_dir": working_dir}
         if address:
             join_cluster(ray, address, self.config.get(k.RAY_CONNECT_TIMEOUT), **common)
             return True

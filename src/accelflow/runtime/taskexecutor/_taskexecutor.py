@@ -220,7 +220,7 @@ def _main(argv: list[str] | None) -> int:
         te.shutdown()
         if (te.orphaned or _terminated) and _client_gone(client):
             # the client died without stopping the cluster: nobody else will remove its
-            # working directory (sockets, spilled arrays that may be gigabytes)
+            # working directory (sockets; arrays spilled where there is no memfd)
             shutil.rmtree(os.path.dirname(os.path.abspath(config_path)), ignore_errors=True)
     return 0
 
