@@ -103,3 +103,26 @@ def test_help_names_every_place_a_job_can_run(tmp_path: Path) -> None:
 def test_misplaced_options_stop_at_a_double_dash() -> None:
     assert misplaced_options(["--epochs", "3", "-D", "a=b", "--", "--conf", "x"]) == ["-D a=b"]
     assert misplaced_options(["--no-progress", "--confirm", "-D"]) == ["--no-progress", "-D"]
+
+
+RESOURCE_SCRIPT = """\
+from accelflow import Environment
+env = Environment({"external-resources": "fpga"})
+print("amount", env.config.external_resources["fpga"].amount)
+"""
+
+
+def test_a_d_override_of_a_resource_the_script_lists_is_applied_without_a_warning(tmp_path: Path) -> None:
+    """17.8: the warning is about the merged config, not about the -D layer alone."""
+    script = tmp_path / "fpga_job.py"
+    script.write_text(RESOURCE_SCRIPT, encoding="utf-8")
+    done = accelflow("run", "-D", "external-resource.fpga.amount=3", str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "amount 3" in done.stdout
+    assert "not listed" not in done.stderr
+
+
+def test_a_key_of_a_resource_nobody_lists_still_warns_once(tmp_path: Path, job: Path) -> None:
+    done = accelflow("run", "-D", "external-resource.tpu.amount=3", str(job), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("external-resource.tpu.amount: resource 'tpu' is not listed") == 1

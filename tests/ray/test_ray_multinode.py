@@ -197,3 +197,18 @@ def test_a_working_dir_ships_the_jobs_modules_to_the_other_node(two_nodes: Clust
         assert {(r[1], r[2]) for r in rows} == {("head", "set"), ("second", "set")}
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def test_an_unset_address_starts_a_local_instance_beside_the_running_cluster(two_nodes: Cluster) -> None:
+    out_dir = Path(tempfile.mkdtemp(prefix="afout-", dir="/tmp"))
+    try:
+        # the cluster's RAY_TMPDIR holds its address file: plain ray.init() would join it
+        conf = {"execution.target": "ray", "ray.number-taskmanager": 1,
+                "taskmanager.numberOfTaskSlots": 4, "ray.local.num-cpus": 4}
+        proc = run_client(two_nodes, conf, out_dir / "out.jsonl")
+        assert "DONE" in proc.stdout, proc.stderr[-4000:]
+        rows = [json.loads(line) for line in (out_dir / "out.jsonl").read_text().splitlines()]
+        assert sorted(r[0] for r in rows) == list(range(100))
+        assert {r[1] for r in rows} == {None}  # on neither node of the cluster
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)

@@ -79,7 +79,7 @@ def test_a_replacement_that_cannot_be_placed_yet_uses_the_remaining_attempts(
     marks = tmp_path / "marks"
     marks.mkdir()
     conf = {**ray_conf, "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": 4,
-            "restart-strategy.fixed-delay.delay": "0.1 s", "ray.placement-timeout": "10 s"}
+            "restart-strategy.fixed-delay.delay": "3 s", "ray.placement-timeout": "10 s"}
     env = Environment(conf)
     env.from_source(GatedNumbers(N, str(marks)), parallelism=4).sink_to_file(tmp_path / "out.txt")
     client = env.execute_async("waits-for-capacity")
@@ -88,11 +88,13 @@ def test_a_replacement_that_cannot_be_placed_yet_uses_the_remaining_attempts(
         _wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4 or client.status() == "FAILED",
                     "every source subtask to emit")
         assert client.status() == "RUNNING", client._error
-        second = placement_group([{"CPU": 2}])  # pending: it takes what the kill frees
+        # pending: it takes what the kill frees, long before the replacement asks (the delay)
+        second = placement_group([{"CPU": 2}])
         ray.kill(client.launcher.actor("taskexecutor-2"))
         ray.get(second.ready(), timeout=60)
         (marks / "gate").touch()
-        assert restarts.seen.wait(120), restarts.messages  # a replacement failed: attempt 3 comes
+        # a replacement failed: attempt 3 comes
+        assert restarts.seen.wait(120), (restarts.messages, client.status())
         remove_placement_group(second)  # capacity is back: the next replacement is placed
         second = None
         result = client.wait(120)
@@ -121,17 +123,19 @@ def test_env_vars_reach_the_actors_and_a_failed_start_leaves_no_folder(
     ray_conf: dict[str, Any],
 ) -> None:
     private = tempfile.mkdtemp(prefix="af-", dir="/tmp")  # short: Unix socket paths
-    conf = {**ray_conf, "ray.runtime-env.env-vars": json.dumps({"TMPDIR": private}),
-            "external-resources": "fpga", "external-resource.fpga.amount": 1,
-            "external-resource.fpga.driver-factory.class": "no_such_module:Factory"}
-    with pytest.raises(DriverLoadError):
-        Environment(conf).from_sequence(0, 1).execute_and_collect()
-    leftovers = list(Path(private).glob("accelflow-*"))
-    assert leftovers == [], f"an actor that could not start left {leftovers}"
-    # one that started sees the env vars (so do its subtasks), and cleans up after itself
-    ok = {**ray_conf, "ray.runtime-env.env-vars": json.dumps({"TMPDIR": private, "AF_MARK": "m"})}
-    seen = Environment(ok).from_sequence(0, 3).map(
-        lambda _: (os.environ.get("AF_MARK"), tempfile.gettempdir())).execute_and_collect()
-    assert set(seen) == {("m", private)}
-    assert list(Path(private).glob("accelflow-*")) == []
-    shutil.rmtree(private, ignore_errors=True)
+    try:
+        conf = {**ray_conf, "ray.runtime-env.env-vars": json.dumps({"TMPDIR": private}),
+                "external-resources": "fpga", "external-resource.fpga.amount": 1,
+                "external-resource.fpga.driver-factory.class": "no_such_module:Factory"}
+        with pytest.raises(DriverLoadError):
+            Environment(conf).from_sequence(0, 1).execute_and_collect()
+        leftovers = list(Path(private).glob("accelflow-*"))
+        assert leftovers == [], f"an actor that could not start left {leftovers}"
+        # one that started sees the env vars (so do its subtasks), and cleans up after itself
+        ok = {**ray_conf, "ray.runtime-env.env-vars": json.dumps({"TMPDIR": private, "AF_MARK": "m"})}
+        seen = Environment(ok).from_sequence(0, 3).map(
+            lambda _: (os.environ.get("AF_MARK"), tempfile.gettempdir())).execute_and_collect()
+        assert set(seen) == {("m", private)}
+        assert list(Path(private).glob("accelflow-*")) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

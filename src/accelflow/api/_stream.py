@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,6 +25,8 @@ from accelflow.dataflow import (
 )
 from accelflow.runtime.client import ExecutionContext, current_context
 from accelflow.scheduling import Amount, ResourceProfile
+
+_log = logging.getLogger("accelflow.api")
 
 
 class Environment:
@@ -47,6 +50,8 @@ class Environment:
             base=dict(ctx.base_config), conf_file=ctx.conf_file, values=dict(config or {}),
             definitions=list(ctx.definitions),
         )
+        for warning in self.config.warnings:  # about the merged layers, once per environment
+            _log.warning("%s", warning)
         self._transformations: list[Transformation] = []
         #: the result of the last job this environment ran (set by ``execute``)
         self.last_result: Any = None

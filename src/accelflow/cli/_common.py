@@ -34,11 +34,18 @@ def conf_file(args: argparse.Namespace) -> str | None:
     return args.conf or os.environ.get(ACCELFLOW_CONF_ENV_VAR) or None
 
 
-def load_cli_config(args: argparse.Namespace) -> Configuration:
-    """The config the user gave: ``--conf`` (or ``$ACCELFLOW_CONF``), then ``-D``."""
+def load_cli_config(args: argparse.Namespace, *, show_warnings: bool = True) -> Configuration:
+    """The config the user gave: ``--conf`` (or ``$ACCELFLOW_CONF``), then ``-D``.
+
+    ``show_warnings=False`` where these layers are not the whole config (``accelflow run``:
+    the job script's own dict sits between them, and its ``Environment`` warns about the
+    merged config instead, e.g. a ``-D external-resource.gpu.*`` key for a resource that only
+    the script lists is no news).
+    """
     config = config_from(conf_file=conf_file(args), definitions=args.definitions)
-    for warning in config.warnings:
-        warn(warning)
+    if show_warnings:
+        for warning in config.warnings:
+            warn(warning)
     return config
 
 

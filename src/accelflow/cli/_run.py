@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
     _warn_misplaced(args)
-    load_cli_config(args)  # validate --conf/-D up front, one message for every problem
+    load_cli_config(args, show_warnings=False)  # validate --conf/-D up front; Environment warns
     base: dict[str, Any] = {}
     if args.cluster:
         from accelflow.runtime.service import find_session, session_config

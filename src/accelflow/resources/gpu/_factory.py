@@ -24,13 +24,16 @@ class GPUDriverFactory(ExternalResourceDriverFactory):
 
     The parameters (keys ``external-resource.<name>.param.<p>``):
 
-    * ``discovery-script.path``: run this script instead of discovering in process;
+    * ``discovery-script.path``: run this script instead of discovering in process (a bare name
+      is looked up on ``PATH`` only, never in the working directory);
     * ``discovery-script.args``: its arguments after the amount (split like a shell); without a
       script, Flink's default-script flags ``--enable-coordination-mode`` and
       ``--coordination-file PATH`` configure in-process coordination;
     * ``discovery-script.timeout``: how long it may run (default ``10 s``);
     * ``coordination``: in-process mode: use the host coordination file (default ``true``);
-    * ``coordination-file``: in-process mode: that file (default: per user).
+    * ``coordination-file``: in-process mode: that file (default: per user);
+    * ``coordination.lock-timeout``: in-process mode: how long to wait for the coordination
+      lock before a ``CoordinationError`` naming its holder (default ``5 s``).
     """
 
     def create_external_resource_driver(self, params: Mapping[str, str]) -> GPUDriver:

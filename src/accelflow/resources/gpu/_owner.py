@@ -186,6 +186,7 @@ def owner_from_env(value: str) -> Owner:
     """The live owner that :data:`OWNER_ENV_VAR` names.
 
     Example:
+        >>> import os
         >>> owner_from_env(Owner.of_process().to_env()).pid == os.getpid()
         True
 

@@ -7,7 +7,13 @@ processes and Unix sockets; a Ray launcher backs it with actors and actor calls.
 
 from __future__ import annotations
 
+import atexit
+import os
 import queue
+import secrets
+import shutil
+import sys
+import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -28,12 +34,30 @@ class TaskExecutorHandle(ABC):
 
 
 class Launcher(ABC):
-    """Starts, restarts and stops TaskExecutors for one JobManager."""
+    """Starts, restarts and stops TaskExecutors for one JobManager.
+
+    Subclasses call :meth:`_set_up` once they can start TaskExecutors (e.g. once connected to
+    Ray), which creates what every launcher has: the working directory, the authentication
+    key and the event queue, with :meth:`stop` registered to run at exit.
+    """
 
     #: private working directory (sockets; arrays only where there is no memfd), removed by :meth:`stop`
     workdir: Path
-    #: where data channels listen; subtask ``address(name)`` gives one endpoint
+    #: the key of every connection between the JobManager, TaskExecutors and subtasks
+    authkey: bytes
+    #: ``(taskexecutor_id, message)`` events, read by the JobManager's event pump
     events: queue.Queue[Event]
+
+    def _set_up(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
+        self.authkey = secrets.token_bytes(32)
+        self.events = queue.Queue()
+        atexit.register(self.stop)
+
+    def _torn_down(self) -> None:
+        """Remove the working directory and the exit hook (the end of :meth:`stop`)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        atexit.unregister(self.stop)
 
     @abstractmethod
     def start(self, ids: list[str]) -> None:
@@ -50,3 +74,11 @@ class Launcher(ABC):
     @abstractmethod
     def stop(self) -> None:
         """Stop every TaskExecutor (devices released) and remove the working directory."""
+
+
+def child_environment() -> dict[str, str]:
+    """What every TaskExecutor inherits besides the client's environment: the client's import
+    path, so modules next to the job script import there too, and ``PYTHONHASHSEED=0``, so
+    ``hash()`` agrees across processes."""
+    path = [p for p in sys.path if p and os.path.isdir(p)]
+    return {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import queue
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from multiprocessing.connection import Connection, Listener
-from pathlib import Path
 
 from accelflow.config import Configuration
 from accelflow.runtime import (
@@ -21,7 +15,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import taskexecutor
 from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR
-from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 
 _STOP_TIMEOUT_S = 10.0
 
@@ -43,9 +37,7 @@ class _LocalHandle(TaskExecutorHandle):
 class LocalLauncher(Launcher):
     def __init__(self, config: Configuration) -> None:
         self.config = config
-        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
-        self.authkey = secrets.token_bytes(32)
-        self.events: queue.Queue[Event] = queue.Queue()
+        self._set_up()
         self.listener = Listener(str(self.workdir / "jm.sock"), "AF_UNIX", authkey=self.authkey)
         self.config_path = self.workdir / "config.json"
         self.config_path.write_text(json.dumps(config.to_raw_dict(), default=str), encoding="utf-8")
@@ -54,13 +46,9 @@ class LocalLauncher(Launcher):
         self._connected: dict[str, int] = {}  # te_id -> pid of the incarnation connected now
         self._stopped = False
         threading.Thread(target=self._accept, daemon=True, name="accelflow-accept").start()
-        atexit.register(self.stop)
 
     def start(self, ids: list[str]) -> None:
-        # The client's import path travels, so modules next to the job script import in
-        # subtasks too; PYTHONHASHSEED makes hash() agree across processes.
-        path = [p for p in sys.path if p and os.path.isdir(p)]
-        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(path))
+        env = dict(os.environ, **child_environment())
         env[AUTHKEY_ENV_VAR] = self.authkey.hex()
         for te_id in ids:
             proc = subprocess.Popen(
@@ -130,5 +118,4 @@ class LocalLauncher(Launcher):
                 proc.kill()
                 proc.wait()
         self.listener.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        atexit.unregister(self.stop)
+        self._torn_down()

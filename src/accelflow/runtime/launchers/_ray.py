@@ -15,17 +15,10 @@ its name (or ``external-resource.<name>.ray.resource-name``). An actor Ray canno
 
 from __future__ import annotations
 
-import atexit
 import os
-import queue
-import secrets
-import shutil
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from accelflow._errors import DeploymentError, JobError, MissingDependencyError, encode_error
@@ -37,7 +30,7 @@ from accelflow.runtime import (
     SubtaskFinished, TaskExecutorLost,
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
-from accelflow.runtime.launchers._base import Event, Launcher, TaskExecutorHandle
+from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 from accelflow.runtime.launchers._ray_connect import join_cluster, without_ray_address
 
 _POLL_S = 0.25
@@ -90,8 +83,7 @@ def runtime_env(config: Configuration) -> dict[str, Any]:
         >>> env["working_dir"], env["env_vars"]["HF_HOME"], env["env_vars"]["PYTHONHASHSEED"]
         ('s3://b/job.zip', '/data', '0')
     """
-    path = [p for p in sys.path if p and os.path.isdir(p)]
-    env_vars = {"PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(path)}
+    env_vars = child_environment()
     extra: Mapping[str, str] = config.get_optional(k.RAY_RUNTIME_ENV_ENV_VARS) or {}
     env_vars.update(extra)
     env: dict[str, Any] = {"env_vars": env_vars}
@@ -160,11 +152,9 @@ class RayLauncher(Launcher):
     def __init__(self, config: Configuration) -> None:
         self.ray = import_ray()
         self.config = config
-        self.authkey = secrets.token_bytes(32)
-        self.events: queue.Queue[Event] = queue.Queue()
         self.options = actor_resources(config)
         self._owns_ray = self._connect()
-        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))  # once connected: no leftovers
+        self._set_up()  # once connected: a failed connect leaves no working directory
         self.actors: dict[str, Any] = {}
         self.pids: dict[str, int] = {}
         self._alive: set[str] = set()
@@ -172,7 +162,6 @@ class RayLauncher(Launcher):
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
-        atexit.register(self.stop)
 
     # -- cluster ---------------------------------------------------------------------------
     def _connect(self) -> bool:
@@ -378,8 +367,7 @@ class RayLauncher(Launcher):
             thread.join(_STOP_TIMEOUT_S)
         if self._owns_ray:
             ray.shutdown()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        atexit.unregister(self.stop)
+        self._torn_down()
 
     def _kill(self, actor: Any) -> None:
         try:

@@ -187,7 +187,7 @@ class RestServer:
     def get(self, path: str) -> tuple[bytes, str]:
         if path in _STATIC:
             name, ctype = _STATIC[path]
-            return resources.files("accelflow.runtime.service").joinpath("ui", name).read_bytes(), ctype
+            return resources.files(__package__).joinpath("ui", name).read_bytes(), ctype
         view = cluster_view(self.jobmanager)
         if path == "/metrics":
             from accelflow.runtime.service._metrics import CONTENT_TYPE, render_metrics
