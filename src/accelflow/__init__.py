@@ -3,7 +3,17 @@
 Layout: the public API is re-exported here from private modules (``_errors``, ``api``,
 ``dataflow``, ``runtime``); driver authors use :mod:`accelflow.resources`, test authors
 :mod:`accelflow.testing`. ``tests/test_public_api.py`` pins this surface.
+
+The names load lazily (module ``__getattr__``, PEP 562): ``import accelflow`` costs only the
+error tree, so the TaskExecutor and subtask processes, which import ``accelflow.runtime``,
+do not import the API, the client, NumPy, YAML... they do not use. A name's first use imports
+its module and publishes every name of that module at once.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from accelflow._exports import publish
 from accelflow._errors import (
@@ -21,22 +31,38 @@ from accelflow._errors import (
     MissingDependencyError,
     TransportError,
 )
-from accelflow.dataflow import (
-    IdxSource,
-    RichFilterFunction,
-    RichFlatMapFunction,
-    RichFunction,
-    RichMapBatchesFunction,
-    RichMapFunction,
-    RichReduceFunction,
-    RuntimeContext,
-    SinkFunction,
-    Source,
-)
-from accelflow.api import DataStream, Environment, KeyedStream
-from accelflow.resources import ExternalResourceInfo
-from accelflow.runtime.client import JobClient
-from accelflow.runtime.jobmanager import JobResult
+
+if TYPE_CHECKING:
+    from accelflow.api import DataStream, Environment, KeyedStream
+    from accelflow.dataflow import (
+        IdxSource,
+        RichFilterFunction,
+        RichFlatMapFunction,
+        RichFunction,
+        RichMapBatchesFunction,
+        RichMapFunction,
+        RichReduceFunction,
+        RuntimeContext,
+        SinkFunction,
+        Source,
+    )
+    from accelflow.resources import ExternalResourceInfo
+    from accelflow.runtime.client import JobClient
+    from accelflow.runtime.jobmanager import JobResult
+
+#: module (relative) -> the public names it provides, imported on first use
+_LAZY: dict[str, tuple[str, ...]] = {
+    ".dataflow": (
+        "IdxSource", "RichFilterFunction", "RichFlatMapFunction", "RichFunction",
+        "RichMapBatchesFunction", "RichMapFunction", "RichReduceFunction", "RuntimeContext",
+        "SinkFunction", "Source",
+    ),
+    ".api": ("DataStream", "Environment", "KeyedStream"),
+    ".resources": ("ExternalResourceInfo",),
+    ".runtime.client": ("JobClient",),
+    ".runtime.jobmanager": ("JobResult",),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -72,4 +98,20 @@ __all__ = [
     "TransportError",
 ]
 
-publish(globals(), __all__)
+publish(globals(), [name for name in __all__ if name not in _MODULE_OF])
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accelflow' has no attribute {name!r}")
+    source = importlib.import_module(module, __name__)
+    namespace = globals()
+    for each in _LAZY[module]:
+        namespace[each] = getattr(source, each)
+    publish(namespace, _LAZY[module])
+    return namespace[name]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

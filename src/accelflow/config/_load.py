@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
@@ -71,9 +70,13 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(
             f"not UTF-8 text (byte {exc.start}); save the config file as UTF-8", key=str(file)
         ) from exc
+    import yaml  # only where a file is read: processes that never read one skip it
+
+    from accelflow.config._yaml import load_strict
+
     duplicates: list[tuple[str, int, int]] = []
     try:
-        data = _load_strict(text, duplicates)
+        data = load_strict(text, duplicates)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -125,41 +128,6 @@ def _read_bounded(file: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def _load_strict(text: str, duplicates: list[tuple[str, int, int]]) -> Any:
-    """``yaml.safe_load(text)``, noting each key set twice in one mapping in ``duplicates``."""
-    loader = _StrictLoader(text)
-    try:
-        data = loader.get_single_data()
-    finally:
-        loader.dispose()
-    duplicates.extend(loader.duplicates)
-    return data
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that records keys set twice in one mapping (PyYAML keeps the last)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.duplicates: list[tuple[str, int, int]] = []
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # keys merged in with << may be overridden, as YAML intends
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            try:
-                if key in seen:
-                    self.duplicates.append((str(key), seen[key], line))
-                else:
-                    seen[key] = line
-            except TypeError:
-                continue  # an unhashable key: SafeLoader refuses it below
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
 def load_config(

@@ -16,12 +16,15 @@ import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from accelflow._errors import DriverLoadError
 from accelflow.config.keys import ENTRY_POINT_GROUP
 from accelflow.resources._api import ExternalResourceDriverFactory
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -44,6 +47,8 @@ class DriverEntryPoint:
 def list_driver_entry_points() -> list[DriverEntryPoint]:
     """Every factory registered in the entry-point group, with the package that provides it."""
     found = []
+    from importlib.metadata import entry_points  # slow to import: only when drivers are looked up
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
         found.append(
@@ -137,6 +142,8 @@ def _import(reference: str, *, resource: str, key: str) -> object:
 
 
 def _load_entry_point(name: str, *, resource: str, key: str) -> object:
+    from importlib.metadata import entry_points
+
     matches = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
     if len(matches) > 1:
         sources = ", ".join(sorted(f"{e.value} from {_distribution(e)}" for e in matches))

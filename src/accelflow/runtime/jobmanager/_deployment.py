@@ -55,8 +55,25 @@ class Deployer:
         return keys
 
     def check_fits(self, requests: list[SlotRequest], policy: Any) -> None:
-        """Raise ``AllocationError`` unless ``requests`` would fit the empty cluster."""
-        place(requests, self.state.offers(empty=True), policy)
+        """Raise ``AllocationError`` unless ``requests`` would fit the empty cluster (naming
+        the TaskExecutors a session lost and has not replaced yet)."""
+        self._fits_empty(requests, policy)
+
+    def _fits_empty(self, requests: list[SlotRequest], policy: Any) -> None:
+        try:
+            place(requests, self.state.offers(empty=True), policy)
+        except AllocationError as exc:
+            with self.state.lock:
+                lost = [why for te, why in sorted(self.pump.lost.items()) if te not in self.state.taskexecutors]
+            if not lost:
+                raise
+            first = str(exc).splitlines()[0]
+            note = f" ({len(lost)} TaskExecutor(s) lost and not replaced yet)"
+            raise AllocationError(
+                first[:-1] + note + ":" if first.endswith(":") else first + note,
+                [*exc.reasons, *(f"{why}; not replaced yet (the cluster keeps trying: see its log)"
+                                 for why in lost)],
+            ) from exc
 
     def _place_when_free(self, job: Job, requests: list[SlotRequest]) -> list[SlotAssignment]:
         """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
@@ -68,7 +85,7 @@ class Deployer:
             try:
                 return place(requests, self.state.offers(), policy)  # type: ignore[arg-type]
             except AllocationError as now:
-                place(requests, self.state.offers(empty=True), policy)  # type: ignore[arg-type]
+                self._fits_empty(requests, policy)
                 if job.pending is None:
                     _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
                 job.state = "PENDING"

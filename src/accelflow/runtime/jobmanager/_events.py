@@ -9,7 +9,10 @@ A session cluster routes on a *dispatcher* thread of its own (:meth:`EventPump.s
 which also starts every TaskExecutor: Linux signals a TaskExecutor's parent-death signal when
 the *thread* that started it ends, so they must be started by a thread that lives as long as
 the cluster. The embedded cluster runs no extra thread: whichever thread waits for an event
-pumps the launcher's queue itself (:meth:`EventPump.next_event`).
+pumps the launcher's queue itself (:meth:`EventPump.next_event`). In a session, a registered
+TaskExecutor that is lost is logged (one line naming it) and handed to :attr:`EventPump.on_lost`
+(membership replaces it); :attr:`EventPump.lost` remembers why it is gone until it registers
+again, so a job refused for lack of slots can name it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelflow.runtime import (
@@ -51,6 +56,10 @@ class EventPump:
         self._launches: queue.Queue[tuple[list[str], queue.Queue[BaseException | None]]] = queue.Queue()
         self._closed = threading.Event()
         self._dispatcher: threading.Thread | None = None
+        #: a session's lost TaskExecutors, not registered again since: id -> how it was lost
+        self.lost: dict[str, str] = {}
+        #: called (on the dispatcher thread) with the id of each lost TaskExecutor of a session
+        self.on_lost: Callable[[str], None] | None = None
 
     def start(self) -> None:
         """Route events (and start TaskExecutors) on a dispatcher thread of its own."""
@@ -63,6 +72,10 @@ class EventPump:
         self._closed.set()
         if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
             self._dispatcher.join(5)
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for :meth:`close`; whether the pump is closed."""
+        return self._closed.wait(timeout)
 
     def launch(self, ids: list[str]) -> None:
         """Start TaskExecutors ``ids`` from the dispatcher thread when there is one."""
@@ -102,17 +115,30 @@ class EventPump:
     def route(self, event: Event) -> None:
         te_id, msg = event
         if isinstance(msg, Registration):
-            self.state.add_taskexecutor(msg)
+            with self.state.lock:
+                self.state.add_taskexecutor(msg)
+                self.lost.pop(te_id, None)
         if isinstance(msg, TaskExecutorLost | TaskExecutorExited):
             if self.state.lose_taskexecutor(te_id, msg.pid):
                 for running in self.state.running_jobs():
                     running.events.put((te_id, TaskExecutorDied(te_id)))
+                if self._dispatcher is not None and not (self._closed.is_set() or self.state.cancel_all):
+                    self._lost_in_session(te_id, msg)
         if isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
             self.membership.put((te_id, msg))
         elif isinstance(msg, SUBTASK_MESSAGES):
             job = self.state.jobs.get(msg.key.job_id)
             if job is not None:
                 job.events.put((te_id, msg))
+
+    def _lost_in_session(self, te_id: str, msg: TaskExecutorLost | TaskExecutorExited) -> None:
+        how = (f"exited with code {msg.exitcode}" if isinstance(msg, TaskExecutorExited)
+               else "was lost (its process, Ray actor or node died)")
+        with self.state.lock:  # read by the deployer under the lock
+            self.lost[te_id] = f"{te_id} {how} at {time.strftime('%H:%M:%S')}"
+        _log.warning("%s %s; starting a replacement", te_id, how)
+        if self.on_lost is not None:
+            self.on_lost(te_id)
 
     def _dispatch(self) -> None:
         while not self._closed.is_set():

@@ -1,8 +1,10 @@
 """Membership: starting the TaskExecutors a cluster wants, waiting for them to register, and
-replacing the ones that were lost (before a restart)."""
+replacing the ones that were lost (before a restart, and in a session as soon as they are
+lost: on Ray the replacement actor lands on any node that can host it)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -15,6 +17,9 @@ from accelflow.runtime.jobmanager._state import ClusterState
 
 #: on Ray, registration waits at least this long after ``ray.placement-timeout``
 _RAY_MARGIN_S = 30.0
+#: a session's first and longest wait before it tries again to replace a lost TaskExecutor
+_RETRY_FIRST_S, _RETRY_MAX_S = 5.0, 60.0
+_log = logging.getLogger("accelflow.runtime")
 
 
 class Membership:
@@ -23,6 +28,9 @@ class Membership:
         self.state = state
         self.pump = pump
         self._starting = threading.Lock()  # one start or replacement at a time
+        self._guard = threading.Lock()
+        self._replacing = False  # a session's replacement thread runs (under _guard)
+        pump.on_lost = self._replace_in_background
 
     def wanted(self) -> list[str]:
         """The ids of the TaskExecutors this cluster runs (``local.number-taskmanager``, or
@@ -51,6 +59,38 @@ class Membership:
             if lost:
                 self.pump.launch(lost)
                 self._await(lost)
+
+    def _replace_in_background(self, te_id: str) -> None:
+        """A session lost ``te_id``: replace it on a thread of its own (the dispatcher, which
+        calls this, must keep routing the registration), trying again until it registers."""
+        with self._guard:
+            if self._replacing:
+                return  # the running replacement thread sees every lost one
+            self._replacing = True
+        threading.Thread(target=self._replace_until_done, daemon=True,
+                         name=f"accelflow-replace-{te_id}").start()
+
+    def _replace_until_done(self) -> None:
+        delay = _RETRY_FIRST_S
+        while True:
+            with self._guard, self.state.lock:
+                if self.state.cancel_all or all(te in self.state.taskexecutors for te in self.wanted()):
+                    self._replacing = False
+                    return
+            try:
+                self.replace_lost()
+            except Exception as exc:  # the whole diagnosis once, then its first line
+                why = str(exc).strip() or type(exc).__name__
+                _log.warning("could not replace lost TaskExecutor(s) %s: %s; trying again in %g s",
+                             sorted(self.pump.lost), why if delay == _RETRY_FIRST_S else why.splitlines()[0],
+                             delay)
+                if self.pump.wait_closed(delay):
+                    with self._guard:
+                        self._replacing = False
+                    return
+                delay = min(2 * delay, _RETRY_MAX_S)
+                continue
+            _log.info("replaced lost TaskExecutor(s); %d registered", len(self.state.taskexecutors))
 
     def _await(self, ids: list[str]) -> None:
         timeout, which = self.config.get(k.STARTUP_TIMEOUT), "taskmanager.registration.timeout"

@@ -14,7 +14,7 @@ from accelflow.runtime import (
     Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
 )
 from accelflow.runtime import taskexecutor
-from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR
+from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR, trace
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 
 _STOP_TIMEOUT_S = 10.0
@@ -51,6 +51,7 @@ class LocalLauncher(Launcher):
         env = dict(os.environ, **child_environment())
         env[AUTHKEY_ENV_VAR] = self.authkey.hex()
         for te_id in ids:
+            trace(f"launcher popen {te_id}")
             proc = subprocess.Popen(
                 [sys.executable, "-m", taskexecutor.__name__, te_id,
                  str(self.workdir / "jm.sock"), str(self.config_path)],

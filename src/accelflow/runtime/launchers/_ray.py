@@ -31,7 +31,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
-from accelflow.runtime.launchers._ray_connect import join_cluster, without_ray_address
+from accelflow.runtime.launchers._ray_connect import in_client_mode, join_cluster, without_ray_address
 
 _POLL_S = 0.25
 _STOP_TIMEOUT_S = 15.0
@@ -104,22 +104,26 @@ def sink_directories(desc: SubtaskDescriptor) -> list[str]:
                    if n.kind == "sink_file" and os.path.isabs(str(n.fn))})
 
 
-def ray_view_of_free_resources(ray: Any) -> list[str]:
-    """One line per alive node: free/total of every resource Ray schedules by."""
-    from ray._private import state
+def ray_view_of_free_resources(ray: Any, *, client: bool = False) -> list[str]:
+    """One line per alive node: free/total of every resource Ray schedules by. Free amounts
+    Ray does not tell (``client``: over ``ray://``, or a private API that changed) are
+    written ``unknown``, never 0."""
+    free_by_node: dict[str, dict[str, float]] | None = None
+    if not client:
+        from ray._private import state
 
-    try:
-        free_by_node: dict[str, dict[str, float]] = state.available_resources_per_node()  # type: ignore[no-untyped-call]
-    except Exception:  # a private API: fall back to totals only
-        free_by_node = {}
+        try:
+            free_by_node = state.available_resources_per_node()  # type: ignore[no-untyped-call]
+        except Exception:  # a private API: totals only
+            free_by_node = None
     lines = []
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
         total: dict[str, float] = node.get("Resources", {})
-        free = free_by_node.get(node["NodeID"], {})
+        free = None if free_by_node is None else free_by_node.get(node["NodeID"], {})
         parts = [
-            f"{name} {_num(free.get(name, 0.0))}/{_num(amount)}"
+            f"{name} {'unknown' if free is None else _num(free.get(name, 0.0))}/{_num(amount)}"
             for name, amount in sorted(total.items())
             if name not in _NOT_RESOURCES and not name.startswith("node:")
             and not name.startswith("accelerator_type:")
@@ -247,14 +251,17 @@ class RayLauncher(Launcher):
         o = self.options
         wanted = {"CPU": o["num_cpus"], **({"GPU": o["num_gpus"]} if o["num_gpus"] else {}), **o["resources"]}
         asked = ", ".join(f"{name} {_num(v)}" for name, v in wanted.items())
+        client = in_client_mode(self.ray, self.config.get_optional(k.RAY_ADDRESS))
         try:
-            view = "\n".join(f"  {line}" for line in ray_view_of_free_resources(self.ray))
+            view = "\n".join(f"  {line}" for line in ray_view_of_free_resources(self.ray, client=client))
         except Exception as exc:
             view = f"  (Ray's view is unavailable: {exc})"
+        unknown = (" (free amounts are unknown: a Ray client, over ray://, cannot read them; "
+                   "`ray status` on the cluster shows them)") if client else ""
         return (
             f"Ray could not place its actor (asks {asked}) within "
             f"{self.config.get(k.RAY_PLACEMENT_TIMEOUT):g} s (ray.placement-timeout). Free/total "
-            f"resources per node, as Ray sees them:\n{view}\nLower taskmanager.numberOfTaskSlots, "
+            f"resources per node, as Ray sees them{unknown}:\n{view}\nLower taskmanager.numberOfTaskSlots, "
             "ray.number-taskmanager or external-resource.<name>.amount, add nodes with these "
             "resources, or check external-resource.<name>.ray.resource-name"
             + self._local_hint()

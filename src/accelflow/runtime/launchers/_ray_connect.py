@@ -10,6 +10,7 @@ plain TCP connection and then joined in a thread the client abandons after the t
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -19,9 +20,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from accelflow._errors import DeploymentError
+from accelflow._errors import DeploymentError, MissingDependencyError
 
 RAY_ADDRESS_ENV_VAR = "RAY_ADDRESS"
+CLIENT_SCHEME = "ray://"
 _JOIN_POLL_S = 0.2
 
 
@@ -79,6 +81,37 @@ def probe(address: str, timeout: float) -> None:
         ) from exc
 
 
+def is_client_address(address: str | None) -> bool:
+    """Whether ``address`` is a Ray client address (``ray://host:port``)."""
+    return bool(address) and str(address).startswith(CLIENT_SCHEME)
+
+
+def in_client_mode(ray: Any, address: str | None = None) -> bool:
+    """Whether this process is connected to Ray as a Ray client (over ``ray://``)."""
+    try:
+        from ray.util.client import ray as client_ray
+
+        return bool(client_ray.is_connected())  # type: ignore[no-untyped-call]
+    except Exception:  # an API that moved: the address tells
+        return is_client_address(address)
+
+
+def check_client_dependencies(address: str) -> None:
+    """Fail unless what Ray's client mode imports (``grpcio``, the ``ray[client]`` extra) is
+    installed, when ``address`` is a ``ray://`` one.
+
+    Raises:
+        MissingDependencyError: naming the address and accelflow's ``ray`` extra.
+    """
+    if not is_client_address(address):
+        return
+    try:
+        importlib.import_module("grpc")  # what ray.util.client needs: the ray[client] extra
+    except ImportError as exc:
+        raise MissingDependencyError(f"ray.address {address!r} (Ray client mode, grpcio)",
+                                     extra="ray") from exc
+
+
 class _QuietSigterm(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "not the main thread" not in record.getMessage()
@@ -88,10 +121,12 @@ def join_cluster(ray: Any, address: str, timeout: float, **options: Any) -> None
     """``ray.init(address=address)``, failing after ``timeout`` s instead of hanging.
 
     Raises:
+        MissingDependencyError: a ``ray://`` address without what Ray's client mode needs.
         DeploymentError: the address is unreachable, or the cluster did not answer in time
             (the connecting thread is then abandoned), or ``ray.init`` refused it.
     """
     started = time.monotonic()
+    check_client_dependencies(address)
     probe(address, timeout)
     failure: list[BaseException] = []
 

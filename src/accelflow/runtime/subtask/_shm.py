@@ -190,7 +190,16 @@ class ShmReceiver:
         self.rings: dict[Connection, mmap.mmap] = {}
 
     def recv(self, conn: Connection) -> Any:
-        message = conn.recv()
+        """The next chunk from ``conn`` (``None`` ends the stream).
+
+        Raises:
+            EOFError: the sender is gone without ending its stream (a peer that dies with
+                credits unread resets the connection: that is the same news).
+        """
+        try:
+            message = conn.recv()
+        except ConnectionResetError:
+            raise EOFError("the sender reset the connection") from None
         if isinstance(message, _RingOpen):
             fd = recv_handle(conn)
             try:

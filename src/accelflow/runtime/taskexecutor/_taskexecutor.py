@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import time
-from multiprocessing import forkserver
 from multiprocessing.connection import Client, Connection, wait
 from typing import Any
 
@@ -31,10 +30,10 @@ from accelflow.runtime import (
     CancelJob, Deploy, Registration, RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited,
     SubtaskKey,
 )
-from accelflow.runtime import die_with_parent, subtask
-from accelflow.runtime.subtask import run_subtask
+from accelflow.runtime import die_with_parent
+from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
+from accelflow.runtime.taskexecutor._trace import process_started, trace
 
-AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
 _TERM_GRACE_S = 2.0
 
 
@@ -71,6 +70,7 @@ class TaskExecutor:
             self.orphaned = True  # the JobManager went away without saying shutdown
             return False
         if isinstance(msg, Deploy):
+            trace(f"deploy received {msg.descriptor.key}")
             self._deploy(msg.descriptor)
         elif isinstance(msg, CancelJob):
             self._terminate([key for key in self.children if key.job_id == msg.job_id])
@@ -88,10 +88,11 @@ class TaskExecutor:
             env.update(self.provider.isolation_env(assigned))
         parent, child = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
-            target=run_subtask, args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
+            target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
             daemon=False,
         )
         proc.start()
+        trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
 
@@ -167,18 +168,6 @@ def _client_gone(client: int, wait_s: float = 2.0) -> bool:
         time.sleep(0.05)
 
 
-def start_forkserver() -> None:
-    """Start this process's forkserver, which forks the subtasks.
-
-    ``_forkserver_guard`` first: it makes the forkserver die with this process, and subtasks
-    die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    guard = f"{__package__}._forkserver_guard"  # named, not imported: importing it ties us too
-    ctx.set_forkserver_preload([guard, subtask.__name__, "numpy", "cloudpickle"])
-    forkserver.ensure_running()
-
-
 def _exit_quietly(signum: int, frame: Any) -> None:
     os._exit(143)
 
@@ -196,12 +185,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     te_id, address, config_path = (argv or sys.argv[1:])[:3]
+    trace("te process created", process_started())
+    trace("te imports done")
     client = os.getppid()
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, _on_sigterm)
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
     start_forkserver()
+    trace("te forkserver started")
     with open(config_path, encoding="utf-8") as f:
         config = config_from(values=json.load(f))
     jm = Client(address, "AF_UNIX", authkey=authkey)
@@ -210,11 +202,13 @@ def _main(argv: list[str] | None) -> int:
     except AccelflowError as exc:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
+    trace("te drivers done")
     te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
     try:
         jm.send(Registration(
             te_id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
         ))
+        trace("te registered")
         te.serve()
     finally:
         te.shutdown()
