@@ -67,6 +67,10 @@ NOT_RUN_PROGRAMS = {
 NOT_RUN_COMMANDS = {
     "accelflow run -D execution.target=ray -D ray.address=auto job.py":
         "joins a running Ray cluster (ray.address=auto)",
+    "accelflow run -D execution.target=ray -D ray.address=10.0.0.5:6379 "
+    "-D ray.runtime-env.working-dir=. -D ray.runtime-env.env-vars=HF_HOME=/data job.py":
+        "joins a remote Ray cluster (tests/ray/test_ray_multinode.py ships a working dir to a "
+        "second node)",
 }
 
 #: Doctests marked ``+SKIP`` (test name: why). Every other doctest runs.

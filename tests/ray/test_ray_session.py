@@ -37,9 +37,9 @@ def _wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> 
 @pytest.fixture
 def session(ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionCluster]:
     monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
-    cluster = SessionCluster(config_from(values={**ray_conf, "ray.placement-timeout": "3 s"}))
-    cluster.start(str(tmp_path / "session.log"))
+    cluster = SessionCluster(config_from(values=ray_conf))
     try:
+        cluster.start(str(tmp_path / "session.log"))
         yield cluster
     finally:
         cluster.stop()

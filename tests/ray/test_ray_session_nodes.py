@@ -85,7 +85,7 @@ def test_a_session_replaces_a_taskexecutor_lost_with_its_node(nodes: Cluster, tm
     job = tmp_path / "job.py"
     job.write_text(JOB)
     keys = {"execution.target": "ray", "ray.address": nodes.address, "ray.number-taskmanager": 2,
-            "taskmanager.numberOfTaskSlots": CPUS_PER_NODE, "ray.placement-timeout": "3 s"}
+            "taskmanager.numberOfTaskSlots": CPUS_PER_NODE, "ray.placement-timeout": "10 s"}
     out = _cli(env, "cluster", "start", *[a for kv in keys.items() for a in ("-D", f"{kv[0]}={kv[1]}")])
     assert out.returncode == 0, out.stderr
     fields = {ln.split(":", 1)[0]: ln.split()[-1] for ln in out.stdout.splitlines() if ":" in ln}

@@ -363,13 +363,14 @@ class RayLauncher(Launcher):
         with self._lock:
             actors = dict(self.actors)
             placed = [a for a in self._placed if any(a is b for b in actors.values())]
-        stops = [a.stop.remote() for a in placed]  # registered, or still starting
-        try:
-            ray.wait(stops, num_returns=len(stops), timeout=_STOP_TIMEOUT_S)
-        except Exception:
-            pass
-        for actor in actors.values():
-            self._kill(actor)
+        if ray.is_initialized():  # else (e.g. at exit, after ray.shutdown) the actors went with it
+            stops = [a.stop.remote() for a in placed]  # registered, or still starting
+            try:
+                ray.wait(stops, num_returns=len(stops), timeout=_STOP_TIMEOUT_S)
+            except Exception:
+                pass
+            for actor in actors.values():
+                self._kill(actor)
         for thread in self._threads:
             thread.join(_STOP_TIMEOUT_S)
         if self._owns_ray:
