@@ -197,8 +197,9 @@ def _describe_failure(request: SlotRequest, offers: Sequence[TaskExecutorOffer])
     if not asking:
         names = ", ".join(s.description for s in request.subtasks)
         return (
-            f"no free slot for {names} on {where}; raise taskmanager.numberOfTaskSlots or "
-            "local.number-taskmanager, or lower the parallelism:"
+            f"no free slot for {names} on {where}; raise taskmanager.numberOfTaskSlots or the "
+            "number of TaskExecutors (local.number-taskmanager; ray.number-taskmanager on Ray), "
+            "or lower the parallelism:"
         )
     asks = "; ".join(
         f"{s.description} asking for "
