@@ -12,10 +12,9 @@ its module and publishes every name of that module at once.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from accelflow._exports import publish
+from accelflow._exports import lazy_exports, publish
 from accelflow._errors import (
     AccelflowError,
     AccelflowInternalError,
@@ -62,7 +61,6 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".runtime.client": ("JobClient",),
     ".runtime.jobmanager": ("JobResult",),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -98,20 +96,7 @@ __all__ = [
     "TransportError",
 ]
 
-publish(globals(), [name for name in __all__ if name not in _MODULE_OF])
+publish(globals(), [name for name in __all__ if not any(name in names for names in _LAZY.values())])
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accelflow' has no attribute {name!r}")
-    source = importlib.import_module(module, __name__)
-    namespace = globals()
-    for each in _LAZY[module]:
-        namespace[each] = getattr(source, each)
-    publish(namespace, _LAZY[module])
-    return namespace[name]
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, public=True)

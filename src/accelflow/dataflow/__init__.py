@@ -6,8 +6,9 @@ It imports neither :mod:`accelflow.api` nor :mod:`accelflow.runtime`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accelflow._exports import lazy_exports
 
 if TYPE_CHECKING:
     from accelflow.dataflow._chunks import (
@@ -60,7 +61,6 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ArraySource", "CollectionSource", "SequenceSource", "even_ranges",
     ),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "CHUNK_LATENCY_S",
@@ -95,14 +95,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

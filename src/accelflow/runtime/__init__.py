@@ -14,8 +14,9 @@ See ``docs/architecture.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accelflow._exports import lazy_exports
 
 if TYPE_CHECKING:
     from accelflow.runtime._messages import (
@@ -78,7 +79,6 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "commit_files", "create_part", "hold_sink_targets", "remove_stale_parts",
     ),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "CancelJob",
@@ -125,14 +125,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

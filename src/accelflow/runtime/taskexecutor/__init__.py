@@ -6,7 +6,9 @@ forkserver before it imports them (see ``_early``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accelflow._exports import lazy_exports
 
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver
 from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, trace
@@ -17,11 +19,4 @@ if TYPE_CHECKING:
 __all__ = ["AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "main", "start_forkserver", "trace"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in ("TaskExecutor", "main"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from accelflow.runtime.taskexecutor import _taskexecutor
-
-    value = getattr(_taskexecutor, name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(globals(), {"._taskexecutor": ("TaskExecutor", "main")})
