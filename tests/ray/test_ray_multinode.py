@@ -46,6 +46,21 @@ class Cluster:
         return {**os.environ, "RAY_TMPDIR": self.tmpdir, "RAY_AUTH_MODE": "disabled"}
 
 
+def _private_tmp() -> str:
+    """Shell commands that give this mount namespace an empty ``/tmp`` of its own, like a
+    separate machine's, keeping the code visible as a machine with it installed would: a
+    checkout or virtual environment that lives under ``/tmp`` is bound back in place."""
+    keep = sorted({str(p) for p in (Path(__file__).resolve().parents[2], Path(sys.prefix).resolve())
+                   if str(p).startswith("/tmp/")})
+    steps = []
+    for i, path in enumerate(keep):
+        steps.append(f"mkdir -p /run/afmn-keep-{i} && mount --bind {path} /run/afmn-keep-{i}")
+    steps.append("mount -t tmpfs tmpfs /tmp")
+    for i, path in enumerate(keep):
+        steps.append(f"mkdir -p {path} && mount --bind /run/afmn-keep-{i} {path}")
+    return " && ".join(steps)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,7 +133,7 @@ def two_nodes() -> Iterator[Cluster]:
                             + Path(tmpdir, "head.log").read_text(errors="replace")[-2000:])
             time.sleep(1)
         nodes.append(_start_node(
-            "second", f"mount -t tmpfs tmpfs /tmp && exec {RAY} start --address={address} {common}",
+            "second", f"{_private_tmp()} && exec {RAY} start --address={address} {common}",
             tmpdir, Path(tmpdir, "second.log"),
         ))
         while _alive_nodes(cluster.env(), address) < 2:

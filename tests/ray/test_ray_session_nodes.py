@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ray_multinode import CPUS_PER_NODE, RAY, Cluster, _alive_nodes, _free_port, _start_node, _stop
+from test_ray_multinode import (
+    CPUS_PER_NODE, RAY, Cluster, _alive_nodes, _free_port, _private_tmp, _start_node, _stop,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.multinode]
 
@@ -43,7 +45,7 @@ def _wait_until(check: Callable[[], Any], what: str, timeout: float) -> Any:
 
 def _second(cluster: Cluster) -> subprocess.Popen[bytes]:
     common = f"--node-ip-address=127.0.0.1 --num-cpus={CPUS_PER_NODE} --disable-usage-stats --block"
-    return _start_node("second", f"mount -t tmpfs tmpfs /tmp && exec {RAY} start --address={cluster.address} "
+    return _start_node("second", f"{_private_tmp()} && exec {RAY} start --address={cluster.address} "
                        f"{common}", cluster.tmpdir, Path(cluster.tmpdir, f"second-{len(cluster.nodes)}.log"))
 
 
