@@ -12,6 +12,7 @@ from accelflow.runtime.jobmanager._jobs import (
     TaskExecutorInfo,
 )
 from accelflow.runtime.jobmanager._plan import JOB_KEYS, source_total
+from accelflow.runtime.jobmanager._state import address_of
 
 __all__ = [
     "JOB_ENDED",
@@ -24,5 +25,6 @@ __all__ = [
     "PendingReason",
     "SubtaskState",
     "TaskExecutorInfo",
+    "address_of",
     "source_total",
 ]

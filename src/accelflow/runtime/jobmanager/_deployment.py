@@ -100,8 +100,7 @@ class Deployer:
             te.used_slots += 1
             for holder, shares in assignment.shares.items():
                 assert isinstance(holder, SubtaskKey)
-                if shares:
-                    state.ledger.acquire(holder, shares)
+                state.ledger.acquire(holder, shares)
                 keys.append(holder)
                 devices: dict[str, list[tuple[str, Fraction]]] = {}
                 for d, share in shares.items():

@@ -14,7 +14,6 @@ a job that would not fit even the empty cluster fails at once with that explanat
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -136,6 +135,9 @@ class JobManager:
             with self.state.lock:
                 job.end("FAILED", error=str(exc) or type(exc).__name__)
             raise
+        finally:
+            for source in _array_sources(job.graph):
+                source.release()
         with self.state.lock:
             job.end("FINISHED", result=result)
         return result
@@ -156,28 +158,16 @@ class JobManager:
 
     def prepare_sources(self, graph: JobGraph) -> None:
         """Share NumPy sources with the subtasks through shared memory, never a file
-        (idempotent; may overlap cluster start). Each job of ``graph`` gives the memory back
-        when it ends, however it ends; a SIGKILLed client leaves nothing behind (anonymous
+        (idempotent; may overlap cluster start). :meth:`run_job` gives the memory back when
+        the job ends, however it ends; a SIGKILLed client leaves nothing behind (anonymous
         memory, see ``ArraySource.share``)."""
-        sources = [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
-        for source in sources:
+        for source in _array_sources(graph):
             source.share(self.launcher.workdir)
-        with self.state.lock:
-            jobs = [j for j in self.state.jobs.values() if j.graph is graph and not j.done.is_set()]
-
-        def release_when_done(job: Job) -> None:
-            job.done.wait()
-            for source in sources:
-                source.release()
-
-        for job in jobs:
-            threading.Thread(target=release_when_done, args=(job,), daemon=True,
-                             name=f"accelflow-release-{job.id}").start()
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
-        for t in graph.transformations:
-            if isinstance(t.fn, ArraySource):
-                t.fn.release()
+        """After a job (or its cluster's start) failed: shared sources and stale parts go."""
+        for source in _array_sources(graph):
+            source.release()
         remove_stale_parts(graph)
 
     def _run_attempts(self, job: Job) -> JobResult:
@@ -281,6 +271,10 @@ class JobManager:
             states = [st for st in self.state.subtasks.values()
                       if (st.key.job_id, st.key.attempt) in current]
             return progress_of(graph, states)
+
+
+def _array_sources(graph: JobGraph) -> list[ArraySource]:
+    return [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
 
 
 class _Attempt:

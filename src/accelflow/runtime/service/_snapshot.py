@@ -20,9 +20,10 @@ from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from accelflow.runtime.jobmanager import JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState
-from accelflow.runtime.jobmanager import source_total
 from accelflow.runtime import SubtaskKey
+from accelflow.runtime.jobmanager import (
+    JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState, address_of, source_total,
+)
 from accelflow.scheduling import DeviceKey
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
             devices_of.setdefault(d.resource, []).append(d)
     resources = []
     for r in reg.resources:
-        props = {_address(i): dict(i) for i in r["infos"]}
+        props = {address_of(i): dict(i) for i in r["infos"]}
         resources.append({
             "name": r["name"], "amount": r["amount"], "driver": r["driver"],
             "status": r["status"], "message": r["message"],
@@ -224,9 +225,3 @@ def _reason(text: str) -> View:
     """``"taskexecutor-1: gpu 0 has 0.5 free, 1 needed"`` → its TaskExecutor and the rest."""
     te, sep, rest = text.partition(": ")
     return {"taskexecutor": te, "reason": rest} if sep else {"taskexecutor": None, "reason": text}
-
-
-def _address(props: Mapping[str, str]) -> str:
-    from accelflow.resources import ExternalResourceInfo
-
-    return ExternalResourceInfo(dict(props)).address
