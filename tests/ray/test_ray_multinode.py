@@ -110,20 +110,33 @@ def _stop(node: subprocess.Popen[bytes]) -> None:
             node.wait(30)
 
 
-@pytest.fixture(scope="module")
-def two_nodes() -> Iterator[Cluster]:
+#: the flags every node of the tests' clusters starts with
+NODE_FLAGS = f"--node-ip-address=127.0.0.1 --num-cpus={CPUS_PER_NODE} --disable-usage-stats --block"
+
+
+def require_namespaces() -> None:
+    """Skip (saying why) where a second node with a private /tmp cannot start."""
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
         pytest.skip("a second Ray node needs root and unshare/nsenter (a private /tmp)")
     if not RAY.exists():
         pytest.skip(f"no ray command at {RAY}")
+
+
+def head_command(port: int) -> str:
+    return f"exec {RAY} start --head --port={port} --include-dashboard=false {NODE_FLAGS}"
+
+
+def second_node_command(address: str) -> str:
+    return f"{_private_tmp()} && exec {RAY} start --address={address} {NODE_FLAGS}"
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Cluster]:
+    require_namespaces()
     tmpdir = tempfile.mkdtemp(prefix="afmn-", dir="/tmp")  # short: Unix socket paths
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    common = f"--node-ip-address=127.0.0.1 --num-cpus={CPUS_PER_NODE} --disable-usage-stats --block"
-    nodes = [_start_node(
-        "head", f"exec {RAY} start --head --port={port} --include-dashboard=false {common}",
-        tmpdir, Path(tmpdir, "head.log"),
-    )]
+    nodes = [_start_node("head", head_command(port), tmpdir, Path(tmpdir, "head.log"))]
     cluster = Cluster(address, tmpdir, nodes)
     try:
         deadline = time.monotonic() + 90
@@ -133,7 +146,7 @@ def two_nodes() -> Iterator[Cluster]:
                             + Path(tmpdir, "head.log").read_text(errors="replace")[-2000:])
             time.sleep(1)
         nodes.append(_start_node(
-            "second", f"{_private_tmp()} && exec {RAY} start --address={address} {common}",
+            "second", second_node_command(address),
             tmpdir, Path(tmpdir, "second.log"),
         ))
         while _alive_nodes(cluster.env(), address) < 2:

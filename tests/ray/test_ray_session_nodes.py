@@ -9,7 +9,6 @@ jobs are submitted with ``accelflow run --cluster URL``, as users do.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -22,7 +21,9 @@ from typing import Any
 
 import pytest
 from test_ray_multinode import (
-    CPUS_PER_NODE, RAY, Cluster, _alive_nodes, _free_port, _private_tmp, _start_node, _stop,
+    CPUS_PER_NODE, Cluster, _alive_nodes, _free_port, _start_node, _stop, head_command,
+    require_namespaces,
+    second_node_command,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.multinode]
@@ -44,25 +45,18 @@ def _wait_until(check: Callable[[], Any], what: str, timeout: float) -> Any:
 
 
 def _second(cluster: Cluster) -> subprocess.Popen[bytes]:
-    common = f"--node-ip-address=127.0.0.1 --num-cpus={CPUS_PER_NODE} --disable-usage-stats --block"
-    return _start_node("second", f"{_private_tmp()} && exec {RAY} start --address={cluster.address} "
-                       f"{common}", cluster.tmpdir, Path(cluster.tmpdir, f"second-{len(cluster.nodes)}.log"))
+    return _start_node("second", second_node_command(cluster.address), cluster.tmpdir,
+                       Path(cluster.tmpdir, f"second-{len(cluster.nodes)}.log"))
 
 
 @pytest.fixture
 def nodes() -> Iterator[Cluster]:
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
-        pytest.skip("a second Ray node needs root and unshare/nsenter (a private /tmp)")
-    if not RAY.exists():
-        pytest.skip(f"no ray command at {RAY}")
+    require_namespaces()
     tmpdir = tempfile.mkdtemp(prefix="afsn-", dir="/tmp")  # short: Unix socket paths
     port = _free_port()
     cluster = Cluster(f"127.0.0.1:{port}", tmpdir, [])
     try:
-        cluster.nodes.append(_start_node(
-            "head", f"exec {RAY} start --head --port={port} --include-dashboard=false "
-            f"--node-ip-address=127.0.0.1 --num-cpus={CPUS_PER_NODE} --disable-usage-stats --block",
-            tmpdir, Path(tmpdir, "head.log")))
+        cluster.nodes.append(_start_node("head", head_command(port), tmpdir, Path(tmpdir, "head.log")))
         cluster.nodes.append(_second(cluster))
         deadline = time.monotonic() + 120
         while _alive_nodes(cluster.env(), cluster.address) < 2:
