@@ -72,6 +72,8 @@ def _key_rows(keys: Iterable[Key[Any]]) -> list[tuple[str, ...]]:
         meaning = key.help
         if key.name in EXTRA_RULES:
             meaning += " " + EXTRA_RULES[key.name]
+        if key.aliases:
+            meaning += " Also accepted as " + " or ".join(f"`{a}`" for a in key.aliases) + "."
         accepts = ACCEPTS.get(key.name) or _accepts(key)
         rows.append((f"`{key.name}`", _default(key), accepts, meaning))
     return rows

@@ -11,7 +11,7 @@ import pytest
 import accelflow
 from accelflow import _errors
 from accelflow._errors import (
-    AccelflowError, AllocationError, ConfigError, ConfigProblem, CoordinationError, DataFormatError,
+    AccelflowError, AllocationError, CheckpointError, ConfigError, ConfigProblem, CoordinationError, DataFormatError,
     DiscoveryError, DriverLoadError, JobError, MissingDependencyError, decode_error, encode_error,
 )
 
@@ -23,6 +23,7 @@ EXAMPLES: list[AccelflowError] = [
     CoordinationError("corrupt state", path="/tmp/coord.json"),
     AllocationError("no TaskExecutor can host map (1/1)", ["taskexecutor-1: gpu 0 has 1/2 free"]),
     DataFormatError("bad magic number", path="/data/t10k-images-idx3-ubyte.gz"),
+    CheckpointError("corrupt JSON", path="/ckpt/job/chk-3/_metadata"),
     MissingDependencyError("NVML discovery", extra="nvml"),
 ]
 

@@ -11,6 +11,7 @@ message and a non-zero exit code, without a traceback::
     ├── CoordinationError        the host coordination file is unusable
     ├── AllocationError          a resource request cannot be met (names the culprit per device)
     ├── DataFormatError          an input file (e.g. IDX) is malformed; names the file
+    ├── CheckpointError          a checkpoint or savepoint cannot be read, written or matched
     ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
     │   ├── JobCancelledError    the job was cancelled on request
     │   └── TransportError       a channel between accelflow's own processes broke
@@ -133,6 +134,19 @@ class DataFormatError(AccelflowError):
         super().__init__(f"{path}: {message}")
 
 
+class CheckpointError(AccelflowError):
+    """A checkpoint or savepoint cannot be used: missing, incomplete, corrupt, of another
+    format or version, or its state does not fit the job restored from it.
+
+    Attributes:
+        path: the checkpoint directory or the file inside it that is at fault.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
 class JobError(AccelflowError):
     """A job failed while running; the message says which subtask and why."""
 
@@ -248,6 +262,7 @@ __all__ = [
     "AccelflowError",
     "AccelflowInternalError",
     "AllocationError",
+    "CheckpointError",
     "ConfigError",
     "ConfigProblem",
     "CoordinationError",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accelflow import RichFilterFunction, RichMapFunction, RuntimeContext, SinkFunction, Source
+from accelflow.dataflow import Sink, even_ranges, iter_records
 
 
 def describe(ctx: RuntimeContext, resource: str) -> dict[str, Any]:
@@ -369,3 +370,81 @@ class SubtaskIndex(RichMapFunction[Any, tuple[int, Any]]):
 
     def map(self, value: Any) -> tuple[int, Any]:
         return (self.index, value)
+
+
+class CommitLog(Sink[Any]):
+    """An honest two-phase-commit sink for tests: ``prepare_commit`` writes the records since
+    the last one to a hidden file; ``commit`` publishes it by an atomic rename (a no-op when
+    already published). Reading the published files gives what a reader of the output sees."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.index, self.attempt = ctx.index_of_this_subtask, ctx.attempt_number
+        self.buffer: list[Any] = []
+
+    def write(self, chunk: Any) -> None:
+        self.buffer.extend(iter_records(chunk))
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        if not self.buffer:
+            return []
+        name = f"{checkpoint_id:06d}-{self.index}-{self.attempt}"
+        hidden = os.path.join(self.directory, f".{name}")
+        with open(hidden, "w", encoding="utf-8") as f:
+            f.writelines(f"{json.dumps(r)}\n" for r in self.buffer)
+        self.buffer = []
+        return [name]
+
+    def commit(self, committables: Sequence[Any]) -> None:
+        for name in committables:
+            hidden, final = os.path.join(self.directory, f".{name}"), os.path.join(self.directory, name)
+            if os.path.exists(hidden):
+                os.replace(hidden, final)
+            elif not os.path.exists(final):
+                raise AssertionError(f"committable {name} vanished")
+
+
+def published(directory: str | Path) -> list[Any]:
+    """Every record :class:`CommitLog` published in ``directory``."""
+    out: list[Any] = []
+    for path in sorted(Path(directory).iterdir()):
+        if not path.name.startswith("."):
+            out.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return out
+
+
+class Paced(Source[int]):
+    """``0..n-1`` in chunks of ``chunk`` records, ``delay`` seconds apart (per split),
+    with checkpointable positions; ``bounded=False`` keeps it running after ``n`` (idle)."""
+
+    def __init__(self, n: int, chunk: int = 50, delay: float = 0.01, bounded: bool = True) -> None:
+        self.n, self.chunk, self.delay, self.bounded = n, chunk, delay, bounded
+
+    def create_splits(self, parallelism: int) -> Sequence[Any]:
+        return [(a, b) for a, b in even_ranges(self.n, parallelism)]
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
+        raise NotImplementedError
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        first, stop = split
+        for start in range(first, stop, self.chunk):
+            time.sleep(self.delay)
+            yield list(range(start, min(start + self.chunk, stop)))
+        while not self.bounded and not ctx.is_cancelled():
+            time.sleep(0.05)
+            yield []
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])
+
+    def size_hint(self) -> int:
+        return self.n
+
+
+class GenericPaced(Paced):
+    """:class:`Paced` with the default snapshot (a :class:`ResumeSplit` that skips)."""
+
+    snapshot_split = Source.snapshot_split  # type: ignore[assignment]

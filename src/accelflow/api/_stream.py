@@ -20,7 +20,7 @@ from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import (
-    ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Source,
+    ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Sink, Source,
     Transformation, build_job_graph,
 )
 from accelflow.runtime.client import ExecutionContext, current_context
@@ -45,16 +45,18 @@ class Environment:
         #: how this environment's jobs run (``accelflow run`` installs one; see
         #: :class:`accelflow.runtime.client.ExecutionContext`)
         self._context: ExecutionContext = current_context()
-        ctx = self._context
-        self.config: Configuration = config_from(
-            base=dict(ctx.base_config), conf_file=ctx.conf_file, values=dict(config or {}),
-            definitions=list(ctx.definitions),
-        )
+        self._values = dict(config or {})
+        self.config: Configuration = self._merged_config()
         for warning in self.config.warnings:  # about the merged layers, once per environment
             _log.warning("%s", warning)
         self._transformations: list[Transformation] = []
         #: the result of the last job this environment ran (set by ``execute``)
         self.last_result: Any = None
+
+    def _merged_config(self) -> Configuration:
+        ctx = self._context
+        return config_from(base=dict(ctx.base_config), conf_file=ctx.conf_file,
+                           values=self._values, definitions=list(ctx.definitions))
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
@@ -92,6 +94,16 @@ class Environment:
                 key=name or "from_source",
             )
         return self._add("source", name or type(source).__name__, source, parallelism, None)
+
+    def enable_checkpointing(self, interval_ms: int) -> Environment:
+        """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
+        ``enableCheckpointing``); the same as ``execution.checkpointing.interval``."""
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or interval_ms <= 0:
+            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval_ms!r}",
+                              key="enable_checkpointing")
+        self._values[k.CHECKPOINT_INTERVAL.name] = f"{interval_ms} ms"
+        self.config = self._merged_config()  # -D still wins, as for any key
+        return self
 
     # -- running ----------------------------------------------------------------------------
     def execute(self, name: str = "accelflow job") -> Any:
@@ -185,17 +197,27 @@ class DataStream:
         """Keep records for which ``fn(x)`` is true."""
         return self._then("filter", fn, name, parallelism, resources)
 
-    def map_batches(self, fn: Any, *, batch_size: int | None = None, name: str | None = None,
-                    parallelism: int | None = None,
+    def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
+                    name: str | None = None, parallelism: int | None = None,
                     resources: Mapping[str, Amount] | None = None) -> DataStream:
         """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
         array of rows, a tuple of column arrays for tuple records, or a list) and returns a
-        batch of outputs (array, tuple of arrays, or list)."""
+        batch of outputs (array, tuple of arrays, or list).
+
+        ``max_wait`` (seconds) bounds latency: a batch is also closed when its first record
+        has waited that long, full or not (as Ray Serve's ``batch_wait_timeout_s``). Without
+        it a partial batch waits for more records, a checkpoint or the end of the input.
+        """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
+        where = f"operator {name or 'map_batches'!r}"
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}",
-                              key=f"operator {name or 'map_batches'!r}")
-        return self._then("map_batches", fn, name, parallelism, resources, batch_size=size)
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}", key=where)
+        if max_wait is not None and (isinstance(max_wait, bool) or not isinstance(max_wait, int | float)
+                                     or not 0 <= max_wait <= 3600):
+            raise ConfigError(f"max_wait must be a number of seconds from 0 to 3600, got {max_wait!r}",
+                              key=where)
+        return self._then("map_batches", fn, name, parallelism, resources, batch_size=size,
+                          max_wait=None if max_wait is None else float(max_wait))
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
         """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``."""
@@ -223,6 +245,18 @@ class DataStream:
         if target.is_dir():
             raise ConfigError("is a directory; give a file path", key=f"sink_to_file({str(path)!r})")
         self._env._add("sink_file", name, str(target), parallelism, self,
+                       partitioning=self._partitioning, key_fn=self._key_fn)
+
+    def sink_to(self, sink: Sink[Any], *, name: str | None = None, parallelism: int | None = None) -> None:
+        """An exactly-once sink (``accelflow.connectors.files.FileSink``,
+        ``accelflow.connectors.kafka.KafkaSink``, or any :class:`accelflow.Sink`): what it
+        writes is published when the checkpoint covering it completes (two-phase commit),
+        and at the end of a bounded job."""
+        if not isinstance(sink, Sink):
+            raise ConfigError(
+                f"sink_to needs an accelflow.Sink (e.g. FileSink, KafkaSink), got {type(sink).__name__}; "
+                "use add_sink for a plain function", key=f"sink_to({name or ''})")
+        self._env._add("sink_to", name or type(sink).__name__, sink, parallelism, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
 
     def add_sink(self, sink: Any, *, name: str = "sink", parallelism: int | None = None) -> None:

@@ -143,11 +143,26 @@ def load_config(
     """
     raw: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # canonical name -> the alias it was last given as
+    problems: list[ConfigProblem] = []
     for values, source in layers:
+        given: dict[str, tuple[str, Any]] = {}  # canonical name -> (name as given, value), this layer
         for key, value in values.items():
-            raw[str(key)] = value
-            sources[str(key)] = source
-    return _Validator(raw, sources).run()
+            name = str(key)
+            canonical = k.canonical_name(name)
+            if canonical in given and given[canonical][0] != name:
+                other, before = given[canonical]
+                if before != value:
+                    problems.append(_alias_conflict({other: before, name: value}, canonical, source))
+                continue
+            given[canonical] = (name, value)
+            raw[canonical] = value
+            sources[canonical] = source
+            if name != canonical:
+                spelled[canonical] = name
+            else:
+                spelled.pop(canonical, None)
+    return _Validator(raw, sources, spelled, problems).run()
 
 
 def config_from(
@@ -182,16 +197,29 @@ def config_from(
 
 
 class _Validator:
-    def __init__(self, raw: dict[str, Any], sources: dict[str, str]) -> None:
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        sources: dict[str, str],
+        spelled: dict[str, str] | None = None,
+        problems: list[ConfigProblem] | None = None,
+    ) -> None:
         self.raw = raw
         self.sources = sources
-        self.problems: list[ConfigProblem] = []
+        self.spelled = spelled or {}  # canonical name -> the alias the user wrote
+        self.problems: list[ConfigProblem] = list(problems or ())
         self.warnings: list[str] = []
         self.values: dict[str, Any] = {}
         # suffix -> cluster key -> [(resource, config key that set it)], in listed order
         self.cluster_keys: dict[str, dict[str, list[tuple[str, str]]]] = {}
 
     def problem(self, key: str, message: str) -> None:
+        if key in self.spelled:  # name the key as the user wrote it
+            alias = self.spelled[key]
+            self.problems.append(ConfigProblem(
+                _shown(alias), f"{message} ({alias} is an alias of {key})", self.sources.get(key)
+            ))
+            return
         self.problems.append(ConfigProblem(_shown(key), message, self.sources.get(key)))
 
     def parse(self, key: str, parser: Any) -> Any:
@@ -220,7 +248,7 @@ class _Validator:
                     "'external-resource.gpu.amount: 1'",
                 )
             else:
-                self._unknown(key, list(k.KEYS))
+                self._unknown(key, [*k.KEYS, *k.ALIASES])
         specs = {name: spec for name in names if (spec := self._spec(name, resource_keys[name]))}
         self._check_unique_cluster_keys()
         if self.problems:
@@ -363,6 +391,18 @@ class _Validator:
                         f"{value!r} is also the {suffix} of resource {first[0]!r}; "
                         "each resource needs its own key",
                     )
+
+
+def _alias_conflict(values: dict[str, Any], canonical: str, source: str) -> ConfigProblem:
+    """Two names of one key (e.g. an alias and the key itself, or two aliases) set to different
+    values in one layer: a problem naming both."""
+    first, second = sorted(values, key=lambda name: name != canonical)  # the canonical one first
+    return ConfigProblem(
+        _shown(second),
+        f"{second} and {first} are names of one key, set to different values "
+        f"({values[second]!r} and {values[first]!r}); set only {canonical}",
+        source,
+    )
 
 
 def _shown(key: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, overload
 
 from accelflow._errors import ConfigError
 from accelflow.config.keys import (
+    ALIASES,
     KEYS,
     MAX_SLOTS_PER_TASKEXECUTOR,
     NUMBER_OF_TASK_SLOTS,
@@ -73,7 +74,8 @@ class Configuration:
 
     Attributes:
         values: every key that was set, with its parsed value.
-        raw: every key that was set, with its value as given (for passing to other processes).
+        raw: every key that was set, with its value as given (for passing to other processes);
+            a key given under an alias (``keys.ALIASES``) is stored under its canonical name.
         sources: where each key came from (a file name, ``-D`` or ``dict``).
         external_resources: the listed resources, in the listed order.
         warnings: things that are allowed but probably wrong (e.g. keys of unlisted resources).
@@ -158,12 +160,13 @@ def _name(key: Key[Any] | str) -> str:
     if isinstance(key, Key):
         return key.name
     if isinstance(key, str):
-        return key
+        return ALIASES.get(key, key)  # an alias names its key
     raise TypeError(f"expected a config key or its name, got {key!r} ({type(key).__name__})")
 
 
 def _known(name: str) -> Key[Any]:
-    """The key called ``name``: a key of :data:`KEYS` or ``external-resource.<name>.<suffix>``.
+    """The key called ``name`` (a canonical name, see :func:`_name`): a key of :data:`KEYS` or
+    ``external-resource.<name>.<suffix>``.
 
     Raises:
         ConfigError: no key has that name; the closest names are suggested.
@@ -178,7 +181,7 @@ def _known(name: str) -> Key[Any]:
             return Key(name, str, None, "a driver parameter")
         known = [f"{RESOURCE_PREFIX}{resource}.{c}" for c in _close(suffix, RESOURCE_SUFFIXES)]
     else:
-        known = _close(name, KEYS)
+        known = _close(name, {**KEYS, **ALIASES})
     hint = f"; did you mean {' or '.join(repr(c) for c in known)}?" if known else (
         "; see docs/configuration.md for every key"
     )

@@ -232,6 +232,20 @@ def choice(*options: str) -> Callable[[object], str]:
     return parse
 
 
+def upper_choice(*options: str) -> Callable[[object], str]:
+    """Like :func:`choice` for upper-case names such as Flink's enum values; any case is
+    accepted and the value is returned in upper case."""
+
+    def parse(value: object) -> str:
+        text = "" if value is None or isinstance(value, bool) else str(value).strip().upper()
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}; got {_describe(value)}")
+        return text
+
+    parse.__doc__ = f"one of {', '.join(options)}"
+    return parse
+
+
 def json_object(value: object) -> Mapping[str, Any]:
     """A JSON object given as text (``'{"a": 1}'``) or, in YAML, as a mapping."""
     if isinstance(value, Mapping):

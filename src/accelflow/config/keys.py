@@ -24,16 +24,34 @@ class Key(Generic[T]):
     parse: Callable[[object], T]
     default: T | None
     help: str
+    aliases: tuple[str, ...] = ()
+    """Other names accepted for this key (e.g. Flink's older ``state.checkpoints.dir``); a
+    value given under an alias is stored and returned under :attr:`name`."""
 
 
 KEYS: dict[str, Key[Any]] = {}
 RESOURCE_SUFFIXES: dict[str, Key[Any]] = {}
+ALIASES: dict[str, str] = {}
+"""Alias name -> the canonical name of its key."""
 
 
-def _key(name: str, parse: Callable[[object], T], default: T | None, help: str) -> Key[T]:
-    key = Key(name, parse, default, help)
+def _key(
+    name: str, parse: Callable[[object], T], default: T | None, help: str, *, aliases: tuple[str, ...] = ()
+) -> Key[T]:
+    key = Key(name, parse, default, help, aliases)
     KEYS[name] = key
+    for alias in aliases:
+        ALIASES[alias] = name
     return key
+
+
+def canonical_name(name: str) -> str:
+    """The canonical name of ``name``: the key it is an alias of, or ``name`` itself.
+
+    >>> canonical_name("state.checkpoints.dir")
+    'execution.checkpointing.dir'
+    """
+    return ALIASES.get(name, name)
 
 
 def _suffix(name: str, parse: Callable[[object], T], default: T | None, help: str) -> Key[T]:
@@ -145,6 +163,55 @@ RUNTIME_MODE = _key(
 EXECUTION_TARGET = _key(
     "execution.target", p.choice("local", "ray"), "local",
     "Where TaskExecutors run: 'local' processes or 'ray' actors.",
+)
+
+# -- checkpoints and recovery (issue: streaming) -----------------------------------------------
+CHECKPOINT_INTERVAL = _key(
+    "execution.checkpointing.interval", p.seconds, None,
+    "Time between two checkpoints, e.g. '10 s'; not set: no checkpoints.",
+)
+CHECKPOINT_DIR = _key(
+    "execution.checkpointing.dir", p.string, None,
+    "Where checkpoints are written: a local path or an fsspec URL such as 's3://bucket/ckpt'. "
+    "Not set: the JobManager's memory ('memory://'), good for failover within one run only.",
+    aliases=("state.checkpoints.dir",),
+)
+CHECKPOINT_TIMEOUT = _key(
+    "execution.checkpointing.timeout", p.seconds, 600.0,
+    "A checkpoint not completed within this time is aborted.",
+)
+CHECKPOINT_MIN_PAUSE = _key(
+    "execution.checkpointing.min-pause", p.non_negative_seconds, 0.0,
+    "Least time between the end of one checkpoint and the start of the next.",
+)
+CHECKPOINTS_RETAINED = _key(
+    "execution.checkpointing.num-retained", p.int_in_range(1, 1000, "each is kept in storage"), 1,
+    "Completed checkpoints kept; older ones are deleted.",
+    aliases=("state.checkpoints.num-retained",),
+)
+CHECKPOINT_RETENTION = _key(
+    "execution.checkpointing.externalized-checkpoint-retention",
+    p.upper_choice("DELETE_ON_CANCELLATION", "RETAIN_ON_CANCELLATION", "NO_EXTERNALIZED_CHECKPOINTS"),
+    "DELETE_ON_CANCELLATION",
+    "What happens to the checkpoints when the job is cancelled: 'DELETE_ON_CANCELLATION' "
+    "deletes them, 'RETAIN_ON_CANCELLATION' keeps them to restore from; "
+    "'NO_EXTERNALIZED_CHECKPOINTS' deletes them when the job is cancelled or fails.",
+)
+SAVEPOINT_DIR = _key(
+    "execution.checkpointing.savepoint-dir", p.string, None,
+    "Default directory of savepoints (a local path or an fsspec URL).",
+    aliases=("state.savepoints.dir",),
+)
+STATE_RECOVERY_PATH = _key(
+    "execution.state-recovery.path", p.string, None,
+    "Checkpoint or savepoint to start the job from: a 'chk-<n>' or savepoint directory, or a "
+    "job's checkpoint directory (its newest complete checkpoint is used).",
+    aliases=("execution.savepoint.path",),
+)
+ALLOW_NON_RESTORED_STATE = _key(
+    "execution.state-recovery.ignore-unclaimed-state", p.boolean, False,
+    "Start even when the restored state has operators the job no longer has (their state is dropped).",
+    aliases=("execution.savepoint.ignore-unclaimed-state",),
 )
 
 # -- REST API (issue: observability) -----------------------------------------------------------

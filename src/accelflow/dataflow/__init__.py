@@ -29,10 +29,12 @@ if TYPE_CHECKING:
         RichFunction,
         RichMapBatchesFunction,
         RichMapFunction,
+        ResumeSplit,
         RichReduceFunction,
         SinkFunction,
         Source,
     )
+    from accelflow.dataflow._sinks import Sink
     from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
     from accelflow.dataflow._idx_source import IdxSource
     from accelflow.dataflow._sources import ArraySource, CollectionSource, SequenceSource, even_ranges
@@ -49,7 +51,10 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._functions": (
         "RichFilterFunction", "RichFlatMapFunction", "RichFunction", "RichMapBatchesFunction",
-        "RichMapFunction", "RichReduceFunction", "SinkFunction", "Source",
+        "RichMapFunction", "RichReduceFunction", "SinkFunction", "Source", "ResumeSplit",
+    ),
+    "._sinks": (
+        "Sink",
     ),
     "._graph": (
         "Chain", "JobGraph", "Kind", "Partitioning", "Transformation", "build_job_graph",
@@ -78,9 +83,11 @@ __all__ = [
     "RichFunction",
     "RichMapBatchesFunction",
     "RichMapFunction",
+    "ResumeSplit",
     "RichReduceFunction",
     "RuntimeContext",
     "SequenceSource",
+    "Sink",
     "SinkFunction",
     "Source",
     "Transformation",

@@ -16,6 +16,7 @@ arguments, so heavy state (a model on a GPU) is never pickled.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -108,3 +109,41 @@ class Source(ABC, Generic[OUT]):
     def size_hint(self) -> int | None:
         """Total records, if known (drives the progress bar)."""
         return None
+
+    # -- checkpointing (see docs/checkpoints.md) ------------------------------------------------
+    #
+    # A checkpoint is taken between two chunks of a split, so "what was read" is exactly what
+    # the job has processed. An unbounded source must therefore yield an empty chunk (``[]``)
+    # when it has nothing to give for a while (every 100 ms or so): that is when the subtask
+    # takes checkpoints and notices cancellation.
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        """The rest of ``split`` after its first ``records_read`` records (what a restored job
+        reads): a picklable split that :meth:`read_chunks` accepts.
+
+        The default, :class:`ResumeSplit`, rereads the split and skips ``records_read``
+        records, which is right for any source that reads the same records in the same order
+        every time. Override it for speed (a range moves its start) or for sources that know
+        their position (a Kafka partition's next offset).
+        """
+        return ResumeSplit.of(split, records_read)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete (e.g. commit offsets back to a broker for
+        monitoring). Called in the subtask, best effort: it may be skipped after a failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeSplit:
+    """A split to be read from its ``skip``-th record on (see :meth:`Source.snapshot_split`)."""
+
+    split: Any
+    skip: int
+
+    @staticmethod
+    def of(split: Any, records_read: int) -> Any:
+        if records_read <= 0:
+            return split
+        if isinstance(split, ResumeSplit):
+            return ResumeSplit(split.split, split.skip + records_read)
+        return ResumeSplit(split, records_read)

@@ -17,7 +17,7 @@ from accelflow.scheduling import ResourceProfile
 Partitioning = Literal["forward", "rebalance", "hash"]
 Kind = Literal[
     "source", "map", "flat_map", "filter", "map_batches", "reduce",
-    "sink_print", "sink_file", "sink_collect", "sink_user",
+    "sink_print", "sink_file", "sink_collect", "sink_user", "sink_to",
 ]
 
 

@@ -66,3 +66,6 @@ class IdxSource(Source[Any]):
 
     def size_hint(self) -> int:
         return self.count
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])

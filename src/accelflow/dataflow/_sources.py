@@ -43,6 +43,9 @@ class CollectionSource(Source[Any]):
     def size_hint(self) -> int:
         return len(self.items)
 
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return split[records_read:]
+
 
 class SequenceSource(Source[int]):
     """The integers ``start..end`` inclusive (as Flink's ``fromSequence``)."""
@@ -66,6 +69,9 @@ class SequenceSource(Source[int]):
 
     def size_hint(self) -> int:
         return max(0, self.end - self.start + 1)
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +181,9 @@ class ArraySource(Source[Any]):
 
     def size_hint(self) -> int:
         return self.length
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])
 
 
 def _open(array: Any) -> Any:

@@ -20,8 +20,11 @@ from accelflow._exports import lazy_exports
 
 if TYPE_CHECKING:
     from accelflow.runtime._messages import (
+        Barrier,
         CancelJob,
         ChainPlan,
+        CheckpointAck,
+        CheckpointCommitted,
         ChannelDone,
         ChannelFailed,
         Collected,
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
         JobFailed,
         JobProgress,
         JobSucceeded,
+        NotifyCheckpointComplete,
         OpenChannel,
         OutputEdge,
         PROTOCOL,
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
         TaskExecutorEvent,
         TaskExecutorExited,
         TaskExecutorLost,
+        ToSubtask,
+        TriggerCheckpoint,
     )
     from accelflow.runtime._process import die_with_parent
     from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
@@ -64,7 +70,8 @@ if TYPE_CHECKING:
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
 _LAZY: dict[str, tuple[str, ...]] = {
     "._messages": (
-        "CancelJob", "ChainPlan", "ChannelDone", "ChannelFailed", "Collected", "Command",
+        "Barrier", "CancelJob", "ChainPlan", "CheckpointAck", "CheckpointCommitted",
+        "NotifyCheckpointComplete", "ToSubtask", "TriggerCheckpoint", "ChannelDone", "ChannelFailed", "Collected", "Command",
         "ConfigReply", "ConfigRequest", "Deploy", "JobAccepted", "JobFailed", "JobProgress",
         "JobSucceeded", "OpenChannel", "OutputEdge", "PROTOCOL", "Registration",
         "RegistrationFailed", "SUBTASK_MESSAGES", "Shutdown", "StatusReply", "StatusRequest",
@@ -81,8 +88,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "Barrier",
     "CancelJob",
     "ChainPlan",
+    "CheckpointAck",
+    "CheckpointCommitted",
     "ChannelDone",
     "ChannelFailed",
     "Collected",
@@ -94,6 +104,7 @@ __all__ = [
     "JobFailed",
     "JobProgress",
     "JobSucceeded",
+    "NotifyCheckpointComplete",
     "OpenChannel",
     "OutputEdge",
     "PROTOCOL",
@@ -117,6 +128,8 @@ __all__ = [
     "TaskExecutorEvent",
     "TaskExecutorExited",
     "TaskExecutorLost",
+    "ToSubtask",
+    "TriggerCheckpoint",
     "commit_files",
     "create_part",
     "die_with_parent",

@@ -61,6 +61,8 @@ class ChainPlan:
     nodes: list[Any]
     outputs: tuple[OutputEdge, ...]
     rolling: bool
+    #: whether the job takes checkpoints (every subtask then acks a final one at its end)
+    checkpointing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,10 @@ class SubtaskDescriptor:
     isolate: bool
     authkey: bytes
     taskexecutor_id: str
+    #: the checkpoint this attempt restores from: per operator name, every subtask's state
+    #: (cloudpickled; each operator picks its share), and that checkpoint's id
+    restored: dict[str, list[bytes]] | None = None
+    restored_checkpoint: int = 0
 
 
 # -- JobManager → TaskExecutor ------------------------------------------------------------------
@@ -96,7 +102,28 @@ class Shutdown:
     pass
 
 
-Command = Deploy | CancelJob | Shutdown
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    """To a source subtask (relayed by its TaskExecutor): take checkpoint ``checkpoint_id``
+    between two chunks and send its barrier downstream."""
+
+    key: SubtaskKey
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyCheckpointComplete:
+    """To every subtask: checkpoint ``checkpoint_id`` is complete, commit what it covers.
+    ``reply``: answer :class:`CheckpointCommitted` once committed (stop-with-savepoint)."""
+
+    key: SubtaskKey
+    checkpoint_id: int
+    reply: bool = False
+
+
+#: JobManager messages a TaskExecutor hands to one of its subtasks
+ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete
+Command = Deploy | CancelJob | Shutdown | ToSubtask
 
 
 # -- TaskExecutor → JobManager ------------------------------------------------------------------
@@ -154,10 +181,40 @@ class SubtaskFailed:
     error: RemoteError
 
 
-SubtaskEvent = SubtaskRunning | SubtaskProgress | Collected | SubtaskFinished | SubtaskFailed
+@dataclass(frozen=True, slots=True)
+class CheckpointAck:
+    """A subtask's part of checkpoint ``checkpoint_id``: per operator name, its state
+    (cloudpickled). ``final``: the subtask's input has ended and this is its last state
+    (the job's final checkpoint, see ``docs/checkpoints.md``)."""
+
+    key: SubtaskKey
+    checkpoint_id: int
+    states: dict[str, bytes]
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCommitted:
+    """Answer to a :class:`NotifyCheckpointComplete` with ``reply``."""
+
+    key: SubtaskKey
+    checkpoint_id: int
+
+
+SubtaskEvent = (SubtaskRunning | SubtaskProgress | Collected | SubtaskFinished | SubtaskFailed
+                | CheckpointAck | CheckpointCommitted)
 #: every message about one subtask (they all have a ``key``)
 SUBTASK_MESSAGES = (SubtaskRunning, SubtaskProgress, Collected, SubtaskFinished, SubtaskFailed,
-                    SubtaskExited)
+                    SubtaskExited, CheckpointAck, CheckpointCommitted)
+
+
+# -- subtask → subtask (in a data channel, between chunks) ---------------------------------------
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Checkpoint ``checkpoint_id``'s barrier: every record before it is in the checkpoint,
+    none after it."""
+
+    checkpoint_id: int
 
 
 # -- Launcher → JobManager ------------------------------------------------------------------------

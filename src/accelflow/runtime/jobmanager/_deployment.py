@@ -126,6 +126,9 @@ class Deployer:
             taskexecutor_infos={r["name"]: r["infos"] for r in te.registration.resources},
             isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
             taskexecutor_id=te.id,
+            restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
+                      if job.restore_from else None),
+            restored_checkpoint=job.restore_id,
         )
 
     def address(self, job: Job, chain: int, index: int) -> str:

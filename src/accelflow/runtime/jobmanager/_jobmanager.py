@@ -16,16 +16,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
-from accelflow._errors import AccelflowError, AllocationError, JobCancelledError, JobError, decode_error
+from accelflow._errors import (
+    AccelflowError, AllocationError, CheckpointError, JobCancelledError, JobError, decode_error,
+)
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.dataflow import ArraySource, JobGraph
 from accelflow.runtime import (
-    Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
+    CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
     SubtaskRunning, commit_files, hold_sink_targets, remove_stale_parts,
 )
+from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState, TaskExecutorInfo
@@ -124,23 +128,60 @@ class JobManager:
 
     def run_job(self, job: Job) -> JobResult:
         """Run a submitted job to its end in this thread; the job's record ends up ended."""
+        coordinator: CheckpointCoordinator | None = None
         try:
+            coordinator = CheckpointCoordinator(job, self._send_to_subtask)
+            job.savepoints = coordinator.requests
             with hold_sink_targets(job.graph):  # a second job on a target fails; stale parts go
-                result = self._run_attempts(job)
+                result = self._run_attempts(job, coordinator)
         except JobCancelledError as exc:
             with self.state.lock:
                 job.end("CANCELED", error=str(exc))
+            if coordinator is not None:
+                coordinator.job_ended("CANCELED")
             raise
         except BaseException as exc:
             with self.state.lock:
                 job.end("FAILED", error=str(exc) or type(exc).__name__)
+            if coordinator is not None:
+                coordinator.job_ended("FAILED")
             raise
         finally:
             for source in _array_sources(job.graph):
                 source.release()
         with self.state.lock:
             job.end("FINISHED", result=result)
+        coordinator.job_ended("FINISHED")
         return result
+
+    def trigger_savepoint(self, job_id: str, target: str | None = None, *, stop: bool = False) -> Future[str]:
+        """Ask a running job for a savepoint (in ``target``, or the configured
+        ``execution.checkpointing.savepoint-dir``); with ``stop``, the job ends after it
+        (Flink's stop-with-savepoint). The future gives the savepoint's path.
+
+        Raises:
+            KeyError: no such job. CheckpointError: it has ended, or no directory is known.
+        """
+        with self.state.lock:
+            job = self.state.jobs[job_id]
+            if job.done.is_set() or job.savepoints is None:
+                raise CheckpointError(f"{job_id} is not running ({job.state})", path=job_id)
+        if target is None and job.config.get_optional(k.SAVEPOINT_DIR) is None:
+            raise CheckpointError(
+                "no savepoint directory: give one, or set execution.checkpointing.savepoint-dir",
+                path=job_id)
+        request = SavepointRequest(target, stop)
+        job.savepoints.put(request)
+        return request.result
+
+    def _send_to_subtask(self, key: SubtaskKey, message: Any) -> None:
+        with self.state.lock:
+            st = self.state.subtasks.get(key)
+            te = st.taskexecutor if st is not None else None
+            known = te in self.state.taskexecutors
+        if known:
+            assert te is not None
+            self.launcher.handle(te).send(message)  # a dead one is reported as lost
 
     def cancel(self, job_id: str) -> bool:
         """Ask one job to stop; False when it has already ended.
@@ -170,18 +211,18 @@ class JobManager:
             source.release()
         remove_stale_parts(graph)
 
-    def _run_attempts(self, job: Job) -> JobResult:
+    def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator) -> JobResult:
         self.prepare_sources(job.graph)
-        strategy = job.config.get(k.RESTART_STRATEGY)
-        attempts_left = job.config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
+        attempts_left = _restarts(job.config, coordinator.enabled)
         restarting = False
         while True:
             try:
                 if restarting:  # a replacement that cannot start yet fails this attempt only
                     self.membership.replace_lost()
-                collected, first_record = self._run_attempt(job)
+                job.restore_from, job.restore_id = coordinator.restored_states()
+                collected, first_record = self._run_attempt(job, coordinator)
                 break
-            except (JobCancelledError, AllocationError):
+            except (JobCancelledError, AllocationError, CheckpointError):
                 raise
             except AccelflowError as exc:  # any failure of a running attempt, as Flink
                 if attempts_left <= 0:
@@ -195,22 +236,29 @@ class JobManager:
                 time.sleep(job.config.get(k.RESTART_DELAY))
                 restarting = True
         self.state.release_slots(job.id, job.attempt)
-        commit_files(job.graph, lambda c, i: self.state.subtasks[SubtaskKey(job.id, job.attempt, c, i)].parts)
+        if job.stopped_with_savepoint is None:  # a stopped job's batch files are not complete
+            commit_files(job.graph, lambda c, i: self.state.subtasks[SubtaskKey(job.id, job.attempt, c, i)].parts)
         with self.state.lock:
             states = [st for key, st in self.state.subtasks.items()
                       if key.job_id == job.id and key.attempt == job.attempt]
         return result_of(job, states, first_record, collected)
 
-    def _run_attempt(self, job: Job) -> tuple[list[Any], float | None]:
+    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None]:
         keys = self.deployer.deploy(job)
         attempt = _Attempt(keys)
+        coordinator.start_attempt(keys)
         try:
             while attempt.pending:
                 if job.cancel_requested or self.state.cancel_all:
                     raise JobCancelledError(f"{job.id} ({job.name}) was cancelled")
                 event = self.pump.next_event(job.events, POLL_S)
                 if event is not None:
-                    self._on_event(job, attempt, event)
+                    self._on_event(job, attempt, event, coordinator)
+                with self.state.lock:
+                    running = all(self.state.subtasks[key].state == "RUNNING" for key in keys)
+                coordinator.tick(running)
+        except _Stopped:
+            self.deployer.abort(job, keys, attempt.exited)
         except AccelflowError:
             self.deployer.abort(job, keys, attempt.exited)
             raise
@@ -220,7 +268,8 @@ class JobManager:
                 records.extend(chunk if not hasattr(chunk, "rows") else chunk.rows())
         return records, attempt.first_record
 
-    def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent) -> None:
+    def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent,
+                  coordinator: CheckpointCoordinator) -> None:
         te_id, msg = event
         if isinstance(msg, TaskExecutorDied):
             if any(self.state.subtasks[key].taskexecutor == te_id for key in attempt.pending):
@@ -239,6 +288,7 @@ class JobManager:
                 st.state, st.counts, st.parts = "FINISHED", msg.counts, msg.parts
                 self.state.release_devices(key)
                 attempt.pending.discard(key)
+                attempt.finished.add(key)
             elif isinstance(msg, SubtaskFailed):
                 st.state = "FAILED"
                 raise decode_error(msg.error, context=f"subtask {st.name} on {st.taskexecutor} failed")
@@ -248,6 +298,13 @@ class JobManager:
                     st.state = "FAILED"
                     raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
                                    f"{msg.exitcode} without finishing")
+        if isinstance(msg, CheckpointAck):
+            coordinator.on_ack(msg)
+        elif isinstance(msg, CheckpointCommitted) and coordinator.on_committed(msg):
+            job.stopped_with_savepoint = coordinator.finish_stop()
+            raise _Stopped()
+        if isinstance(msg, CheckpointAck | SubtaskFinished):
+            coordinator.on_subtask_ended(attempt.finished)
         if isinstance(msg, Collected):
             attempt.collected[key].append(msg.chunk)
         if isinstance(msg, SubtaskProgress | SubtaskFinished):
@@ -273,6 +330,21 @@ class JobManager:
             return progress_of(graph, states)
 
 
+class _Stopped(Exception):
+    """The job's stop-with-savepoint completed: end the attempt, the job ends FINISHED."""
+
+
+def _restarts(config: Configuration, checkpointing: bool) -> int:
+    """How many restarts the job gets: with checkpointing on and no strategy set, Flink's
+    default (fixed-delay, practically unbounded)."""
+    strategy = config.get(k.RESTART_STRATEGY)
+    if checkpointing and not config.is_set(k.RESTART_STRATEGY):
+        strategy = "fixed-delay"
+        if not config.is_set(k.RESTART_ATTEMPTS):
+            return 2**31 - 1
+    return config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
+
+
 def _array_sources(graph: JobGraph) -> list[ArraySource]:
     return [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
 
@@ -282,6 +354,7 @@ class _Attempt:
 
     def __init__(self, keys: list[SubtaskKey]) -> None:
         self.pending = set(keys)
+        self.finished: set[SubtaskKey] = set()
         self.exited: set[SubtaskKey] = set()
         self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
         self.first_record: float | None = None

@@ -92,6 +92,31 @@ class PendingReason:
 
 
 @dataclass
+class CheckpointRecord:
+    """One checkpoint or savepoint of a job, as REST and the UI show it."""
+
+    id: int
+    status: str  # IN_PROGRESS, COMPLETED, FAILED
+    trigger_time: float  # time.time()
+    savepoint: bool = False
+    duration_s: float | None = None
+    size: int | None = None
+    path: str | None = None
+    failure: str | None = None
+
+
+@dataclass
+class CheckpointStats:
+    """A job's checkpoints so far (the newest last) and the last restore."""
+
+    history: list[CheckpointRecord] = field(default_factory=list)
+    completed: int = 0
+    failed: int = 0
+    #: {"id", "path", "time", "attempt"} of the checkpoint the job last restored from
+    restored: dict[str, Any] | None = None
+
+
+@dataclass
 class Job:
     """One submitted job. ``events`` receives the TaskExecutor events about its subtasks.
 
@@ -113,6 +138,16 @@ class Job:
     result: JobResult | None = None
     events: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)  # RoutedEvent
     done: threading.Event = field(default_factory=threading.Event)
+    checkpoints: CheckpointStats = field(default_factory=CheckpointStats)
+    #: where this job's checkpoints go (``<dir>/<job uid>``)
+    checkpoint_path: str | None = None
+    #: what the current attempt's subtasks restore (see ``_checkpoints``), and from which id
+    restore_from: dict[str, list[bytes]] | None = None
+    restore_id: int = 0
+    #: the savepoint requests' queue while the job runs (``_checkpoints.SavepointRequest``)
+    savepoints: Any = None
+    #: the path of the savepoint a stop-with-savepoint ended the job with
+    stopped_with_savepoint: str | None = None
 
     @property
     def name(self) -> str:

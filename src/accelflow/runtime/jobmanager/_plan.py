@@ -27,6 +27,9 @@ from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount
 JOB_KEYS = (
     k.RESTART_STRATEGY, k.RESTART_ATTEMPTS, k.RESTART_DELAY, k.PLACEMENT_POLICY,
     k.DEVICE_ISOLATION, k.RUNTIME_MODE, k.BATCH_SIZE, k.PARALLELISM_DEFAULT,
+    k.CHECKPOINT_INTERVAL, k.CHECKPOINT_DIR, k.CHECKPOINT_TIMEOUT, k.CHECKPOINT_MIN_PAUSE,
+    k.CHECKPOINTS_RETAINED, k.CHECKPOINT_RETENTION, k.SAVEPOINT_DIR, k.STATE_RECOVERY_PATH,
+    k.ALLOW_NON_RESTORED_STATE,
 )
 
 
@@ -52,7 +55,8 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
             n.options["rolling"] = rolling
         nodes.append(n)
     try:
-        return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling)))
+        checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
+        return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling, checkpointing)))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "

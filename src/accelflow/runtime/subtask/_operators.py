@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -33,6 +34,15 @@ def _bind(fn: Any, kind: str) -> tuple[Any, Callable[..., Any]]:
 
 
 class Operator:
+    """Checkpointing (see ``docs/checkpoints.md``): at a barrier the runner calls
+    :meth:`flush` (emit what is held back for latency only, e.g. a partial batch), then
+    :meth:`snapshot_state`; when the checkpoint is complete, :meth:`notify_checkpoint_complete`.
+    A restored attempt calls :meth:`restore_state` after :meth:`open`."""
+
+    #: whether the operator publishes output only when a checkpoint completes (the runner
+    #: then waits for the job's final checkpoint at the end of its input)
+    needs_commit = False
+
     def __init__(self, node: Transformation) -> None:
         self.node = node
         self.records_in = 0
@@ -48,6 +58,26 @@ class Operator:
 
     def finish(self) -> Any:
         return []
+
+    def flush(self) -> Any:
+        return []
+
+    def deadline(self) -> float | None:
+        """When (``time.monotonic()``) :meth:`on_deadline` must run, if ever."""
+        return None
+
+    def on_deadline(self) -> Any:
+        return []
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """Picklable state, or None for none."""
+        return None
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        """``states``: what every subtask of this operator snapshotted (any parallelism)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
 
     def close(self) -> None:
         if hasattr(self.obj, "close") and callable(self.obj.close):
@@ -79,26 +109,43 @@ class FilterOp(MapOp):
 
 
 class MapBatchesOp(MapOp):
+    """Batches of ``batch_size`` records; with ``max_wait`` (seconds) a partial batch is
+    also called once its first record has waited that long (as Ray Serve's batching)."""
+
     def __init__(self, node: Transformation) -> None:
         super().__init__(node)
         self.batch_size: int = node.options["batch_size"]
+        self.max_wait: float | None = node.options.get("max_wait")
         self.pending: list[Any] = []
         self.pending_len = 0
+        self.first_waiting = 0.0
 
     def process(self, chunk: Any) -> Any:
         if not self.pending and len(chunk) == self.batch_size:
             return self._call([chunk])
+        if not self.pending:
+            self.first_waiting = time.monotonic()
         self.pending.append(chunk)
         self.pending_len += len(chunk)
         outputs = []
         while self.pending_len >= self.batch_size:
             outputs.append(self._call(self._take(self.batch_size)))
+        if self.pending and outputs:
+            self.first_waiting = time.monotonic()  # the rest arrived with the last chunk
         return _join(outputs)
 
     def finish(self) -> Any:
         if not self.pending_len:
             return []
         return self._call(self._take(self.pending_len))
+
+    flush = finish  # a barrier closes the partial batch: the checkpoint holds no records
+    on_deadline = finish
+
+    def deadline(self) -> float | None:
+        if self.max_wait is None or not self.pending_len:
+            return None
+        return self.first_waiting + self.max_wait
 
     def _take(self, size: int) -> list[Any]:
         taken, need = [], size
@@ -138,6 +185,19 @@ class ReduceOp(MapOp):
 
     def finish(self) -> Any:
         return [] if self.rolling else list(self.state.values())
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return dict(self.state)
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        # key groups as in Flink: each key goes back to the subtask its hash routes it to,
+        # whatever the parallelism the checkpoint was taken with
+        from accelflow.runtime.subtask._partition import stable_hash
+
+        for state in states:
+            for key, value in (state or {}).items():
+                if stable_hash(key) % parallelism == index:
+                    self.state[key] = value
 
 
 class PrintSink(Operator):
@@ -192,10 +252,56 @@ class UserSink(MapOp):
         return []
 
 
+class SinkToOp(Operator):
+    """A two-phase-commit :class:`accelflow.dataflow.Sink` (``stream.sink_to``): committables
+    prepared at each barrier are published when their checkpoint completes."""
+
+    needs_commit = True
+
+    def __init__(self, node: Transformation) -> None:
+        super().__init__(node)
+        self.obj = node.fn
+        self.pending: dict[int, list[Any]] = {}  # checkpoint id -> committables not yet published
+        self.restored: list[Any] = []
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.obj.open(ctx)
+
+    def process(self, chunk: Any) -> Any:
+        self.obj.write(chunk)
+        return []
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        prepared = list(self.obj.prepare_commit(checkpoint_id))
+        if prepared:
+            self.pending[checkpoint_id] = prepared
+        return {"committables": {n: list(c) for n, c in self.pending.items()},
+                "writer": self.obj.snapshot_state(checkpoint_id)}
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        # the committables of the checkpoint restored from are published again (idempotent):
+        # the job may have failed before its sinks heard that the checkpoint completed
+        mine = [s for s in states[index::parallelism] if s]
+        for state in mine:
+            for n in sorted(state["committables"]):
+                self.restored.extend(state["committables"][n])
+        if self.restored:
+            self.obj.commit(self.restored)
+            self.restored = []
+        self.obj.restore_state(mine[0]["writer"] if mine else None)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        done = sorted(n for n in self.pending if n <= checkpoint_id)
+        if done:
+            self.obj.commit([c for n in done for c in self.pending[n]])
+            for n in done:
+                del self.pending[n]
+
+
 OPERATORS: dict[str, type[Operator]] = {
     "map": MapOp, "flat_map": FlatMapOp, "filter": FilterOp, "map_batches": MapBatchesOp,
     "reduce": ReduceOp, "sink_print": PrintSink, "sink_file": FileSink,
-    "sink_collect": CollectSink, "sink_user": UserSink,
+    "sink_collect": CollectSink, "sink_user": UserSink, "sink_to": SinkToOp,
 }
 
 

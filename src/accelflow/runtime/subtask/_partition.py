@@ -71,6 +71,11 @@ class Router:
             if bucket:
                 conn.send(bucket)
 
+    def broadcast(self, item: Any) -> None:
+        """Send ``item`` (a checkpoint barrier) to every downstream subtask of this edge."""
+        for conn in self.conns:
+            conn.send(item)
+
     def close(self) -> None:
         for conn in self.conns:
             conn.send(None)

@@ -16,12 +16,13 @@ from typing import Any
 
 import cloudpickle
 
-from accelflow.dataflow import RuntimeContext
+from accelflow.dataflow import Columns, ResumeSplit, RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow._errors import TransportError, encode_error
 from accelflow.runtime import (
-    ChainPlan, Collected, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress,
-    SubtaskRunning,
+    Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, Collected, NotifyCheckpointComplete,
+    SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress, SubtaskRunning,
+    TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
@@ -69,10 +70,16 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 class _Runner:
     def __init__(self, desc: SubtaskDescriptor, status: Connection, cancelled: threading.Event) -> None:
         self.desc = desc
-        self.status = status
+        self.status = status  # events up to the TaskExecutor, checkpoint commands down
         self.plan: ChainPlan = cloudpickle.loads(desc.chain_blob)
         self.cancelled = cancelled
         self.last_progress = 0.0
+        #: the newest checkpoint id seen (the restored one at first): the final checkpoint's
+        #: id is the next one, so committables' ids grow in every subtask
+        self.last_checkpoint = desc.restored_checkpoint
+        self.source: Any = None
+        self.splits: list[Any] = []  # the source's splits not yet read (the current first)
+        self.split_read = 0  # records of the current split emitted so far
 
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
@@ -85,6 +92,7 @@ class _Runner:
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
+                self._restore()
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(SubtaskRunning(desc.key))
                 if head.kind == "source":
@@ -93,6 +101,7 @@ class _Runner:
                 else:
                     self._run_inputs(listener)
                 self._finish()
+                self._final_checkpoint()
             finally:
                 for op in reversed(opened):
                     op.close()
@@ -120,33 +129,157 @@ class _Runner:
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,
         )
 
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _restore(self) -> None:
+        restored = self.desc.restored or {}
+        index, parallelism = self.desc.key.index, self.desc.parallelism
+        head = self.plan.nodes[0]
+        self.splits = list(self.desc.splits or [])
+        if head.kind == "source" and head.name in restored:
+            # the splits not yet read when the checkpoint was taken, spread as at the start
+            remaining = [s for blob in restored[head.name] for s in (cloudpickle.loads(blob) or [])]
+            self.splits = remaining[index::parallelism]
+        for op in self.ops:
+            if op.node.name in restored:
+                op.restore_state([cloudpickle.loads(b) for b in restored[op.node.name]], index, parallelism)
+
+    def _snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
+        states: dict[str, bytes] = {}
+        if self.source is not None:
+            rest = list(self.splits)
+            if rest:
+                rest[0] = self.source.snapshot_split(rest[0], self.split_read, checkpoint_id)
+            states[self.plan.nodes[0].name] = cloudpickle.dumps(rest)
+        for op in self.ops:
+            state = op.snapshot_state(checkpoint_id)
+            if state is not None:
+                states[op.node.name] = cloudpickle.dumps(state)
+        return states
+
+    def _checkpoint(self, checkpoint_id: int) -> None:
+        """At checkpoint ``checkpoint_id``'s barrier (aligned on every input): flush, snapshot,
+        ack, and pass the barrier on."""
+        if checkpoint_id <= self.last_checkpoint:
+            return  # an old barrier (e.g. of a checkpoint the JobManager gave up)
+        self.last_checkpoint = checkpoint_id
+        self._flush_ops(lambda op: op.flush())
+        self.status.send(CheckpointAck(self.desc.key, checkpoint_id, self._snapshot(checkpoint_id)))
+        barrier = Barrier(checkpoint_id)
+        for router in self.routers:
+            router.broadcast(barrier)
+
+    def _flush_ops(self, take: Any, only: Any = None) -> None:
+        """Push what ``take(op)`` releases down the rest of the chain, in chain order."""
+        for i, op in enumerate(self.ops):
+            if only is not None and op not in only:
+                continue
+            out = take(op)
+            if len(out):
+                op.records_out += len(out)
+                if i + 1 < len(self.ops):
+                    self._push(out, i + 1)
+                else:
+                    self._emit(out)
+
+    def _control(self) -> None:
+        """Handle the JobManager's checkpoint commands that have arrived (never blocks)."""
+        while self.status.poll():
+            self._command(self.status.recv())
+
+    def _command(self, msg: Any) -> None:
+        if isinstance(msg, TriggerCheckpoint):
+            self._checkpoint(msg.checkpoint_id)
+        elif isinstance(msg, NotifyCheckpointComplete):
+            for op in self.ops:
+                op.notify_checkpoint_complete(msg.checkpoint_id)
+            if self.source is not None:
+                self.source.notify_checkpoint_complete(msg.checkpoint_id)
+            if msg.reply:
+                self.status.send(CheckpointCommitted(self.desc.key, msg.checkpoint_id))
+
+    def _final_checkpoint(self) -> None:
+        """The input has ended: this subtask's last state is part of the job's final
+        checkpoint. A chain that publishes on commit waits until that checkpoint is
+        complete (every subtask of the job has ended its input) and publishes then."""
+        committing = any(op.needs_commit for op in self.ops)
+        if not (committing or self.plan.checkpointing):
+            return
+        final = self.last_checkpoint + 1
+        self.splits = []
+        self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
+        self.last_checkpoint = final
+        while committing:
+            msg = self.status.recv()
+            self._command(msg)
+            if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
+                return
+
+    def _timers(self) -> None:
+        now = time.monotonic()
+        self._flush_ops(lambda op: op.on_deadline(),
+                        [op for op in self.ops if (d := op.deadline()) is not None and d <= now])
+
+    def _next_deadline(self) -> float | None:
+        deadlines = [d for op in self.ops if (d := op.deadline()) is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    # -- records -------------------------------------------------------------------------------
     def _run_source(self, source: Any, ctx: RuntimeContext) -> None:
-        for split in self.desc.splits or []:
-            for chunk in source.read_chunks(split, ctx):
+        self.source = source
+        while self.splits:
+            self.split_read = 0
+            for chunk in _read_split(source, self.splits[0], ctx):
                 n = len(chunk)
                 if n:
                     self.source_out += n
+                    self.split_read += n
                     self._push(chunk, 0)
+                self._control()
+                self._timers()
                 if self.cancelled.is_set():
                     return
+            self.splits.pop(0)
+            self.split_read = 0
 
     def _run_inputs(self, listener: Listener | None) -> None:
         conns = [listener.accept() for _ in range(self.desc.expected_senders)] if listener else []
         receiver = ShmReceiver()
+        live: set[Any] = set(conns)
+        aligned: set[Any] = set()  # inputs whose barrier of ``aligning`` arrived: held back
+        aligning: int | None = None
         try:
-            while conns:
-                for conn in wait(conns):
+            while live:
+                ready = wait([c for c in live if c not in aligned] + [self.status], self._next_deadline())
+                if not ready:
+                    self._timers()
+                    continue
+                for conn in ready:
+                    if conn is self.status:
+                        self._control()
+                        continue
                     assert isinstance(conn, Connection)
                     try:
-                        chunk = receiver.recv(conn)
+                        item = receiver.recv(conn)
                     except (EOFError, OSError):
                         raise TransportError(
                             "an upstream subtask disconnected before ending its stream") from None
-                    if chunk is None:
-                        conns.remove(conn)
+                    if item is None:
+                        live.discard(conn)
+                        aligned.discard(conn)
                         conn.close()
+                    elif isinstance(item, Barrier):
+                        if aligning is None or item.checkpoint_id > aligning:
+                            aligned.clear()  # a newer checkpoint replaces one never completed
+                            aligning = item.checkpoint_id
+                        if item.checkpoint_id == aligning:
+                            aligned.add(conn)
                     else:
-                        self._push(chunk, 0)
+                        self._push(item, 0)
+                    if aligning is not None and live <= aligned:
+                        self._checkpoint(aligning)
+                        aligning = None
+                        aligned.clear()
+                self._timers()
         finally:
             receiver.close_all()
 
@@ -172,14 +305,7 @@ class _Runner:
             router.send(chunk)
 
     def _finish(self) -> None:
-        for i, op in enumerate(self.ops):
-            out = op.finish()
-            if len(out):
-                op.records_out += len(out)
-                if i + 1 < len(self.ops):
-                    self._push(out, i + 1)
-                else:
-                    self._emit(out)
+        self._flush_ops(lambda op: op.finish())
         for router in self.routers:
             router.close()
 
@@ -190,3 +316,19 @@ class _Runner:
         return counts
 
 
+def _read_split(source: Any, split: Any, ctx: RuntimeContext) -> Any:
+    """The chunks of ``split``; a :class:`ResumeSplit` skips the records read before."""
+    if not isinstance(split, ResumeSplit):
+        yield from source.read_chunks(split, ctx)
+        return
+    skip = split.skip
+    for chunk in source.read_chunks(split.split, ctx):
+        if skip >= len(chunk):
+            skip -= len(chunk)
+            if not len(chunk):
+                yield chunk  # an idle source's empty chunk: still a point to checkpoint at
+            continue
+        if skip:
+            chunk = chunk.slice(skip, len(chunk)) if isinstance(chunk, Columns) else chunk[skip:]
+            skip = 0
+        yield chunk

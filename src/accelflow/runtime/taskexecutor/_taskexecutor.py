@@ -27,8 +27,8 @@ from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfo, ExternalResourceInfoProvider
 from accelflow.runtime import (
-    CancelJob, Deploy, Registration, RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited,
-    SubtaskKey,
+    CancelJob, Deploy, NotifyCheckpointComplete, Registration, RegistrationFailed, Shutdown,
+    SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
@@ -74,6 +74,13 @@ class TaskExecutor:
             self._deploy(msg.descriptor)
         elif isinstance(msg, CancelJob):
             self._terminate([key for key in self.children if key.job_id == msg.job_id])
+        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete):
+            child = self.children.get(msg.key)
+            if child is not None:  # one that has just ended needs nothing any more
+                try:
+                    child[1].send(msg)
+                except OSError:
+                    pass  # it is exiting: its exit is reported as usual
         elif isinstance(msg, Shutdown):
             return False
         return True
@@ -86,7 +93,7 @@ class TaskExecutor:
                 for name, items in desc.assigned.items()
             }
             env.update(self.provider.isolation_env(assigned))
-        parent, child = self.ctx.Pipe(duplex=False)
+        parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
             target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
             daemon=False,
@@ -101,15 +108,15 @@ class TaskExecutor:
             if ready is conn:
                 try:
                     self.jm.send(conn.recv())
-                except EOFError:
+                except (EOFError, OSError):  # a reset: it exited with commands unread
                     pass
                 return
             if ready == proc.sentinel:
-                while conn.poll():  # relay what it said before exiting
-                    try:
+                try:
+                    while conn.poll():  # relay what it said before exiting
                         self.jm.send(conn.recv())
-                    except EOFError:
-                        break
+                except (EOFError, OSError):
+                    pass
                 proc.join()
                 conn.close()
                 del self.children[key]

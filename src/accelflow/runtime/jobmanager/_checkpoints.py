@@ -1,0 +1,290 @@
+"""The checkpoint coordinator: Flink's asynchronous barrier snapshots, seen from the JobManager.
+
+Every ``execution.checkpointing.interval`` it triggers checkpoint *n* at the source subtasks
+(:class:`TriggerCheckpoint`); barriers flow with the records; every subtask acks its state
+(:class:`CheckpointAck`); with every ack in, the coordinator writes the checkpoint (its
+``_metadata`` last, see :mod:`._checkpoint_store`), tells every subtask it is complete
+(:class:`NotifyCheckpointComplete`: sinks publish), and drops the oldest beyond
+``num-retained``. One checkpoint is in flight at a time; one that does not complete within
+``execution.checkpointing.timeout`` is given up.
+
+At the end of a bounded input every subtask acks a *final* state; when all have, that is the
+job's final checkpoint, and the sinks that publish on commit are told to publish (see
+``docs/checkpoints.md``). The coordinator lives as long as its job, across attempts.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelflow._errors import CheckpointError
+from accelflow.config import keys as k
+from accelflow.runtime import (
+    CheckpointAck, CheckpointCommitted, Command, NotifyCheckpointComplete, SubtaskKey,
+    TriggerCheckpoint,
+)
+from accelflow.runtime.jobmanager._checkpoint_store import (
+    CheckpointStore, CompletedCheckpoint, OperatorState, RestoredCheckpoint, load_checkpoint,
+    match_operators,
+)
+from accelflow.runtime.jobmanager._jobs import CheckpointRecord, Job
+
+_log = logging.getLogger("accelflow.runtime")
+_NO_STATE = pickle.dumps(None)
+#: completed and failed checkpoints kept in the job's history (REST, UI)
+HISTORY = 20
+
+
+@dataclass
+class SavepointRequest:
+    """A savepoint asked for from the CLI or REST; ``stop``: end the job after it."""
+
+    target: str | None
+    stop: bool
+    result: Future[str] = field(default_factory=Future)
+
+
+@dataclass
+class _Pending:
+    record: CheckpointRecord
+    started: float  # time.monotonic()
+    acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)
+    savepoint: SavepointRequest | None = None
+
+
+class CheckpointCoordinator:
+    def __init__(self, job: Job, send: Callable[[SubtaskKey, Command], None]) -> None:
+        self.job = job
+        self.send = send  # to the TaskExecutor of a subtask
+        config = job.config
+        self.interval = config.get_optional(k.CHECKPOINT_INTERVAL)
+        self.timeout = config.get(k.CHECKPOINT_TIMEOUT)
+        self.min_pause = config.get(k.CHECKPOINT_MIN_PAUSE)
+        self.retained = config.get(k.CHECKPOINTS_RETAINED)
+        self.retention = config.get(k.CHECKPOINT_RETENTION)
+        self.savepoint_dir = config.get_optional(k.SAVEPOINT_DIR)
+        self.store = CheckpointStore(config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex)
+        self.requests: queue.Queue[SavepointRequest] = queue.Queue()
+        self.next_id = 1
+        self.latest: CompletedCheckpoint | None = None
+        self.pending: _Pending | None = None
+        self.keys: list[SubtaskKey] = []
+        self.sources: list[SubtaskKey] = []
+        self.finals: dict[SubtaskKey, dict[str, bytes]] = {}
+        self.final_done = False
+        self.last_end = time.monotonic()  # of the last checkpoint (for the interval and pause)
+        self.stopping: tuple[int, set[SubtaskKey], SavepointRequest] | None = None
+        #: the checkpoint the next attempt restores from (``-s``, then the latest completed)
+        self.restore: RestoredCheckpoint | None = self._initial_restore()
+        job.checkpoint_path = self.store.job_path
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval is not None
+
+    def _initial_restore(self) -> RestoredCheckpoint | None:
+        path = self.job.config.get_optional(k.STATE_RECOVERY_PATH)
+        if path is None:
+            return None
+        restored = load_checkpoint(path)
+        self.next_id = restored.checkpoint_id + 1
+        return restored
+
+    # -- attempts ------------------------------------------------------------------------------
+    def restored_states(self) -> tuple[dict[str, list[bytes]] | None, int]:
+        """What the next attempt's subtasks restore: per operator, every subtask's state;
+        and that checkpoint's id (0 for none).
+
+        Raises:
+            CheckpointError: state of operators this job does not have (naming them).
+        """
+        if self.latest is not None and (self.restore is None or self.restore.path != self.latest.path):
+            self.restore = load_checkpoint(self.latest.path)
+        if self.restore is None:
+            return None, 0
+        kinds = {t.name: t.kind for t in self.job.graph.transformations}
+        matched = match_operators(self.restore, kinds, self.job.config.get(k.ALLOW_NON_RESTORED_STATE))
+        with_state = {name: list(op.subtask_states) for name, op in matched.items()}
+        self.job.checkpoints.restored = {
+            "id": self.restore.checkpoint_id, "path": self.restore.path,
+            "time": time.time(), "attempt": self.job.attempt,
+        }
+        _log.info("%s restores checkpoint %d from %s", self.job.id, self.restore.checkpoint_id,
+                  self.restore.path)
+        return with_state, self.restore.checkpoint_id
+
+    def start_attempt(self, keys: list[SubtaskKey]) -> None:
+        self.keys = list(keys)
+        graph = self.job.graph
+        self.sources = [key for key in keys if graph.chains[key.chain].head.kind == "source"]
+        self.finals = {}
+        self.final_done = False
+        if self.pending is not None:
+            self._fail(self.pending, "the attempt it belonged to failed")
+        self.last_end = time.monotonic()
+
+    # -- events --------------------------------------------------------------------------------
+    def tick(self, running: bool) -> None:
+        """Trigger, time out or stop; ``running``: every subtask of the attempt runs and
+        none has ended its input."""
+        now = time.monotonic()
+        pending = self.pending
+        if pending is not None:
+            if now - pending.started > self.timeout:
+                self._fail(pending, f"it did not complete within {self.timeout:g} s")
+            return
+        if not running or self.finals or self.stopping is not None:
+            return
+        request: SavepointRequest | None = None
+        try:
+            request = self.requests.get_nowait()
+        except queue.Empty:
+            if not self.enabled or now - self.last_end < max(self.interval or 0.0, self.min_pause):
+                return
+        self._trigger(request)
+
+    def _trigger(self, savepoint: SavepointRequest | None) -> None:
+        n = self.next_id
+        self.next_id += 1
+        record = CheckpointRecord(n, "IN_PROGRESS", time.time(), savepoint=savepoint is not None)
+        self.pending = _Pending(record, time.monotonic(), savepoint=savepoint)
+        self._remember(record)
+        for key in self.sources:
+            self.send(key, TriggerCheckpoint(key, n))
+
+    def on_ack(self, ack: CheckpointAck) -> None:
+        if ack.final:
+            self.finals[ack.key] = ack.states
+            if self.pending is not None:  # a subtask ended: no checkpoint can complete now
+                self._fail(self.pending, "a subtask ended its input first", quiet=True)
+            return
+        pending = self.pending
+        if pending is None or ack.checkpoint_id != pending.record.id:
+            return  # of a checkpoint given up
+        pending.acks[ack.key] = ack.states
+        if len(pending.acks) == len(self.keys):
+            self.pending = None
+            self._complete(pending)
+
+    def on_committed(self, msg: CheckpointCommitted) -> bool:
+        """A subtask published a stop-with-savepoint's checkpoint; True once all have."""
+        if self.stopping is None or msg.checkpoint_id != self.stopping[0]:
+            return False
+        self.stopping[1].discard(msg.key)
+        return not self.stopping[1]
+
+    def on_subtask_ended(self, finished: set[SubtaskKey]) -> None:
+        """The job's final checkpoint completes once every subtask has ended its input (a
+        subtask that acks no final state, the checkpointing off, has finished)."""
+        if self.final_done or not self.finals:
+            return
+        if not all(key in self.finals or key in finished for key in self.keys):
+            return
+        self.final_done = True
+        n = self.next_id
+        self.next_id += 1
+        if self.enabled and len(self.finals) == len(self.keys):
+            record = CheckpointRecord(n, "IN_PROGRESS", time.time())
+            self._remember(record)
+            self._complete(_Pending(record, time.monotonic(), dict(self.finals)), notify=False)
+        for key in self.finals:
+            self.send(key, NotifyCheckpointComplete(key, n))
+
+    # -- completion ----------------------------------------------------------------------------
+    def _complete(self, pending: _Pending, notify: bool = True) -> None:
+        record = pending.record
+        request = pending.savepoint
+        try:
+            completed = self.store.write(
+                record.id, self.job.name, self._operator_states(pending.acks),
+                savepoint_dir=(request.target or self.savepoint_dir) if request else None,
+            )
+        except Exception as exc:
+            self._fail(pending, f"writing it failed: {type(exc).__name__}: {exc}")
+            return
+        record.status, record.path, record.size = "COMPLETED", completed.path, completed.size
+        record.duration_s = time.monotonic() - pending.started
+        self.job.checkpoints.completed += 1
+        self.last_end = time.monotonic()
+        if not completed.is_savepoint:
+            self.latest = completed
+            self.store.prune(self.retained)
+        if notify:
+            stop = request is not None and request.stop
+            for key in self.keys:
+                self.send(key, NotifyCheckpointComplete(key, record.id, reply=stop))
+            if stop:
+                assert request is not None
+                self.stopping = (record.id, set(self.keys), request)
+        if request is not None and not request.stop:
+            request.result.set_result(completed.path)
+
+    def _operator_states(self, acks: dict[SubtaskKey, dict[str, bytes]]) -> list[OperatorState]:
+        graph = self.job.graph
+        out = []
+        for chain in graph.chains:
+            keys = [SubtaskKey(self.job.id, self.job.attempt, chain.id, i) for i in range(chain.parallelism)]
+            for node in chain.nodes:
+                blobs = [acks.get(key, {}).get(node.name) for key in keys]
+                if any(b is not None for b in blobs):
+                    out.append(OperatorState(node.name, node.kind, chain.parallelism,
+                                             tuple(b if b is not None else _NO_STATE for b in blobs)))
+        return out
+
+    def _fail(self, pending: _Pending, why: str, *, quiet: bool = False) -> None:
+        if self.pending is pending:
+            self.pending = None
+        pending.record.status, pending.record.failure = "FAILED", why
+        pending.record.duration_s = time.monotonic() - pending.started
+        self.job.checkpoints.failed += 1
+        self.last_end = time.monotonic()
+        _log.log(logging.INFO if quiet else logging.WARNING, "%s: checkpoint %d failed: %s",
+                 self.job.id, pending.record.id, why)
+        if pending.savepoint is not None:
+            pending.savepoint.result.set_exception(
+                CheckpointError(f"savepoint of {self.job.id} failed: {why}", path=self.store.job_path))
+
+    def _remember(self, record: CheckpointRecord) -> None:
+        history = self.job.checkpoints.history
+        history.append(record)
+        del history[:-HISTORY]
+
+    # -- the job's end -------------------------------------------------------------------------
+    def finish_stop(self) -> str | None:
+        """The stop-with-savepoint's path once every subtask published (the job then ends)."""
+        if self.stopping is None:
+            return None
+        request = self.stopping[2]
+        path = next(r.path for r in self.job.checkpoints.history if r.id == self.stopping[0])
+        request.result.set_result(path or "")
+        return path
+
+    def job_ended(self, state: str) -> None:
+        """Flink's rules: a finished job's checkpoints go; a cancelled job's go unless
+        ``RETAIN_ON_CANCELLATION``; a failed job's stay (but for ``NO_EXTERNALIZED_CHECKPOINTS``)."""
+        keep = (state == "CANCELED" and self.retention == "RETAIN_ON_CANCELLATION") or (
+            state == "FAILED" and self.retention != "NO_EXTERNALIZED_CHECKPOINTS")
+        while True:
+            try:
+                self.requests.get_nowait().result.set_exception(
+                    CheckpointError(f"{self.job.id} ended ({state}) before its savepoint",
+                                    path=self.store.job_path))
+            except queue.Empty:
+                break
+        if keep and self.latest is not None:
+            _log.warning("%s: checkpoints retained at %s (resume with: accelflow run -s %s ...)",
+                         self.job.id, self.latest.path, self.latest.path)
+            return
+        try:
+            self.store.discard_all()
+        except Exception as exc:  # the job's outcome stands; say what was left
+            _log.warning("%s: could not remove its checkpoints at %s: %s", self.job.id,
+                         self.store.job_path, exc)
