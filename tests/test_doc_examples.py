@@ -71,6 +71,10 @@ NOT_RUN_COMMANDS = {
     "-D ray.runtime-env.working-dir=. -D ray.runtime-env.env-vars=HF_HOME=/data job.py":
         "joins a remote Ray cluster (tests/ray/test_ray_multinode.py ships a working dir to a "
         "second node)",
+    "accelflow run -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b job.py":
+        "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
+    "accelflow run -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b/chk-42 --allow-non-restored-state job.py":
+        "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
 }
 
 #: Doctests marked ``+SKIP`` (test name: why). Every other doctest runs.

@@ -133,7 +133,7 @@ def _example(cls: type) -> object:
         "graph_blob": b"x", "config": {"a": 1}, "url": "http://127.0.0.1:1", "snapshot": {"records": 1},
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
-        "checkpoint_id": 3, "states": {"map": b"state"},
+        "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
     }
     values.update({  # a SubtaskDescriptor's own fields
         "parallelism": 2, "chain_blob": b"plan", "listen_address": "/tmp/c.sock",

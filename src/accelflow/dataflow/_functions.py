@@ -128,6 +128,11 @@ class Source(ABC, Generic[OUT]):
         """
         return ResumeSplit.of(split, records_read)
 
+    def metrics(self) -> dict[str, float]:
+        """Gauges of this source subtask, sent with its progress (about 4 times a second),
+        e.g. ``{"kafka_lag:<topic>:<partition>": 12}``; ``/metrics`` shows the known ones."""
+        return {}
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is complete (e.g. commit offsets back to a broker for
         monitoring). Called in the subtask, best effort: it may be skipped after a failure."""

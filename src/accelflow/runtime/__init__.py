@@ -43,6 +43,8 @@ if TYPE_CHECKING:
         Registration,
         RegistrationFailed,
         SUBTASK_MESSAGES,
+        SavepointDone,
+        SavepointFailed,
         Shutdown,
         StatusReply,
         StatusRequest,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
         TaskExecutorLost,
         ToSubtask,
         TriggerCheckpoint,
+        TriggerSavepoint,
     )
     from accelflow.runtime._process import die_with_parent
     from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
@@ -78,6 +81,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "StopRequest", "Stopping", "SubmitJob", "SubtaskDescriptor", "SubtaskEvent",
         "SubtaskExited", "SubtaskFailed", "SubtaskFinished", "SubtaskKey", "SubtaskProgress",
         "SubtaskRunning", "TaskExecutorEvent", "TaskExecutorExited", "TaskExecutorLost",
+        "SavepointDone", "SavepointFailed", "TriggerSavepoint",
     ),
     "._process": (
         "die_with_parent",
@@ -111,6 +115,8 @@ __all__ = [
     "Registration",
     "RegistrationFailed",
     "SUBTASK_MESSAGES",
+    "SavepointDone",
+    "SavepointFailed",
     "Shutdown",
     "StatusReply",
     "StatusRequest",
@@ -130,6 +136,7 @@ __all__ = [
     "TaskExecutorLost",
     "ToSubtask",
     "TriggerCheckpoint",
+    "TriggerSavepoint",
     "commit_files",
     "create_part",
     "die_with_parent",

@@ -25,7 +25,9 @@ Subtask → relay (the Ray target's data channels): :class:`OpenChannel`, then c
 Client ↔ session cluster (the submission channel): :class:`SubmitJob` → :class:`JobAccepted`,
 then :class:`JobProgress`... and :class:`JobSucceeded` or :class:`JobFailed`; the client may
 send :class:`CancelJob`. :class:`StatusRequest` → :class:`StatusReply`; :class:`StopRequest`
-→ :class:`Stopping`; :class:`ConfigRequest` → :class:`ConfigReply`.
+→ :class:`Stopping`; :class:`ConfigRequest` → :class:`ConfigReply`;
+:class:`TriggerSavepoint` → :class:`SavepointDone` or :class:`SavepointFailed` (``accelflow
+savepoint|stop``).
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class SubtaskRunning:
 class SubtaskProgress:
     key: SubtaskKey
     counts: list[tuple[int, int]]
+    #: the source's own gauges (``Source.metrics()``), e.g. ``"kafka_lag:<topic>:<partition>"``
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,3 +312,26 @@ class ConfigRequest:
 @dataclass(frozen=True, slots=True)
 class ConfigReply:
     config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerSavepoint:
+    """Take a savepoint of job ``job_id`` in ``target`` (None: the job's
+    ``execution.checkpointing.savepoint-dir``); ``stop``: end the job after it (Flink's
+    stop-with-savepoint)."""
+
+    job_id: str
+    target: str | None = None
+    stop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointDone:
+    """The savepoint's directory (once the stopped job has ended, for ``stop``)."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointFailed:
+    error: RemoteError

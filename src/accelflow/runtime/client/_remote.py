@@ -59,6 +59,8 @@ class RemoteJobClient(_Waitable):
         self._send_lock = threading.Lock()
         #: progress displays attached to this job (see ``ExecutionContext.progress``)
         self.progress_listeners: list[Callable[[dict[str, Any]], None]] = []
+        #: the checkpoint a cancelled or failed job left to resume from (its last progress)
+        self.retained_checkpoint: str | None = None
         self.job_id = self._accepted()
         self._status = "RUNNING"
         self._stop_progress = None
@@ -91,6 +93,7 @@ class RemoteJobClient(_Waitable):
             while True:
                 msg = self._recv()
                 if isinstance(msg, JobProgress):
+                    self.retained_checkpoint = msg.snapshot.get("retained_checkpoint")
                     for listener in self.progress_listeners:
                         listener(msg.snapshot)
                     continue

@@ -1,10 +1,12 @@
 """The JobManager: job lifecycle, TaskExecutor membership and deployment."""
 
+from accelflow.runtime.jobmanager._checkpoint_store import load_checkpoint
 from accelflow.runtime.jobmanager._jobmanager import JobManager
 from accelflow.runtime.jobmanager._jobs import (
     JOB_ENDED,
     JOB_STATES,
     SUBTASK_STATES,
+    CheckpointRecord,
     Job,
     JobResult,
     PendingReason,
@@ -19,6 +21,7 @@ __all__ = [
     "JOB_KEYS",
     "JOB_STATES",
     "SUBTASK_STATES",
+    "CheckpointRecord",
     "Job",
     "JobManager",
     "JobResult",
@@ -26,5 +29,6 @@ __all__ = [
     "SubtaskState",
     "TaskExecutorInfo",
     "address_of",
+    "load_checkpoint",
     "source_total",
 ]

@@ -283,7 +283,7 @@ class JobManager:
             if isinstance(msg, SubtaskRunning):
                 st.state = "RUNNING"
             elif isinstance(msg, SubtaskProgress):
-                st.counts = msg.counts
+                st.counts, st.metrics = msg.counts, msg.metrics
             elif isinstance(msg, SubtaskFinished):
                 st.state, st.counts, st.parts = "FINISHED", msg.counts, msg.parts
                 self.state.release_devices(key)

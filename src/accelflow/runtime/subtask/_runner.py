@@ -296,7 +296,8 @@ class _Runner:
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY_S:
             self.last_progress = now
-            self.status.send(SubtaskProgress(self.desc.key, self._counts()))
+            metrics = self.source.metrics() if self.source is not None else {}
+            self.status.send(SubtaskProgress(self.desc.key, self._counts(), metrics))
 
     def _emit(self, chunk: Any) -> None:
         if self.ops and isinstance(self.ops[-1], CollectSink):
