@@ -448,3 +448,21 @@ class GenericPaced(Paced):
     """:class:`Paced` with the default snapshot (a :class:`ResumeSplit` that skips)."""
 
     snapshot_split = Source.snapshot_split  # type: ignore[assignment]
+
+
+class OnItsGpu(RichMapFunction[Any, Any]):
+    """Passes records through on the one GPU it was assigned (fails if it got another number),
+    slowly enough (``delay`` s per chunk of records) for a test to kill a TaskExecutor."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    def open(self, ctx: RuntimeContext) -> None:
+        gpus = ctx.get_external_resource_infos("gpu")
+        if len(gpus) != 1 or os.environ.get("CUDA_VISIBLE_DEVICES", "") == "":
+            raise AssertionError(f"expected one visible GPU, got {gpus}")
+
+    def map(self, value: Any) -> Any:
+        if self.delay:
+            time.sleep(self.delay)
+        return value

@@ -16,7 +16,7 @@ from accelflow._errors import AccelflowError, ConfigError
 from accelflow._warn import configure_logging
 
 # name -> module; each module defines register(subparsers)
-_COMMANDS = ("resources", "run", "render", "cluster")
+_COMMANDS = ("resources", "run", "render", "cluster", "savepoints")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,12 +9,20 @@ otherwise (on a terminal).
 Where the script's jobs run: the embedded local cluster started for them (default), a running
 session cluster with ``--cluster URL`` (``accelflow cluster start``; then only the job-level
 keys of the config (restart strategy, placement policy, isolation, runtime mode, batch size)
-apply to the job), or Ray with ``-D execution.target=ray`` (docs/ray.md)."""
+apply to the job), or Ray with ``-D execution.target=ray`` (docs/ray.md).
+
+``-s PATH`` (``--fromSavepoint``) starts the script's jobs from a checkpoint or savepoint
+(``execution.state-recovery.path``), checked before the script runs; ``-n``
+(``--allowNonRestoredState``) lets state of operators the job no longer has be dropped.
+Ctrl-C cancels the running job, exits with 130 and, where its checkpoints are retained
+(``externalized-checkpoint-retention: RETAIN_ON_CANCELLATION``), says how to resume."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +33,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from accelflow._errors import ConfigError
 from accelflow._warn import warn
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
+from accelflow.config import keys as k
 from accelflow.runtime.client import ExecutionContext, ProgressSource, use_context
 
 _DESCRIPTION = """\
@@ -37,6 +46,9 @@ Where its jobs run:
   -D execution.target=ray    Ray actors: a local Ray instance, or a running Ray cluster with
                              -D ray.address=auto (see docs/ray.md)
 
+Start from a checkpoint or savepoint with -s PATH (Flink's --fromSavepoint); Ctrl-C cancels
+the job and, with retained checkpoints, prints the -s PATH to resume from.
+
 Config layers, lowest first: --conf (or $ACCELFLOW_CONF), the script's own
 Environment({...}), then -D."""
 
@@ -45,11 +57,12 @@ examples:
   accelflow run examples/fashion_mnist_inference.py
   accelflow run --conf conf/accelflow.yaml examples/fashion_mnist_inference.py --parallelism 4
   accelflow run --cluster http://127.0.0.1:8081 job.py
-  accelflow run -D execution.target=ray -D ray.address=auto job.py"""
+  accelflow run -D execution.target=ray -D ray.address=auto job.py
+  accelflow run -s /ckpt/3f2a.../chk-42 job.py"""
 
 #: ``accelflow run``'s own options: after the script they reach the script instead
-_OPTIONS_WITH_VALUE = ("-D", "--conf", "--cluster")
-_FLAGS = ("--no-progress",)
+_OPTIONS_WITH_VALUE = ("-D", "--conf", "--cluster", "--fromSavepoint")
+_FLAGS = ("--no-progress", "--allowNonRestoredState", "--allow-non-restored-state")
 
 
 def register(sub: Any) -> None:
@@ -68,6 +81,18 @@ def register(sub: Any) -> None:
         "--cluster", metavar="URL",
         help="submit to the session cluster serving this REST URL (see 'accelflow cluster start') "
         "instead of starting an embedded one",
+    )
+    parser.add_argument(
+        "-s", "--fromSavepoint", dest="from_savepoint", metavar="PATH",
+        help="start the job from this checkpoint or savepoint (a chk-<n> or savepoint "
+        "directory, or a job's checkpoint directory: its newest complete checkpoint); sets "
+        "execution.state-recovery.path",
+    )
+    parser.add_argument(
+        "-n", "--allowNonRestoredState", "--allow-non-restored-state", dest="allow_non_restored",
+        action="store_true",
+        help="start even if the checkpoint holds state of operators the job no longer has (it "
+        "is dropped); sets execution.state-recovery.ignore-unclaimed-state",
     )
     parser.set_defaults(func=run)
 
@@ -111,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     if not script.is_file():
         raise ConfigError("no such job script", key=f"accelflow run {args.script}")
     _warn_misplaced(args)
+    given = list(args.definitions)
+    args.definitions = [*given, *_recovery_definitions(args)]  # -s and -n win over -D
     load_cli_config(args, show_warnings=False)  # validate --conf/-D up front; Environment warns
     base: dict[str, Any] = {}
     if args.cluster:
@@ -120,9 +147,15 @@ def run(args: argparse.Namespace) -> int:
         # lowest layer, so the script sees the cluster's external resources
         base = session_config(find_session(args.cluster))
     show = not args.no_progress and sys.stderr.isatty()
+    started: list[tuple[ProgressSource, Any]] = []  # every job the script starts, for Ctrl-C
+
+    def follow(source: ProgressSource, graph: Any) -> Callable[[], None]:
+        started.append((source, graph))
+        return _progress_display(source, graph) if show else _nothing
+
     context = ExecutionContext(
         base_config=base, conf_file=conf_file(args), definitions=tuple(args.definitions),
-        progress=_progress_display if show else None, cluster_url=args.cluster,
+        progress=follow, cluster_url=args.cluster,
         script_dir=str(script.parent.absolute()) if args.cluster else None,
     )
     argv = sys.argv
@@ -133,10 +166,101 @@ def run(args: argparse.Namespace) -> int:
             runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:  # the job client has cancelled its job and waited for its end
+        _report_interrupted(started, args, given)
+        return 130
     finally:
         sys.argv = argv
         sys.path.remove(str(script.parent.absolute()))
     return 0
+
+
+def _recovery_definitions(args: argparse.Namespace) -> list[str]:
+    """``-s PATH`` and ``-n`` as ``-D`` definitions; the checkpoint at ``PATH`` is read once
+    here, so a wrong path fails before the script or any TaskExecutor starts.
+
+    Raises:
+        CheckpointError: no checkpoint or savepoint at ``PATH`` (missing, incomplete, corrupt).
+    """
+    from accelflow.runtime.jobmanager import load_checkpoint
+
+    out = []
+    if args.from_savepoint is not None:
+        path = args.from_savepoint.strip()
+        if not path:
+            raise ConfigError("expected a checkpoint or savepoint directory, got ''",
+                              key="accelflow run -s")
+        if "://" not in path:
+            path = os.path.abspath(os.path.expanduser(path))  # a session cluster's working directory is not ours
+        if not (args.cluster and path.startswith("memory://")):  # that one lives in the cluster
+            load_checkpoint(path)
+        out.append(f"{k.STATE_RECOVERY_PATH.name}={path}")
+    if args.allow_non_restored:
+        out.append(f"{k.ALLOW_NON_RESTORED_STATE.name}=true")
+    return out
+
+
+def _nothing() -> None:
+    pass
+
+
+def _say(line: str) -> None:
+    print(f"accelflow: {line}", file=sys.stderr, flush=True)
+
+
+def _report_interrupted(started: list[tuple[ProgressSource, Any]], args: argparse.Namespace,
+                        given: list[str]) -> None:
+    """After Ctrl-C: which job was cancelled, and where its retained checkpoint is."""
+    reported = False
+    for source, graph in started:
+        job_id, state, retained = _ending_of(source, graph)
+        if job_id is None or state in ("FINISHED", "FAILED"):
+            continue  # ended before the interrupt
+        reported = True
+        if state != "CANCELED":
+            _say(f"interrupted; {job_id} ({graph.name}) has not stopped yet ({state})")
+            continue
+        _say(f"interrupted: cancelled {job_id} ({graph.name})")
+        if retained is None:
+            continue
+        if retained.startswith("memory://") and not args.cluster:
+            _say("its checkpoints were kept in memory (execution.checkpointing.dir is not set), "
+                 "so none is left to resume from")
+            continue
+        _say(f"its latest checkpoint is kept at {retained}")
+        _say(f"resume with: {_resume_command(retained, args, given)}")
+    if not reported:
+        _say("interrupted")
+
+
+def _ending_of(source: ProgressSource, graph: Any) -> tuple[str | None, str, str | None]:
+    """``(job id, state, retained checkpoint)`` of the job that ``source`` ran."""
+    from accelflow.runtime.jobmanager import JobManager
+
+    if isinstance(source, JobManager):
+        from accelflow.runtime.service import retained_checkpoint
+
+        with source.lock:
+            jobs = [j for j in source.jobs.values() if j.graph is graph]
+            if not jobs:
+                return None, "CREATED", None
+            return jobs[-1].id, jobs[-1].state, retained_checkpoint(jobs[-1])
+    return (getattr(source, "job_id", None), str(getattr(source, "status", lambda: "?")()),
+            getattr(source, "retained_checkpoint", None))
+
+
+def _resume_command(path: str, args: argparse.Namespace, given: list[str]) -> str:
+    words = ["accelflow", "run", "-s", path]
+    if args.conf:
+        words += ["--conf", args.conf]
+    for definition in given:
+        words += ["-D", definition]
+    if args.cluster:
+        words += ["--cluster", args.cluster]
+    if args.allow_non_restored:
+        words.append("-n")
+    words += [args.script, *args.args]
+    return shlex.join(words)
 
 
 def _without_separator(script_args: list[str]) -> list[str]:

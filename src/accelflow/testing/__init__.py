@@ -8,6 +8,7 @@ A fake GPU environment also sets ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` and unse
 """
 
 from accelflow.testing._static import StaticDriver, StaticDriverFactory
+from accelflow.connectors.kafka import EmbeddedKafkaBroker as EmbeddedKafkaBroker  # needs accelflow[kafka] when used
 
 try:
     from accelflow.testing._nvidia_smi import (

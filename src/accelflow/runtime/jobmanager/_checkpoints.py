@@ -56,14 +56,15 @@ class SavepointRequest:
 class _Pending:
     record: CheckpointRecord
     started: float  # time.monotonic()
-    acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)
+    acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)  # of live subtasks
     savepoint: SavepointRequest | None = None
 
 
 class CheckpointCoordinator:
-    def __init__(self, job: Job, send: Callable[[SubtaskKey, Command], None]) -> None:
+    def __init__(self, job: Job, send: Callable[[SubtaskKey, Command], None], lock: Any) -> None:
         self.job = job
         self.send = send  # to the TaskExecutor of a subtask
+        self.lock = lock  # the JobManager's: the job's records change only under it (REST reads them)
         config = job.config
         self.interval = config.get_optional(k.CHECKPOINT_INTERVAL)
         self.timeout = config.get(k.CHECKPOINT_TIMEOUT)
@@ -71,24 +72,32 @@ class CheckpointCoordinator:
         self.retained = config.get(k.CHECKPOINTS_RETAINED)
         self.retention = config.get(k.CHECKPOINT_RETENTION)
         self.savepoint_dir = config.get_optional(k.SAVEPOINT_DIR)
-        self.store = CheckpointStore(config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex)
+        self._store: CheckpointStore | None = None  # made at the first checkpoint (fsspec is slow to import)
         self.requests: queue.Queue[SavepointRequest] = queue.Queue()
         self.next_id = 1
         self.latest: CompletedCheckpoint | None = None
         self.pending: _Pending | None = None
         self.keys: list[SubtaskKey] = []
         self.sources: list[SubtaskKey] = []
-        self.finals: dict[SubtaskKey, dict[str, bytes]] = {}
+        self.finals: dict[SubtaskKey, dict[str, bytes]] = {}  # of subtasks that ended their input
+        self.finished: set[SubtaskKey] = set()
         self.final_done = False
         self.last_end = time.monotonic()  # of the last checkpoint (for the interval and pause)
         self.stopping: tuple[int, set[SubtaskKey], SavepointRequest] | None = None
         #: the checkpoint the next attempt restores from (``-s``, then the latest completed)
         self.restore: RestoredCheckpoint | None = self._initial_restore()
-        job.checkpoint_path = self.store.job_path
 
     @property
     def enabled(self) -> bool:
         return self.interval is not None
+
+    @property
+    def store(self) -> CheckpointStore:
+        if self._store is None:
+            self._store = CheckpointStore(self.job.config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex)
+            with self.lock:
+                self.job.checkpoint_path = self._store.job_path
+        return self._store
 
     def _initial_restore(self) -> RestoredCheckpoint | None:
         path = self.job.config.get_optional(k.STATE_RECOVERY_PATH)
@@ -113,10 +122,11 @@ class CheckpointCoordinator:
         kinds = {t.name: t.kind for t in self.job.graph.transformations}
         matched = match_operators(self.restore, kinds, self.job.config.get(k.ALLOW_NON_RESTORED_STATE))
         with_state = {name: list(op.subtask_states) for name, op in matched.items()}
-        self.job.checkpoints.restored = {
-            "id": self.restore.checkpoint_id, "path": self.restore.path,
-            "time": time.time(), "attempt": self.job.attempt,
-        }
+        with self.lock:
+            self.job.checkpoints.restored = {
+                "id": self.restore.checkpoint_id, "path": self.restore.path,
+                "time": time.time(), "attempt": self.job.attempt,
+            }
         _log.info("%s restores checkpoint %d from %s", self.job.id, self.restore.checkpoint_id,
                   self.restore.path)
         return with_state, self.restore.checkpoint_id
@@ -126,6 +136,7 @@ class CheckpointCoordinator:
         graph = self.job.graph
         self.sources = [key for key in keys if graph.chains[key.chain].head.kind == "source"]
         self.finals = {}
+        self.finished = set()
         self.final_done = False
         if self.pending is not None:
             self._fail(self.pending, "the attempt it belonged to failed")
@@ -133,15 +144,20 @@ class CheckpointCoordinator:
 
     # -- events --------------------------------------------------------------------------------
     def tick(self, running: bool) -> None:
-        """Trigger, time out or stop; ``running``: every subtask of the attempt runs and
-        none has ended its input."""
+        """Trigger, time out or stop; ``running``: every subtask of the attempt has started
+        (subtasks that ended their input take part with their final state, as Flink's
+        checkpoints after tasks finished)."""
         now = time.monotonic()
         pending = self.pending
         if pending is not None:
             if now - pending.started > self.timeout:
                 self._fail(pending, f"it did not complete within {self.timeout:g} s")
+            elif stateless := [k for k in self.finished if k not in self.finals and k not in pending.acks]:
+                self._fail(pending, f"{len(stateless)} subtask(s) finished without a final state "
+                                    "(only jobs with checkpointing on keep one)")
             return
-        if not running or self.finals or self.stopping is not None:
+        live_sources = [key for key in self.sources if key not in self.finals]
+        if not running or not live_sources or self.final_done or self.stopping is not None:
             return
         request: SavepointRequest | None = None
         try:
@@ -149,30 +165,36 @@ class CheckpointCoordinator:
         except queue.Empty:
             if not self.enabled or now - self.last_end < max(self.interval or 0.0, self.min_pause):
                 return
-        self._trigger(request)
+        self._trigger(request, live_sources)
 
-    def _trigger(self, savepoint: SavepointRequest | None) -> None:
+    def _trigger(self, savepoint: SavepointRequest | None, sources: list[SubtaskKey]) -> None:
         n = self.next_id
         self.next_id += 1
         record = CheckpointRecord(n, "IN_PROGRESS", time.time(), savepoint=savepoint is not None)
         self.pending = _Pending(record, time.monotonic(), savepoint=savepoint)
         self._remember(record)
-        for key in self.sources:
+        for key in sources:
             self.send(key, TriggerCheckpoint(key, n))
 
     def on_ack(self, ack: CheckpointAck) -> None:
         if ack.final:
             self.finals[ack.key] = ack.states
-            if self.pending is not None:  # a subtask ended: no checkpoint can complete now
-                self._fail(self.pending, "a subtask ended its input first", quiet=True)
-            return
+        else:
+            pending = self.pending
+            if pending is None or ack.checkpoint_id != pending.record.id:
+                return  # of a checkpoint given up
+            pending.acks[ack.key] = ack.states
+        self._complete_if_acked()
+
+    def _complete_if_acked(self) -> None:
+        """Complete the pending checkpoint once every subtask has acked it, a subtask that
+        ended its input with its final state (everything upstream of it has ended too, so
+        that state covers every record before the barrier)."""
         pending = self.pending
-        if pending is None or ack.checkpoint_id != pending.record.id:
-            return  # of a checkpoint given up
-        pending.acks[ack.key] = ack.states
-        if len(pending.acks) == len(self.keys):
-            self.pending = None
-            self._complete(pending)
+        if pending is None or not all(k in pending.acks or k in self.finals for k in self.keys):
+            return
+        self.pending = None
+        self._complete(pending, {**self.finals, **pending.acks})
 
     def on_committed(self, msg: CheckpointCommitted) -> bool:
         """A subtask published a stop-with-savepoint's checkpoint; True once all have."""
@@ -184,6 +206,7 @@ class CheckpointCoordinator:
     def on_subtask_ended(self, finished: set[SubtaskKey]) -> None:
         """The job's final checkpoint completes once every subtask has ended its input (a
         subtask that acks no final state, the checkpointing off, has finished)."""
+        self.finished = finished
         if self.final_done or not self.finals:
             return
         if not all(key in self.finals or key in finished for key in self.keys):
@@ -194,25 +217,27 @@ class CheckpointCoordinator:
         if self.enabled and len(self.finals) == len(self.keys):
             record = CheckpointRecord(n, "IN_PROGRESS", time.time())
             self._remember(record)
-            self._complete(_Pending(record, time.monotonic(), dict(self.finals)), notify=False)
+            self._complete(_Pending(record, time.monotonic()), dict(self.finals), notify=False)
         for key in self.finals:
             self.send(key, NotifyCheckpointComplete(key, n))
 
     # -- completion ----------------------------------------------------------------------------
-    def _complete(self, pending: _Pending, notify: bool = True) -> None:
+    def _complete(self, pending: _Pending, acks: dict[SubtaskKey, dict[str, bytes]],
+                  notify: bool = True) -> None:
         record = pending.record
         request = pending.savepoint
         try:
             completed = self.store.write(
-                record.id, self.job.name, self._operator_states(pending.acks),
+                record.id, self.job.name, self._operator_states(acks),
                 savepoint_dir=(request.target or self.savepoint_dir) if request else None,
             )
         except Exception as exc:
             self._fail(pending, f"writing it failed: {type(exc).__name__}: {exc}")
             return
-        record.status, record.path, record.size = "COMPLETED", completed.path, completed.size
-        record.duration_s = time.monotonic() - pending.started
-        self.job.checkpoints.completed += 1
+        with self.lock:
+            record.status, record.path, record.size = "COMPLETED", completed.path, completed.size
+            record.duration_s = time.monotonic() - pending.started
+            self.job.checkpoints.completed += 1
         self.last_end = time.monotonic()
         if not completed.is_savepoint:
             self.latest = completed
@@ -242,9 +267,10 @@ class CheckpointCoordinator:
     def _fail(self, pending: _Pending, why: str, *, quiet: bool = False) -> None:
         if self.pending is pending:
             self.pending = None
-        pending.record.status, pending.record.failure = "FAILED", why
-        pending.record.duration_s = time.monotonic() - pending.started
-        self.job.checkpoints.failed += 1
+        with self.lock:
+            pending.record.status, pending.record.failure = "FAILED", why
+            pending.record.duration_s = time.monotonic() - pending.started
+            self.job.checkpoints.failed += 1
         self.last_end = time.monotonic()
         _log.log(logging.INFO if quiet else logging.WARNING, "%s: checkpoint %d failed: %s",
                  self.job.id, pending.record.id, why)
@@ -253,9 +279,10 @@ class CheckpointCoordinator:
                 CheckpointError(f"savepoint of {self.job.id} failed: {why}", path=self.store.job_path))
 
     def _remember(self, record: CheckpointRecord) -> None:
-        history = self.job.checkpoints.history
-        history.append(record)
-        del history[:-HISTORY]
+        with self.lock:
+            history = self.job.checkpoints.history
+            history.append(record)
+            del history[:-HISTORY]
 
     # -- the job's end -------------------------------------------------------------------------
     def finish_stop(self) -> str | None:
@@ -272,6 +299,8 @@ class CheckpointCoordinator:
         ``RETAIN_ON_CANCELLATION``; a failed job's stay (but for ``NO_EXTERNALIZED_CHECKPOINTS``)."""
         keep = (state == "CANCELED" and self.retention == "RETAIN_ON_CANCELLATION") or (
             state == "FAILED" and self.retention != "NO_EXTERNALIZED_CHECKPOINTS")
+        if self.pending is not None and self.pending.savepoint is not None:
+            self._fail(self.pending, f"the job ended ({state})", quiet=True)
         while True:
             try:
                 self.requests.get_nowait().result.set_exception(
@@ -280,9 +309,11 @@ class CheckpointCoordinator:
             except queue.Empty:
                 break
         if keep and self.latest is not None:
-            _log.warning("%s: checkpoints retained at %s (resume with: accelflow run -s %s ...)",
-                         self.job.id, self.latest.path, self.latest.path)
+            _log.info("%s: checkpoints retained at %s (resume with: accelflow run -s %s ...)",
+                      self.job.id, self.latest.path, self.latest.path)
             return
+        if self._store is None:
+            return  # no checkpoint was ever written
         try:
             self.store.discard_all()
         except Exception as exc:  # the job's outcome stands; say what was left

@@ -130,7 +130,7 @@ class JobManager:
         """Run a submitted job to its end in this thread; the job's record ends up ended."""
         coordinator: CheckpointCoordinator | None = None
         try:
-            coordinator = CheckpointCoordinator(job, self._send_to_subtask)
+            coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock)
             job.savepoints = coordinator.requests
             with hold_sink_targets(job.graph):  # a second job on a target fails; stale parts go
                 result = self._run_attempts(job, coordinator)
@@ -255,7 +255,7 @@ class JobManager:
                 if event is not None:
                     self._on_event(job, attempt, event, coordinator)
                 with self.state.lock:
-                    running = all(self.state.subtasks[key].state == "RUNNING" for key in keys)
+                    running = all(self.state.subtasks[key].state in ("RUNNING", "FINISHED") for key in keys)
                 coordinator.tick(running)
         except _Stopped:
             self.deployer.abort(job, keys, attempt.exited)

@@ -2,6 +2,7 @@
 
 from accelflow.runtime.service._metrics import render_metrics
 from accelflow.runtime.service._rest import RestServer
+from accelflow.runtime.service._snapshot import checkpoints_view, retained_checkpoint
 from accelflow.runtime.service._session import (
     SessionCluster,
     SessionInfo,
@@ -18,7 +19,9 @@ __all__ = [
     "SessionCluster",
     "SessionInfo",
     "find_session",
+    "checkpoints_view",
     "render_metrics",
+    "retained_checkpoint",
     "running_sessions",
     "session_config",
     "session_process",

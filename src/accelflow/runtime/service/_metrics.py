@@ -9,6 +9,12 @@ Metric families (labels in braces):
   resource's driver or discovery failed (``degraded`` or ``no-driver``), else 0;
 - ``accelflow_operator_records_in_total`` / ``..._out_total{job,operator}``: counters;
 - ``accelflow_subtasks{job,state}``: subtasks of each job's current attempt by state;
+- ``accelflow_checkpoints_completed_total`` / ``..._failed_total{job}``: counters;
+- ``accelflow_checkpoint_duration_seconds{job}`` / ``accelflow_checkpoint_size_bytes{job}``:
+  of the job's last completed checkpoint (absent before its first);
+- ``accelflow_job_restarts_total{job}``: restarts of the job (its attempt number);
+- ``accelflow_kafka_lag{job,topic,partition}``: records behind the partition's end, as the
+  Kafka source subtasks report them (summed over subtasks);
 - ``accelflow_jobs{state}``, ``accelflow_taskexecutors``, ``accelflow_slots_total``,
   ``accelflow_slots_free``.
 
@@ -40,6 +46,19 @@ def render_metrics(view: View) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(view))  # type: ignore[arg-type]
     return bytes(generate_latest(registry))
+
+
+def kafka_lag(job: View) -> dict[tuple[str, str], float]:
+    """``(topic, partition)`` → lag, from the subtasks' ``kafka_lag:<topic>:<partition>``
+    gauges (a partition read by two subtasks, e.g. during a rebalance, is summed)."""
+    out: dict[tuple[str, str], float] = {}
+    for st in job["subtasks"]:
+        for name, value in (st.get("metrics") or {}).items():
+            kind, _, rest = name.partition(":")
+            topic, sep, partition = rest.rpartition(":")
+            if kind == "kafka_lag" and sep and topic:
+                out[(topic, partition)] = out.get((topic, partition), 0.0) + float(value)
+    return out
 
 
 class _Collector:
@@ -84,6 +103,31 @@ class _Collector:
             for state, n in job["subtasks_by_state"].items():
                 subtasks.add_metric([job["id"], state], n)
         yield from (records_in, records_out, subtasks)
+        yield from self._checkpoints()
+
+    def _checkpoints(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        job = ["job"]
+        completed = CounterMetricFamily("accelflow_checkpoints_completed", "Checkpoints and savepoints completed.", labels=job)
+        failed = CounterMetricFamily("accelflow_checkpoints_failed", "Checkpoints and savepoints that failed.", labels=job)
+        duration = GaugeMetricFamily("accelflow_checkpoint_duration_seconds", "Duration of the last completed checkpoint.", labels=job)
+        size = GaugeMetricFamily("accelflow_checkpoint_size_bytes", "Size of the last completed checkpoint.", labels=job)
+        restarts = CounterMetricFamily("accelflow_job_restarts", "Restarts of the job.", labels=job)
+        lag = GaugeMetricFamily("accelflow_kafka_lag", "Records behind the end of the Kafka partition.", labels=["job", "topic", "partition"])
+        for j in self.view["jobs"]:
+            stats = j["checkpoints"]
+            completed.add_metric([j["id"]], stats["counts"]["completed"])
+            failed.add_metric([j["id"]], stats["counts"]["failed"])
+            restarts.add_metric([j["id"]], j["restarts"])
+            last = stats["latest"]["completed"]
+            if last is not None and last["duration_s"] is not None:
+                duration.add_metric([j["id"]], last["duration_s"])
+            if last is not None and last["size"] is not None:
+                size.add_metric([j["id"]], last["size"])
+            for (topic, partition), value in sorted(kafka_lag(j).items()):
+                lag.add_metric([j["id"], topic, partition], value)
+        yield from (completed, failed, duration, size, restarts, lag)
 
     def _cluster(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily

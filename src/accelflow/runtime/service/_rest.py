@@ -10,8 +10,16 @@ GET      ``/v1/jobs``                    every job, short
 GET      ``/v1/jobs/{id}``               operators, subtasks, devices, record counts
 GET      ``/v1/jobs/{id}/pending``       why a waiting job waits, per TaskExecutor/device
 POST     ``/v1/jobs/{id}/cancel``        cancel a job (202; 409 when it has ended)
+GET      ``/v1/jobs/{id}/checkpoints``   checkpoint counts, latest, history, last restore
+POST     ``/v1/jobs/{id}/savepoints``    savepoint (``target-directory``, ``cancel-job``): 202
+POST     ``/v1/jobs/{id}/stop``          stop with savepoint (``targetDirectory``): 202
+GET      ``/v1/jobs/{id}/savepoints/R``  request R: IN_PROGRESS, COMPLETED or FAILED
 GET      ``/metrics``                    Prometheus text format
 =======  ==============================  ==============================================
+
+The savepoint routes are Flink's asynchronous operations (:mod:`._savepoints`): the POST
+answers ``{"request-id": R}``; ``GET .../savepoints/R`` answers ``{"status": {"id": ...},
+"operation": {"location": path} | {"failure-cause": why}}``.
 
 Threat model (docs/observability.md, "Safety"): any local user and any web page the user
 visits can reach a loopback port. So, in this order and before any route runs:
@@ -29,7 +37,10 @@ visits can reach a loopback port. So, in this order and before any route runs:
 The UI's static files hold no cluster data and are served without the token; the UI takes it
 from ``?token=`` (kept in the tab's ``sessionStorage``, sent as the bearer header, so no
 cookie rides along with cross-site requests). No route runs code, reads a file named by the
-request, or changes anything but a job's cancel flag.
+request, or changes anything but a job's cancel flag and its savepoints: a savepoint is
+written only into a new ``savepoint-<job>-<random>`` directory under an absolute target
+directory (or URL) or the configured ``execution.checkpointing.savepoint-dir``, as the
+cluster's user (the token's holder could run ``accelflow savepoint`` anyway).
 """
 
 from __future__ import annotations
@@ -51,7 +62,9 @@ from typing import TYPE_CHECKING, Any
 from accelflow._errors import AccelflowError, ConfigError, MissingDependencyError
 from accelflow.config import Configuration
 from accelflow.config import keys as k
+from accelflow._errors import CheckpointError
 from accelflow.runtime.service._http import BoundedHTTPServer, BoundedHTTPServer6, log_dropped
+from accelflow.runtime.service._savepoints import JobNotRunning, Operations, UnknownJob
 from accelflow.runtime.service._snapshot import View, cluster_view, job_summary, pending_view
 
 if TYPE_CHECKING:
@@ -63,7 +76,11 @@ _STATIC = {
     "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/ui/style.css": ("style.css", "text/css; charset=utf-8"),
 }
-_JOB = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<rest>/pending|/cancel)?$")
+_JOB = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<rest>/pending|/cancel|/checkpoints|/savepoints|/stop)?$")
+_SAVEPOINT = re.compile(r"^/v1/jobs/(?P<id>[^/]+)/savepoints/(?P<rid>[^/]+)$")
+_POSTS = ("/cancel", "/savepoints", "/stop")
+#: the largest request body read (a savepoint request is a few dozen bytes)
+MAX_BODY = 64 << 10
 _GET_ROUTES = ("/v1/overview", "/v1/taskexecutors", "/v1/jobs", "/metrics")
 _SAFE_METHODS = ("GET", "HEAD")
 _WILDCARDS = ("", "0.0.0.0", "::")
@@ -106,6 +123,7 @@ class RestServer:
         self.token: str = configured.strip() if configured is not None else secrets.token_urlsafe(24)
         self.token_generated = configured is None
         self._hosts: frozenset[str] | None = None  # None: any Host (a wildcard bind)
+        self.savepoints = Operations(jobmanager)
         self._httpd: BoundedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -200,15 +218,27 @@ class RestServer:
         if path == "/v1/jobs":
             return _json({"jobs": [job_summary(j) for j in view["jobs"]]})
         match = _JOB.match(path)
-        if match and match["rest"] != "/cancel":
+        if match and match["rest"] not in _POSTS:
             job = _find_job(view, match["id"])
+            if match["rest"] == "/checkpoints":
+                return _json(job["checkpoints"])
             return _json(pending_view(job) if match["rest"] == "/pending" else job)
+        savepoint = _SAVEPOINT.match(path)
+        if savepoint:
+            _find_job(view, savepoint["id"])
+            try:
+                return _json(self.savepoints.status(savepoint["id"], savepoint["rid"]))
+            except KeyError:
+                raise HttpError(HTTPStatus.NOT_FOUND, f"no savepoint request {savepoint['rid']} "
+                                f"of {savepoint['id']}") from None
         if match:
             raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts POST only", {"Allow": "POST"})
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
 
-    def post(self, path: str) -> tuple[HTTPStatus, bytes]:
+    def post(self, path: str, body: bytes = b"") -> tuple[HTTPStatus, bytes]:
         match = _JOB.match(path)
+        if match and match["rest"] in ("/savepoints", "/stop"):
+            return self._savepoint(match["id"], match["rest"] == "/stop", body)
         if match and match["rest"] == "/cancel":
             try:
                 accepted = self.jobmanager.cancel(match["id"])
@@ -218,9 +248,56 @@ class RestServer:
                 state = self.jobmanager.jobs[match["id"]].state
                 raise HttpError(HTTPStatus.CONFLICT, f"{match['id']} has already ended ({state})")
             return HTTPStatus.ACCEPTED, _json({"job": match["id"], "cancel_requested": True})[0]
-        if path in _STATIC or path in _GET_ROUTES or match:
+        if path in _STATIC or path in _GET_ROUTES or match or _SAVEPOINT.match(path):
             raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts GET only", {"Allow": "GET"})
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
+
+
+    def _savepoint(self, job_id: str, stop: bool, body: bytes) -> tuple[HTTPStatus, bytes]:
+        """Flink's ``POST /jobs/:id/savepoints`` and ``/jobs/:id/stop``: 202 and a request id."""
+        fields = _savepoint_request(body, stop)
+        target = fields.get("targetDirectory" if stop else "target-directory")
+        kind = "stop" if stop else ("cancel" if fields.get("cancel-job") else "savepoint")
+        try:
+            request_id = self.savepoints.trigger(job_id, target, kind=kind)
+        except UnknownJob as exc:
+            raise HttpError(HTTPStatus.NOT_FOUND, str(exc)) from None
+        except JobNotRunning as exc:
+            raise HttpError(HTTPStatus.CONFLICT, str(exc)) from None
+        except CheckpointError as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        return HTTPStatus.ACCEPTED, _json({"request-id": request_id, "job": job_id, "kind": kind})[0]
+
+
+def _savepoint_request(body: bytes, stop: bool) -> dict[str, Any]:
+    """The checked JSON body of a savepoint or stop request (empty: all defaults).
+
+    Raises:
+        HttpError: 400 naming the field at fault.
+    """
+    where = "POST /v1/jobs/{id}/" + ("stop" if stop else "savepoints")
+    allowed = {"targetDirectory": str, "drain": bool} if stop else {"target-directory": str, "cancel-job": bool}
+    try:
+        fields = json.loads(body.decode("utf-8")) if body.strip() else {}
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: the body is not JSON ({exc})") from None
+    if not isinstance(fields, dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: the body must be a JSON object")
+    for name, value in fields.items():
+        if name not in allowed:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: unknown field {name!r}; expected "
+                            + " and ".join(repr(a) for a in allowed))
+        if value is not None and not isinstance(value, allowed[name]):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: {name!r} must be "
+                            f"{'text' if allowed[name] is str else 'true or false'}, got {value!r}")
+    if fields.get("drain"):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: 'drain' is not supported (accelflow has "
+                        "no event time to advance); leave it out or false")
+    target = fields.get("targetDirectory" if stop else "target-directory")
+    if target is not None and ("://" not in target and not target.startswith("/")):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{where}: the target directory {target!r} must "
+                        "be an absolute path or a URL (the cluster's working directory is not yours)")
+    return fields
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -232,7 +309,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(lambda path: (HTTPStatus.OK, *self.server_ref.get(path)))
 
     def do_POST(self) -> None:  # noqa: N802
-        self._serve(lambda path: (*self.server_ref.post(path), "application/json"))
+        self._serve(lambda path: (*self.server_ref.post(path, self._body()), "application/json"))
+
+    def _body(self) -> bytes:
+        """The request body (read after the checks), at most :data:`MAX_BODY` bytes."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "Content-Length is not a number") from None
+        if length < 0 or length > MAX_BODY:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                            f"the body may have at most {MAX_BODY} bytes, not {length}")
+        return self.rfile.read(length) if length else b""
 
     def _other(self) -> None:
         self._serve(lambda path: _raise(HttpError(

@@ -25,7 +25,8 @@ Messages on the submission channel are the typed messages of
   it in the UI or with the REST API).
 - ``StatusRequest`` → ``StatusReply``; ``StopRequest`` → ``Stopping``; ``ConfigRequest`` →
   ``ConfigReply``: the cluster's keys, the lowest config layer of a job script run with
-  ``--cluster`` (so it sees e.g. the cluster's external resources).
+  ``--cluster`` (so it sees e.g. the cluster's external resources); ``TriggerSavepoint`` →
+  ``SavepointDone`` or ``SavepointFailed`` (``accelflow savepoint|stop``, see ``_savepoints``).
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.runtime import (
     CancelJob, ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded,
     StatusReply, StatusRequest, Stopping, StopRequest, SubmitJob,
+    TriggerSavepoint,
 )
-from accelflow.runtime.jobmanager import JobManager
-from accelflow.runtime.jobmanager import Job
+from accelflow.runtime.jobmanager import Job, JobManager
+from accelflow.runtime.service import _savepoints
 from accelflow.runtime.service._rest import RestServer
-from accelflow.runtime.service._snapshot import cluster_view
+from accelflow.runtime.service._snapshot import cluster_view, retained_checkpoint
 from accelflow.runtime.launchers import make_launcher
 
 _STOP_JOBS_S = 20.0
@@ -327,6 +329,8 @@ class SessionCluster:
                 self.stopping.set()
             elif isinstance(msg, SubmitJob):
                 self._submit(conn, msg.graph_blob, msg.config)
+            elif isinstance(msg, TriggerSavepoint):
+                conn.send(_savepoints.answer(self.jobmanager, msg))
         except (EOFError, OSError):
             pass
         except Exception as exc:  # our bug: tell the client instead of leaving it waiting
@@ -383,6 +387,9 @@ class SessionCluster:
                 conn.send(JobProgress(snapshot))
                 last = snapshot
         thread.join()
+        with self.jobmanager.lock:  # what a cancelled or failed job left to resume from
+            retained = retained_checkpoint(job)
+        conn.send(JobProgress(dict(self.jobmanager.progress(job.graph), retained_checkpoint=retained)))
         if "result" in outcome:
             conn.send(JobSucceeded(outcome["result"]))
         else:

@@ -21,8 +21,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from accelflow.runtime import SubtaskKey
+from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
-    JOB_ENDED, JOB_STATES, SUBTASK_STATES, Job, SubtaskState, address_of, source_total,
+    JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, Job, SubtaskState, address_of,
+    source_total,
 )
 from accelflow.scheduling import DeviceKey
 
@@ -56,7 +58,7 @@ def cluster_view(jm: JobManager) -> View:
 
 def job_summary(job: View) -> View:
     """The short form of a job for ``GET /v1/jobs``: no operators or subtasks."""
-    return {k: v for k, v in job.items() if k not in ("operators", "subtasks", "pending")}
+    return {key: v for key, v in job.items() if key not in ("operators", "subtasks", "pending", "checkpoints")}
 
 
 def pending_view(job: View) -> View:
@@ -160,6 +162,7 @@ def _job(jm: JobManager, job: Job) -> View:
     end = job.ended_at if job.ended_at is not None else time.time()
     return {
         "id": job.id, "name": job.name, "state": job.state, "attempt": job.attempt,
+        "restarts": job.attempt,
         "submitted_at": job.submitted_at, "ended_at": job.ended_at,
         "duration_s": round(end - job.submitted_at, 3),
         "error": job.error if job.state in JOB_ENDED else None,
@@ -171,7 +174,64 @@ def _job(jm: JobManager, job: Job) -> View:
             "message": job.pending.message, "since": job.pending.since,
             "reasons": [_reason(r) for r in job.pending.reasons],
         },
+        "checkpoints": checkpoints_view(job),
     }
+
+
+def checkpoints_view(job: Job) -> View:
+    """``GET /v1/jobs/{id}/checkpoints`` (Flink's checkpoint statistics): counts, the latest
+    completed, savepoint and failed checkpoints, the history (newest first) and the last
+    restore. Called under the JobManager's lock (the coordinator fills records in place)."""
+    stats = job.checkpoints
+    history = [_checkpoint(r) for r in reversed(list(stats.history))]
+
+    def latest(status: str, savepoint: bool | None = None) -> View | None:
+        return next((r for r in history if r["status"] == status
+                     and (savepoint is None or r["savepoint"] == savepoint)), None)
+
+    restored = dict(stats.restored) if stats.restored is not None else None
+    return {
+        "job": job.id,
+        "enabled": job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None,
+        "interval_s": job.config.get_optional(k.CHECKPOINT_INTERVAL),
+        "directory": job.checkpoint_path,
+        "counts": {
+            "completed": stats.completed, "failed": stats.failed,
+            "in_progress": sum(1 for r in history if r["status"] == "IN_PROGRESS"),
+            "restored": 1 if restored is not None else 0,
+        },
+        "latest": {
+            "completed": latest("COMPLETED", False), "savepoint": latest("COMPLETED", True),
+            "failed": latest("FAILED"), "restored": restored,
+        },
+        "restored": restored,
+        "stopped_with_savepoint": job.stopped_with_savepoint,
+        "history": history,
+    }
+
+
+def _checkpoint(record: CheckpointRecord) -> View:
+    return {
+        "id": record.id, "status": record.status, "savepoint": record.savepoint,
+        "trigger_time": record.trigger_time,
+        "duration_s": None if record.duration_s is None else round(record.duration_s, 6),
+        "size": record.size, "path": record.path, "failure": record.failure,
+    }
+
+
+def retained_checkpoint(job: Job) -> str | None:
+    """The checkpoint an ended job left behind to resume from (Flink's retention rules: a
+    cancelled job's with ``RETAIN_ON_CANCELLATION``, a failed job's unless
+    ``NO_EXTERNALIZED_CHECKPOINTS``), or None."""
+    retention = job.config.get(k.CHECKPOINT_RETENTION)
+    kept = (job.state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
+        job.state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")
+    if not kept:
+        return None
+    for record in reversed(list(job.checkpoints.history)):
+        if record.status == "COMPLETED" and not record.savepoint and record.path:
+            return record.path
+    return None
 
 
 def _operators(job: Job, states: list[SubtaskState]) -> list[View]:
@@ -206,6 +266,7 @@ def _subtask(job: Job, st: SubtaskState) -> View:
             {"operator": node.name, "in": n_in, "out": n_out}
             for node, (n_in, n_out) in zip(chain.nodes, st.counts)
         ],
+        "metrics": dict(getattr(st, "metrics", None) or {}),  # the source's gauges
     }
 
 
@@ -215,7 +276,7 @@ def _planned(job: Job) -> list[View]:
         {
             "name": f"{c.name} ({i + 1}/{c.parallelism})", "chain": c.id, "index": i,
             "attempt": job.attempt, "state": "WAITING", "taskexecutor": None, "devices": [],
-            "records": [],
+            "records": [], "metrics": {},
         }
         for c in job.graph.chains for i in range(c.parallelism)
     ]

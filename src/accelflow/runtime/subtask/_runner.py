@@ -80,6 +80,7 @@ class _Runner:
         self.source: Any = None
         self.splits: list[Any] = []  # the source's splits not yet read (the current first)
         self.split_read = 0  # records of the current split emitted so far
+        self.ended = False  # the input has ended (the final state is acked)
 
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
@@ -159,8 +160,8 @@ class _Runner:
     def _checkpoint(self, checkpoint_id: int) -> None:
         """At checkpoint ``checkpoint_id``'s barrier (aligned on every input): flush, snapshot,
         ack, and pass the barrier on."""
-        if checkpoint_id <= self.last_checkpoint:
-            return  # an old barrier (e.g. of a checkpoint the JobManager gave up)
+        if checkpoint_id <= self.last_checkpoint or self.ended:
+            return  # an old barrier (of a checkpoint given up), or a trigger after the end
         self.last_checkpoint = checkpoint_id
         self._flush_ops(lambda op: op.flush())
         self.status.send(CheckpointAck(self.desc.key, checkpoint_id, self._snapshot(checkpoint_id)))
@@ -206,6 +207,7 @@ class _Runner:
             return
         final = self.last_checkpoint + 1
         self.splits = []
+        self.ended = True
         self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
         self.last_checkpoint = final
         while committing:
@@ -234,6 +236,8 @@ class _Runner:
                     self.source_out += n
                     self.split_read += n
                     self._push(chunk, 0)
+                else:
+                    self._progress()  # an idle source's gauges (e.g. Kafka lag) still go out
                 self._control()
                 self._timers()
                 if self.cancelled.is_set():
@@ -293,6 +297,9 @@ class _Runner:
                 break
         else:
             self._emit(chunk)
+        self._progress()
+
+    def _progress(self) -> None:
         now = time.monotonic()
         if now - self.last_progress >= PROGRESS_EVERY_S:
             self.last_progress = now

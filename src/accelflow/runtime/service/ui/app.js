@@ -107,12 +107,47 @@ async function jobDetail() {
 function detailParts(job, rows) {
   return [
     el("h2", {}, `${job.id} · ${job.name}`),
+    el("div", { class: "muted job-restarts" }, `restarts: ${job.restarts}`),
     job.error ? el("div", { class: "error" }, job.error) : null,
     job.pending ? el("div", { class: "error" }, job.pending.message,
       el("ul", {}, job.pending.reasons.map(r => el("li", {}, `${r.taskexecutor}: ${r.reason}`)))) : null,
     el("table", {}, el("thead", {}, el("tr", {}, ["Subtask", "State", "TaskExecutor", "Devices", "Records"].map(h => el("th", {}, h)))),
        el("tbody", {}, rows)),
+    checkpointsPanel(job.checkpoints),
   ].filter(part => part !== null);
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+// Checkpoints of the job (GET /v1/jobs/{id}/checkpoints holds the same): counts, the last
+// restore and the history, newest first. Left out for a job that never checkpointed.
+function checkpointsPanel(c) {
+  if (!c || (!c.enabled && !c.history.length && !c.restored)) return null;
+  const restored = c.restored
+    ? `last restore: checkpoint ${c.restored.id} (attempt ${c.restored.attempt + 1}) from ${c.restored.path}`
+    : "last restore: none";
+  const rows = c.history.map(r => el("tr", { "data-checkpoint": r.id },
+    el("td", {}, r.id),
+    el("td", { class: `state-${r.status}` }, r.status),
+    el("td", {}, r.savepoint ? "savepoint" : "checkpoint"),
+    el("td", {}, new Date(r.trigger_time * 1000).toLocaleTimeString()),
+    el("td", {}, r.duration_s === null ? "" : `${(r.duration_s * 1000).toFixed(0)} ms`),
+    el("td", {}, bytes(r.size)),
+    el("td", { class: "path" }, r.failure ? el("span", { class: "error" }, r.failure) : (r.path || ""))));
+  return el("div", { class: "checkpoints" },
+    el("h3", {}, "Checkpoints"),
+    el("div", { class: "muted" },
+       `${c.counts.completed} completed · ${c.counts.failed} failed · ${c.counts.in_progress} in progress · `,
+       el("span", { class: "restored" }, restored)),
+    el("table", {},
+       el("thead", {}, el("tr", {}, ["ID", "Status", "Type", "Triggered", "Duration", "Size", "Path"].map(h => el("th", {}, h)))),
+       el("tbody", {}, rows)));
 }
 
 function showError(e) { document.getElementById("status").textContent = e.message; }

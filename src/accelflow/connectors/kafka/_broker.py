@@ -1,0 +1,214 @@
+"""An embedded Kafka broker for tests and examples: librdkafka's mock cluster, held by a
+separate OS process (``python -m`` this module) that other processes reach over TCP.
+
+The holder creates the cluster through librdkafka's public mock API (``rdkafka_mock.h``,
+exported by the library ``confluent_kafka`` ships), prints ``BOOTSTRAP host:port[,...]`` and
+then serves one command a line on stdin (``create <topic> <partitions>``). It exits when its
+stdin closes, so it dies with the process that started it (and on Linux also through
+``PR_SET_PDEATHSIG``). See docs/kafka.md for what the mock cluster does and does not do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from types import TracebackType
+from typing import IO, Any
+
+from accelflow.connectors.kafka._common import KafkaConnectorError, kafka
+
+#: partitions of a topic the mock cluster creates on first use (librdkafka's default)
+AUTO_CREATED_PARTITIONS = 4
+DEFAULT_STARTUP_TIMEOUT_S = 30.0
+
+
+class EmbeddedKafkaBroker:
+    """A throw-away Kafka cluster in a child process (librdkafka's mock cluster).
+
+    Example:
+        >>> from accelflow.connectors.kafka import KafkaSource
+        >>> with EmbeddedKafkaBroker() as broker:
+        ...     broker.create_topic("events", partitions=4)
+        ...     source = KafkaSource(broker.bootstrap_servers, "events", group_id="g")
+        ...     [len(split.positions) for split in source.create_splits(3)]
+        [2, 1, 1]
+
+    Topics also appear on first use with :data:`AUTO_CREATED_PARTITIONS` partitions.
+
+    Args:
+        num_brokers: brokers in the cluster (1 or 3 are typical).
+        startup_timeout: seconds to wait for the holder's bootstrap address.
+    """
+
+    def __init__(self, num_brokers: int = 1, *, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+        if isinstance(num_brokers, bool) or not isinstance(num_brokers, int) or num_brokers < 1:
+            raise ValueError(f"num_brokers: expected a positive integer, got {num_brokers!r}")
+        self.num_brokers = num_brokers
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
+        self._bootstrap: str | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port[,host:port...]`` of the running cluster."""
+        if self._bootstrap is None:
+            raise RuntimeError("EmbeddedKafkaBroker is not started: use it in a `with` block")
+        return self._bootstrap
+
+    @property
+    def pid(self) -> int:
+        """The process id of the holder process."""
+        return self._running().pid
+
+    def __enter__(self) -> EmbeddedKafkaBroker:
+        kafka()  # a clear MissingDependencyError here rather than in the child
+        self._stderr = tempfile.TemporaryFile("w+")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(self.num_brokers)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+        )
+        try:
+            line = self._reply(self.startup_timeout, "start")
+            if not line.startswith("BOOTSTRAP "):
+                raise self._failed(f"unexpected first line {line!r}")
+            self._bootstrap = line.split(" ", 1)[1]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def create_topic(self, name: str, partitions: int = AUTO_CREATED_PARTITIONS) -> None:
+        """Create topic ``name`` with ``partitions`` partitions (replication: 1)."""
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"topic name: expected a non-empty name without spaces, got {name!r}")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"partitions: expected a positive integer, got {partitions!r}")
+        proc = self._running()
+        assert proc.stdin is not None
+        proc.stdin.write(f"create {name} {partitions}\n")
+        proc.stdin.flush()
+        line = self._reply(self.startup_timeout, f"create_topic({name!r})")
+        if line != "OK":
+            raise KafkaConnectorError(f"the embedded broker cannot create topic {name!r}: {line.removeprefix('ERROR ')}",
+                                      bootstrap_servers=self.bootstrap_servers, topic=name)
+
+    def close(self) -> None:
+        """Stop the holder process (idempotent)."""
+        proc, self._proc, self._bootstrap = self._proc, None, None
+        if proc is not None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+            except OSError:  # the holder already died: nothing to tell it
+                pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self._proc is None:
+            raise RuntimeError("EmbeddedKafkaBroker is not started: use it in a `with` block")
+        return self._proc
+
+    def _reply(self, timeout: float, what: str) -> str:
+        proc = self._running()
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if not ready:
+            raise self._failed(f"no answer to {what} within {timeout:g} s")
+        line = proc.stdout.readline()
+        if not line:
+            raise self._failed(f"the holder exited (code {proc.poll()}) during {what}")
+        return line.strip()
+
+    def _failed(self, why: str) -> KafkaConnectorError:
+        err = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            err = self._stderr.read()[-2000:].strip()
+        return KafkaConnectorError(f"embedded Kafka broker: {why}" + (f"\n{err}" if err else ""),
+                                   bootstrap_servers=self._bootstrap or "(not started)")
+
+
+# -- the holder process -------------------------------------------------------------------------
+
+
+def _librdkafka() -> Any:
+    """The librdkafka that ``confluent_kafka`` uses (its wheel's copy, else the system's)."""
+    package = os.path.dirname(kafka().__file__)
+    found = sorted(glob.glob(os.path.join(package + ".libs", "librdkafka*"))
+                   + glob.glob(os.path.join(package, ".dylibs", "librdkafka*")))
+    path = found[0] if found else ctypes.util.find_library("rdkafka")
+    if path is None:
+        raise RuntimeError("cannot find librdkafka next to confluent_kafka nor on the system")
+    lib = ctypes.CDLL(path)
+    vp, cp = ctypes.c_void_p, ctypes.c_char_p
+    for name, restype, argtypes in [
+        ("rd_kafka_conf_new", vp, []),
+        ("rd_kafka_conf_set", ctypes.c_int, [vp, cp, cp, cp, ctypes.c_size_t]),
+        ("rd_kafka_new", vp, [ctypes.c_int, vp, cp, ctypes.c_size_t]),
+        ("rd_kafka_mock_cluster_new", vp, [vp, ctypes.c_int]),
+        ("rd_kafka_mock_cluster_bootstraps", cp, [vp]),
+        ("rd_kafka_mock_topic_create", ctypes.c_int, [vp, cp, ctypes.c_int, ctypes.c_int]),
+        ("rd_kafka_err2str", cp, [ctypes.c_int]),
+    ]:
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before prctl
+            os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    num_brokers = int(argv[0]) if argv else 1
+    lib = _librdkafka()
+    conf = lib.rd_kafka_conf_new()
+    errstr = ctypes.create_string_buffer(512)
+    for key, value in [("log_level", "3"), ("bootstrap.servers", "127.0.0.1:9")]:
+        lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, len(errstr))
+    handle = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # 0: RD_KAFKA_PRODUCER
+    if not handle:
+        raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode()}")
+    cluster = lib.rd_kafka_mock_cluster_new(handle, num_brokers)
+    if not cluster:
+        raise RuntimeError("rd_kafka_mock_cluster_new failed")
+    print("BOOTSTRAP", lib.rd_kafka_mock_cluster_bootstraps(cluster).decode(), flush=True)
+    for line in sys.stdin:  # EOF: the parent closed us (or died)
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "create" and parts[2].isdigit():
+            rc = lib.rd_kafka_mock_topic_create(cluster, parts[1].encode(), int(parts[2]), 1)
+            print("OK" if rc == 0 else f"ERROR {lib.rd_kafka_err2str(rc).decode()}", flush=True)
+        else:
+            print(f"ERROR unknown command {line.strip()!r}", flush=True)
+    return 0  # the cluster and its handle die with the process
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
