@@ -62,7 +62,7 @@ def test_a_changed_pyproject_installs_again(checkout: Path) -> None:
 
 def test_the_test_extra_covers_the_plain_install_but_not_the_reverse(checkout: Path) -> None:
     assert setup_venv(checkout, ".[test]") == 1
-    assert setup_venv(checkout, ".") == 0  # scripts/test then scripts/run-example
+    assert setup_venv(checkout, ".") == 0  # scripts/test then a plain install
     assert setup_venv(checkout, ".[ray]") == 1
 
 

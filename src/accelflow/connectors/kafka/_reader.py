@@ -92,12 +92,20 @@ class SplitReader:
         return dict(self._next)
 
     def poll(self) -> list[Any]:
-        """The records that arrived within :data:`POLL_TIMEOUT_S` (maybe none)."""
+        """The records that have arrived, waiting up to :data:`POLL_TIMEOUT_S` for the first
+        (maybe none)."""
         if self._consumer is None or len(self._paused) == len(self._next):
             time.sleep(POLL_TIMEOUT_S)
             return []
         out: list[Any] = []
-        for msg in self._consumer.consume(num_messages=POLL_RECORDS, timeout=POLL_TIMEOUT_S):
+        # what has arrived, at once; only when nothing has, wait for the first record (a batch
+        # waiting to fill up would add up to the whole timeout to every record's latency)
+        messages = self._consumer.consume(num_messages=POLL_RECORDS, timeout=0)
+        if not messages:
+            first = self._consumer.poll(POLL_TIMEOUT_S)
+            if first is not None:
+                messages = [first, *self._consumer.consume(num_messages=POLL_RECORDS - 1, timeout=0)]
+        for msg in messages:
             self._take(msg, out)
         self._follow_positions()
         self._pause_done()
