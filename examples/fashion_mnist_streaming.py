@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from accelflow import Environment, JobCancelledError, RichMapBatchesFunction, RuntimeContext
+from accelflow import Environment, JobCancelledError
 from accelflow.connectors.kafka import EmbeddedKafkaBroker, KafkaRecord, KafkaSink, KafkaSource
 from accelflow.io import find_fashion_mnist, read_labeled_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fashion_mnist_inference as inference  # noqa: E402
 from fashion_mnist_model import DEFAULT_MODEL_PATH, NUM_PIXELS, load_model  # noqa: E402
-from gpu_backend import pick_backend, to_numpy  # noqa: E402
+from gpu_backend import to_numpy  # noqa: E402
 
 _HEADER = 5  # an input message: index (uint32, big-endian), label (uint8), then 784 pixels
 
@@ -61,19 +62,9 @@ def encode(record: Any) -> bytes:
     return f"{int(index)},{int(prediction)},{int(label)},{int(timestamp)},{time.time() * 1000:.3f}".encode()
 
 
-class Classify(RichMapBatchesFunction):
-    """Preprocess and argmax(x @ W + b) on the assigned GPU (CuPy or PyTorch), else NumPy."""
-
-    def __init__(self, model_path: str, resource: str | None) -> None:
-        self.model_path = model_path
-        self.resource = resource
-
-    def open(self, ctx: RuntimeContext) -> None:
-        self.model = load_model(self.model_path)
-        gpus = sorted(ctx.get_external_resource_infos(self.resource)) if self.resource else []
-        self.xp, how = pick_backend(gpus[0] if gpus else None, self.resource)
-        print(f"[{ctx.operator_name} ({ctx.index_of_this_subtask + 1}/"
-              f"{ctx.number_of_parallel_subtasks})] {how}", flush=True)
+class Classify(inference.Classify):
+    """The batch job's classifier (its device from the ``RuntimeContext``: CuPy, PyTorch or
+    NumPy), preprocessing here and passing each image's timestamp and index through."""
 
     def map_batch(self, batch: Any) -> Any:
         timestamps, indexes, pixels, labels = batch

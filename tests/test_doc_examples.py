@@ -73,7 +73,7 @@ NOT_RUN_COMMANDS = {
         "second node)",
     "accelflow run -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b job.py":
         "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
-    "accelflow run -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b/chk-42 --allow-non-restored-state job.py":
+    "accelflow run --allow-non-restored-state -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b/chk-42 job.py":
         "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
 }
 

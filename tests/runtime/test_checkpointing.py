@@ -40,6 +40,16 @@ def _completed(client: JobClient) -> int:
     return int(jobs[0].checkpoints.completed) if jobs else 0
 
 
+def _cancel_after(client: JobClient, checkpoints: int) -> Path:
+    """Cancel the job once ``checkpoints`` checkpoints completed; its checkpoint directory."""
+    _wait_until(lambda: _completed(client) >= checkpoints, f"{checkpoints} checkpoint(s)")
+    path = Path(_job(client).checkpoint_path)
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.wait(60)
+    return path
+
+
 def _kill_a_taskexecutor(client: JobClient) -> None:
     te = sorted(client.jobmanager.taskexecutors.values(), key=lambda t: t.id)[-1]
     os.kill(te.registration.pid, signal.SIGKILL)
@@ -102,9 +112,7 @@ def test_checkpoints_follow_flinks_layout_and_retention(tmp_path: Path) -> None:
     chks = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
     complete = [p for p in chks if (p / "_metadata").exists()]
     assert 1 <= len(complete) <= 2, chks  # num-retained: 2 (one more may be being written)
-    client.cancel()
-    with pytest.raises(JobCancelledError):
-        client.wait(60)
+    _cancel_after(client, 4)
     # DELETE_ON_CANCELLATION (the default): a cancelled job's checkpoints go
     assert not job_dir.exists()
 
@@ -119,12 +127,7 @@ def test_an_unbounded_job_cancelled_with_retained_checkpoints_resumes_without_lo
     env = Environment(conf)
     env.from_source(Paced(n, chunk=20, delay=0.01, bounded=False), name="numbers") \
         .map(lambda x: x * 2, name="double").sink_to(CommitLog(str(out)), name="log")
-    client = env.execute_async("first run")
-    _wait_until(lambda: _completed(client) >= 3, "three checkpoints")
-    client.cancel()
-    with pytest.raises(JobCancelledError):
-        client.wait(60)
-    job_dir = Path(_job(client).checkpoint_path)
+    job_dir = _cancel_after(env.execute_async("first run"), 3)
     assert any((p / "_metadata").exists() for p in job_dir.iterdir())
     first = published(out)
     assert 0 < len(first) < n
@@ -145,12 +148,7 @@ def test_a_checkpoint_of_another_job_graph_names_the_operators_without_target(tm
     env = Environment(conf)
     env.from_source(Paced(2000, chunk=20, delay=0.01, bounded=False), name="numbers") \
         .sink_to(CommitLog(str(out)), name="log")
-    client = env.execute_async("first")
-    _wait_until(lambda: _completed(client) >= 1, "a checkpoint")
-    client.cancel()
-    with pytest.raises(JobCancelledError):
-        client.wait(60)
-    job_dir = str(_job(client).checkpoint_path)
+    job_dir = str(_cancel_after(env.execute_async("first"), 1))
 
     env = Environment({**conf, "execution.state-recovery.path": job_dir})
     env.from_source(Paced(10), name="renamed source").sink_to(CommitLog(str(out)), name="log")

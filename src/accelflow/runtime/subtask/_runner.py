@@ -7,6 +7,7 @@ downstream subtasks, accept upstream ones, then process until every input has en
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -81,6 +82,8 @@ class _Runner:
         self.splits: list[Any] = []  # the source's splits not yet read (the current first)
         self.split_read = 0  # records of the current split emitted so far
         self.ended = False  # the input has ended (the final state is acked)
+        self.commands = select.poll()
+        self.commands.register(status.fileno(), select.POLLIN)
 
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
@@ -183,8 +186,9 @@ class _Runner:
                     self._emit(out)
 
     def _control(self) -> None:
-        """Handle the JobManager's checkpoint commands that have arrived (never blocks)."""
-        while self.status.poll():
+        """Handle the JobManager's checkpoint commands that have arrived (never blocks; a
+        ``select.poll`` made once costs a microsecond, ``Connection.poll`` a selector each call)."""
+        while self.commands.poll(0):
             self._command(self.status.recv())
 
     def _command(self, msg: Any) -> None:
