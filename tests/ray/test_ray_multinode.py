@@ -189,7 +189,7 @@ def test_subtasks_land_on_both_nodes_and_the_sink_output_is_complete(two_nodes: 
         assert "DONE" in proc.stdout, proc.stderr[-4000:]
         rows = [json.loads(line) for line in (out_dir / "out.jsonl").read_text().splitlines()]
         assert sorted(r[0] for r in rows) == list(range(100))  # complete, no duplicates
-        assert {r[1] for r in rows} == {"head", "second"}
+        assert {r[1] for r in rows} == {"head", "second"}  # source subtasks on both nodes
         assert {(r[1], r[2]) for r in rows} == {("head", True), ("second", False)}  # a private /tmp
         left = sorted(p.name for p in out_dir.iterdir() if not p.name.endswith(".accelflow-lock"))
         assert left == ["out.jsonl"]  # no part file left behind
@@ -240,3 +240,29 @@ def test_an_unset_address_starts_a_local_instance_beside_the_running_cluster(two
         assert {r[1] for r in rows} == {None}  # on neither node of the cluster
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+NUMPY_JOB = """
+import json, os, sys
+import numpy as np
+from accelflow import Environment
+conf = json.loads(sys.argv[1])
+env = Environment({**conf, "parallelism.default": 4})
+data = np.arange(30_000, dtype=np.int64) * 3
+rows = env.from_collection(data, parallelism=4).map(lambda x: [int(x), os.environ.get("AF_NODE")]).execute_and_collect()
+print("RESULT", json.dumps(rows))
+"""
+
+
+def test_a_numpy_source_read_on_the_other_node_comes_through_the_object_store(two_nodes: Cluster) -> None:
+    # the client's memfd (/proc/<client pid>/fd/N) does not exist on the second node: its
+    # source subtasks read the array from Ray's object store, through their actor
+    conf = {"execution.target": "ray", "ray.address": two_nodes.address,
+            "ray.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": CPUS_PER_NODE}
+    proc = subprocess.run([sys.executable, "-c", NUMPY_JOB, json.dumps(conf)], env=two_nodes.env(),
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stderr[-4000:]
+    rows = json.loads(lines[-1][len("RESULT "):])
+    assert sorted(r[0] for r in rows) == [3 * i for i in range(30_000)]  # complete, exact
+    assert {r[1] for r in rows} == {"head", "second"}  # source subtasks on both nodes

@@ -191,3 +191,32 @@ def test_map_batches_max_wait_closes_a_partial_batch(tmp_path: Path) -> None:
     with pytest.raises(JobCancelledError):
         client.wait(60)
     assert sorted(published(out)) == [x * 10 for x in range(30)]
+
+
+def test_a_job_resumes_with_another_parallelism_keys_and_splits_redistributed(tmp_path: Path) -> None:
+    """As from a Flink savepoint: keyed state goes to the subtask each key now hashes to, and
+    the splits not read yet are spread over the new source subtasks."""
+    out = tmp_path / "out"
+    out.mkdir()
+    n = 3000
+    conf = _conf(tmp_path, **{
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "execution.runtime-mode": "streaming"})
+
+    def job(env: Environment, bounded: bool, delay: float) -> None:
+        (env.from_source(Paced(n, chunk=20, delay=delay, bounded=bounded), name="numbers")
+            .map(lambda x: (x % 7, 1), name="ones")
+            .key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1]), name="count")
+            .sink_to(CommitLog(str(out)), name="log"))
+
+    env = Environment(conf)
+    job(env, bounded=False, delay=0.01)
+    job_dir = _cancel_after(env.execute_async("p=2"), 2)
+    env = Environment({**conf, "parallelism.default": 3, "local.number-taskmanager": 1,
+                       "execution.state-recovery.path": str(job_dir)})
+    job(env, bounded=True, delay=0.0)
+    env.execute("p=3")
+    counts = _running_sums(published(out))
+    for key in range(7):  # one running count per record of the key, ending at its total
+        total = len([x for x in range(n) if x % 7 == key])
+        assert sorted(counts[key]) == list(range(1, total + 1)), f"key {key}"

@@ -69,7 +69,8 @@ class Environment:
     def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], *, name: str = "collection",
                         parallelism: int | None = None) -> DataStream:
         """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
-        with the subtasks through a memory-mapped file rather than pickled."""
+        with the subtasks rather than pickled: through shared memory on this host, through
+        Ray's object store on the Ray target."""
         if isinstance(items, np.ndarray):
             if items.ndim == 0:
                 raise ConfigError("from_collection needs at least one dimension", key=name)

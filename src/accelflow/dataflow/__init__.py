@@ -37,7 +37,10 @@ if TYPE_CHECKING:
     from accelflow.dataflow._sinks import Sink
     from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
     from accelflow.dataflow._idx_source import IdxSource
-    from accelflow.dataflow._sources import ArraySource, CollectionSource, SequenceSource, even_ranges
+    from accelflow.dataflow._sources import (
+        ArraySource, CollectionSource, ObjectArray, SequenceSource, SharedArray, copy_to_memfd,
+        even_ranges, register_arrays,
+    )
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
 #: needs only the graph's types (a TaskExecutor) does not import NumPy
@@ -63,7 +66,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "IdxSource",
     ),
     "._sources": (
-        "ArraySource", "CollectionSource", "SequenceSource", "even_ranges",
+        "ArraySource", "CollectionSource", "ObjectArray", "SequenceSource", "SharedArray",
+        "copy_to_memfd", "even_ranges", "register_arrays",
     ),
 }
 
@@ -77,6 +81,7 @@ __all__ = [
     "IdxSource",
     "JobGraph",
     "Kind",
+    "ObjectArray",
     "Partitioning",
     "RichFilterFunction",
     "RichFlatMapFunction",
@@ -87,16 +92,19 @@ __all__ = [
     "RichReduceFunction",
     "RuntimeContext",
     "SequenceSource",
+    "SharedArray",
     "Sink",
     "SinkFunction",
     "Source",
     "Transformation",
     "build_job_graph",
     "chunk_len",
+    "copy_to_memfd",
     "even_ranges",
     "from_batch",
     "group_records",
     "iter_records",
+    "register_arrays",
     "strided",
     "to_batch",
 ]

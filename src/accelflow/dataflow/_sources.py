@@ -1,18 +1,20 @@
 """Built-in sources: collections, number sequences and NumPy arrays (shared with the subtasks
-of one host through shared memory, see :class:`ArraySource`)."""
+of one host through shared memory, or through Ray's object store on the Ray target, see
+:class:`ArraySource`)."""
 
 from __future__ import annotations
 
 import mmap
 import os
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from accelflow._errors import JobError
 from accelflow.dataflow._context import RuntimeContext
 from accelflow.dataflow._functions import Source
 from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
@@ -94,6 +96,45 @@ class SharedArray:
         return mapped.view(np.ndarray)  # slices are plain arrays (the mapping stays alive)
 
 
+#: where this process finds the arrays of :class:`ObjectArray` placeholders (a subtask's
+#: TaskExecutor resolved them; see :func:`register_arrays`)
+_LOCATIONS: dict[str, SharedArray] = {}
+
+
+def register_arrays(locations: Mapping[str, SharedArray]) -> None:
+    """Tell this process where the arrays of its :class:`ObjectArray` placeholders are mapped
+    (a subtask does it before its source reads)."""
+    for array_id, location in locations.items():
+        if not isinstance(location, SharedArray):
+            raise JobError(f"array {array_id} of a NumPy source reached the subtask unresolved "
+                           f"({type(location).__name__}): its TaskExecutor must map it first")
+    _LOCATIONS.update(locations)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectArray:
+    """An array of an :class:`ArraySource` that travels through the cluster's object store
+    (the Ray target): what the subtasks get instead of the array. Their TaskExecutor fetches
+    it on its own node and maps it for them (see :func:`register_arrays`)."""
+
+    array_id: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    def open(self) -> np.ndarray[Any, Any]:
+        location = _LOCATIONS.get(self.array_id)
+        if location is None:
+            raise JobError(
+                f"array {self.array_id} (dtype {self.dtype}, shape {self.shape}) of a NumPy source "
+                "lives in Ray's object store and was not mapped for this process: such a source "
+                "runs on the Ray target only (execution.target: ray), deployed by its JobManager")
+        return location.open()
+
+
+#: ``put(array)`` -> ``(array_id, handle)``: hands an array to the cluster's object store
+PutArray = Callable[[np.ndarray[Any, Any]], tuple[str, Any]]
+
+
 def _close_fds(fds: list[int]) -> None:
     while fds:
         os.close(fds.pop())
@@ -106,7 +147,10 @@ class ArraySource(Source[Any]):
     pickling them into every subtask and without writing them to disk: a memory-mapped caller
     array (``np.memmap``) by its file, any other array copied once into an anonymous
     shared-memory file (Linux ``memfd``) that the client holds until :meth:`release` (the end
-    of the job). Arrays of Python objects and empty ones travel pickled.
+    of the job). On the Ray target (``share(directory, put)``) each array goes into the object
+    store once instead, as an :class:`ObjectArray` placeholder; :attr:`handles` keeps the
+    store's handles (array id -> Ray ``ObjectRef``) until :meth:`release`. Arrays of Python
+    objects and empty ones travel pickled.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray[Any, Any]]) -> None:
@@ -116,6 +160,8 @@ class ArraySource(Source[Any]):
         self._originals: list[Any] | None = None  # the caller's arrays while shared
         self._fds: list[int] = []
         self._finalizer: weakref.finalize[[list[int]], ArraySource] | None = None
+        #: array id -> the object store's handle, while shared through one
+        self.handles: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # what subtasks get: the shared arrays' locations, never the originals or the fds
@@ -123,20 +169,23 @@ class ArraySource(Source[Any]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._originals, self._fds, self._finalizer = None, [], None
+        self._originals, self._fds, self._finalizer, self.handles = None, [], None, {}
 
     @property
     def shared(self) -> bool:
         return self._originals is not None
 
-    def share(self, directory: Path) -> None:
+    def share(self, directory: Path, put: PutArray | None = None) -> None:
         """Make the arrays readable by the subtasks on this host (idempotent). Without
-        ``memfd`` (not Linux), arrays are written as ``.npy`` files in ``directory`` instead."""
+        ``memfd`` (not Linux), arrays are written as ``.npy`` files in ``directory`` instead.
+        With ``put`` (the Ray target: subtasks on other machines), each array goes to the
+        object store instead, and becomes an :class:`ObjectArray`."""
         if self._originals is not None:
             return
         self._originals = list(self.arrays)
         self._finalizer = weakref.finalize(self, _close_fds, self._fds)
-        self.arrays = [self._share_one(a, i, directory) for i, a in enumerate(self.arrays)]
+        self.arrays = [self._share_one(a, i, directory) if put is None else self._put_one(a, put)
+                       for i, a in enumerate(self.arrays)]
 
     def release(self) -> None:
         """Give the shared memory back and hold the caller's arrays again (idempotent)."""
@@ -144,6 +193,15 @@ class ArraySource(Source[Any]):
             return
         self.arrays, self._originals = self._originals, None
         _close_fds(self._fds)
+        self.handles = {}  # the object store frees what nothing refers to any more
+
+    def _put_one(self, array: Any, put: PutArray) -> Any:
+        if not isinstance(array, np.ndarray) or array.dtype.hasobject or array.nbytes == 0:
+            return array
+        contiguous = np.ascontiguousarray(array)  # a plain array, even of an np.memmap
+        array_id, handle = put(contiguous)
+        self.handles[array_id] = handle
+        return ObjectArray(array_id, contiguous.dtype, contiguous.shape)
 
     def _share_one(self, array: Any, i: int, directory: Path) -> Any:
         if not isinstance(array, np.ndarray) or array.dtype.hasobject or array.nbytes == 0:
@@ -155,14 +213,9 @@ class ArraySource(Source[Any]):
             path = directory / f"array-{id(self)}-{i}.npy"
             np.save(path, np.ascontiguousarray(array))
             return str(path)
-        fd = os.memfd_create(f"accelflow-array-{i}", os.MFD_CLOEXEC)
+        shared, fd = copy_to_memfd(array, f"accelflow-array-{i}")
         self._fds.append(fd)
-        os.ftruncate(fd, array.nbytes)
-        with mmap.mmap(fd, array.nbytes) as region:
-            target = np.ndarray(array.shape, array.dtype, buffer=region)
-            np.copyto(target, array)
-            del target  # no view may outlive the mapping
-        return SharedArray(f"/proc/{os.getpid()}/fd/{fd}", 0, array.dtype, array.shape)
+        return shared
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
         return even_ranges(self.length, parallelism)
@@ -186,8 +239,25 @@ class ArraySource(Source[Any]):
         return (split[0] + records_read, split[1])
 
 
+def copy_to_memfd(array: np.ndarray[Any, Any], name: str) -> tuple[SharedArray, int]:
+    """Copy ``array`` once into an anonymous shared-memory file of this process (Linux
+    ``memfd``): where other processes of this host map it (``/proc/<pid>/fd/<fd>``, while this
+    process holds the fd, which the caller closes), and the fd."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, array.nbytes)
+        with mmap.mmap(fd, array.nbytes) as region:
+            target: np.ndarray[Any, Any] = np.ndarray(array.shape, array.dtype, buffer=region)
+            np.copyto(target, array)
+            del target  # no view may outlive the mapping
+    except BaseException:
+        os.close(fd)
+        raise
+    return SharedArray(f"/proc/{os.getpid()}/fd/{fd}", 0, array.dtype, array.shape), fd
+
+
 def _open(array: Any) -> Any:
-    if isinstance(array, SharedArray):
+    if isinstance(array, SharedArray | ObjectArray):
         return array.open()
     if isinstance(array, str):
         return np.load(array, mmap_mode="r")

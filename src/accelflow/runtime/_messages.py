@@ -84,6 +84,10 @@ class SubtaskDescriptor:
     #: (cloudpickled; each operator picks its share), and that checkpoint's id
     restored: dict[str, list[bytes]] | None = None
     restored_checkpoint: int = 0
+    #: the NumPy source arrays this subtask reads through the object store (the Ray target):
+    #: array id -> a Ray ``ObjectRef`` as the JobManager sends it, replaced by the
+    #: ``SharedArray`` where the TaskExecutor mapped it before forking the subtask
+    arrays: dict[str, Any] = field(default_factory=dict)
 
 
 # -- JobManager → TaskExecutor ------------------------------------------------------------------

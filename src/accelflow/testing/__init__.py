@@ -1,4 +1,5 @@
-"""Test helpers: an honest fake ``nvidia-smi`` and a static-list driver.
+"""Test helpers: an honest fake ``nvidia-smi``, a static-list driver and an embedded Kafka
+broker (librdkafka's mock cluster, needs ``accelflow[kafka]`` when used).
 
 Example:
     >>> executable = use_fake_nvidia_smi(monkeypatch, tmp_path, 4)   # in a pytest test
@@ -8,7 +9,7 @@ A fake GPU environment also sets ``ACCELFLOW_GPU_DISCOVERY=nvidia-smi`` and unse
 """
 
 from accelflow.testing._static import StaticDriver, StaticDriverFactory
-from accelflow.connectors.kafka import EmbeddedKafkaBroker as EmbeddedKafkaBroker  # needs accelflow[kafka] when used
+from accelflow.connectors.kafka import EmbeddedKafkaBroker
 
 try:
     from accelflow.testing._nvidia_smi import (
@@ -23,6 +24,7 @@ except ImportError:  # pragma: no cover - written by the GPU plugin
 
 __all__ = [
     "NO_GPU",
+    "EmbeddedKafkaBroker",
     "FakeGPU",
     "StaticDriver",
     "StaticDriverFactory",

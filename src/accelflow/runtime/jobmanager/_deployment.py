@@ -12,6 +12,7 @@ from typing import Any
 
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
+from accelflow.dataflow import ArraySource
 from accelflow.runtime import CancelJob, Deploy, SubtaskDescriptor, SubtaskExited, SubtaskKey
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
@@ -129,6 +130,7 @@ class Deployer:
             restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
                       if job.restore_from else None),
             restored_checkpoint=job.restore_id,
+            arrays=dict(chain.head.fn.handles) if isinstance(chain.head.fn, ArraySource) else {},
         )
 
     def address(self, job: Job, chain: int, index: int) -> str:

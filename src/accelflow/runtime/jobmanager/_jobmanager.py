@@ -201,9 +201,12 @@ class JobManager:
         """Share NumPy sources with the subtasks through shared memory, never a file
         (idempotent; may overlap cluster start). :meth:`run_job` gives the memory back when
         the job ends, however it ends; a SIGKILLed client leaves nothing behind (anonymous
-        memory, see ``ArraySource.share``)."""
+        memory, see ``ArraySource.share``). On the Ray target (``Launcher.put_array``)
+        each array goes into Ray's object store once instead: subtasks on other machines
+        cannot see this host's memory; each descriptor of a source subtask carries the
+        source's handles (``SubtaskDescriptor.arrays``)."""
         for source in _array_sources(graph):
-            source.share(self.launcher.workdir)
+            source.share(self.launcher.workdir, self.launcher.put_array)
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
         """After a job (or its cluster's start) failed: shared sources and stale parts go."""

@@ -15,7 +15,9 @@ import shutil
 import sys
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from accelflow.runtime import Command, TaskExecutorEvent
 
@@ -74,6 +76,11 @@ class Launcher(ABC):
     @abstractmethod
     def stop(self) -> None:
         """Stop every TaskExecutor (devices released) and remove the working directory."""
+
+    #: how NumPy source arrays reach subtasks on other machines: ``put_array(array)`` gives
+    #: an id and a handle the TaskExecutors resolve (Ray's object store); None where every
+    #: subtask runs on the client's host and maps the client's shared memory
+    put_array: Callable[[Any], tuple[str, Any]] | None = None
 
 
 def child_environment() -> dict[str, str]:

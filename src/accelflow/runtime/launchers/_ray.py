@@ -319,6 +319,13 @@ class RayLauncher(Launcher):
     def channel_address(self, name: str) -> str:
         return f"{RELAY_PREFIX}{name}"
 
+    def put_array(self, array: Any) -> tuple[str, Any]:
+        """Put one NumPy source array into Ray's object store (once per job, see
+        ``JobManager.prepare_sources``): its id and ``ObjectRef``. The actors fetch it on
+        their own node; it is freed when the JobManager drops the ref (the job's end)."""
+        ref = self.ray.put(array)
+        return str(ref.hex()), ref
+
     def actor(self, te_id: str) -> Any:
         """The Ray actor handle of TaskExecutor ``te_id`` (e.g. for ``ray.kill`` in tests)."""
         return self.actors[te_id]

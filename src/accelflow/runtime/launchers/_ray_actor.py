@@ -20,12 +20,20 @@ has arrived. A channel whose
 both ends live in one actor is delivered in process, without Ray. So nothing of ours crosses
 machines: only Ray actor calls do; the Unix sockets stay inside one actor's machine.
 
+NumPy source arrays (``SubtaskDescriptor.arrays``, Ray ``ObjectRef`` values put by the
+JobManager) are fetched by the actor from its node's object store before the subtask is
+forked (subtasks are no Ray workers), copied once per actor into an anonymous shared-memory
+file the actor holds, and handed to the subtask as ``SharedArray`` locations. The actor frees
+one when the last subtask deployed with it has exited (every forked subtask's exit is
+reported, cancelled or not) and at :meth:`TaskExecutorActor.stop`.
+
 This module imports Ray: only the Ray launcher imports it.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import multiprocessing
@@ -42,13 +50,13 @@ from typing import Any
 
 import ray
 
-from accelflow._errors import AccelflowError, TransportError, encode_error
+from accelflow._errors import AccelflowError, JobError, TransportError, encode_error
 from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
 from accelflow.runtime import (
-    ChannelDone, ChannelFailed, Command, OpenChannel, Registration, RegistrationFailed, Shutdown,
-    SubtaskFailed, SubtaskFinished, TaskExecutorEvent,
+    ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
+    Shutdown, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, TaskExecutorEvent,
 )
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
@@ -95,7 +103,10 @@ class TaskExecutorActor:
         self.inbound: dict[tuple[str, str], _Inbound] = {}
         self.inbound_lock = threading.Lock()
         self.senders = itertools.count()
-        self.relay_failures: queue.SimpleQueue[SubtaskFailed] = queue.SimpleQueue()
+        self.relay_failures: queue.SimpleQueue[TaskExecutorEvent] = queue.SimpleQueue()
+        self.arrays: dict[str, tuple[Any, int]] = {}  # array id -> (SharedArray, its memfd)
+        self.array_users: dict[str, set[SubtaskKey]] = {}  # array id -> subtasks not exited
+        self.arrays_lock = threading.Lock()
         self.serving: threading.Thread | None = None
         self.listener: Listener | None = None
         self.made_dirs: list[str] = []  # sink directories this actor created (parents first)
@@ -148,6 +159,11 @@ class TaskExecutorActor:
             shutil.rmtree(self.relay_dir, ignore_errors=True)
         for part in list(self.parts):
             self.remove_part(part)
+        with self.arrays_lock:
+            for _, fd in self.arrays.values():
+                os.close(fd)
+            self.arrays.clear()
+            self.array_users.clear()
         for directory in reversed(self.made_dirs):
             try:
                 os.rmdir(directory)  # only when empty: never anything of someone else's
@@ -157,6 +173,11 @@ class TaskExecutorActor:
     # -- JobManager messages ---------------------------------------------------------------
     def command(self, message: Command) -> None:
         """A JobManager message for the TaskExecutor (``deploy``, ``cancel``, ``shutdown``)."""
+        if isinstance(message, Deploy) and message.descriptor.arrays:
+            resolved = self._resolve_arrays(message)
+            if resolved is None:
+                return
+            message = resolved
         with self.send_lock:
             self.jm.send(message)
 
@@ -171,7 +192,55 @@ class TaskExecutorActor:
         for message in out:
             if isinstance(message, SubtaskFinished):
                 self.parts.update(message.parts)
+            elif isinstance(message, SubtaskExited):
+                self._arrays_unused_by(message.key)
         return out
+
+    # -- NumPy source arrays from the object store -----------------------------------------
+    def _resolve_arrays(self, message: Deploy) -> Deploy | None:
+        """``message`` with its arrays mapped on this machine (``SharedArray`` locations), or
+        None when one cannot be fetched: the subtask then fails and exits without starting."""
+        desc = message.descriptor
+        array_id = "?"
+        try:
+            locations = {}
+            for array_id, ref in desc.arrays.items():
+                locations[array_id] = self._map_array(array_id, ref, desc.key)
+        except Exception as exc:
+            self._arrays_unused_by(desc.key)
+            why = _ANSI.sub("", str(exc)).strip().splitlines()
+            self.relay_failures.put(SubtaskFailed(desc.key, encode_error(JobError(
+                f"{self.id} could not fetch array {array_id} of its NumPy source from Ray's "
+                f"object store: {type(exc).__name__}: {why[0] if why else ''}"))))
+            self.relay_failures.put(SubtaskExited(desc.key, None))
+            return None
+        return Deploy(dataclasses.replace(desc, arrays=locations))
+
+    def _map_array(self, array_id: str, ref: Any, key: SubtaskKey) -> Any:
+        """The ``SharedArray`` of ``array_id`` for subtask ``key``: fetched (zero-copy, from
+        this node's object store) and copied into this actor's shared memory once."""
+        from accelflow.dataflow import copy_to_memfd  # NumPy only where arrays come
+
+        with self.arrays_lock:
+            held = self.arrays.get(array_id)
+            if held is None:
+                array = ray.get(ref)
+                held = copy_to_memfd(array, f"accelflow-array-{array_id[:16]}")
+                del array
+                self.arrays[array_id] = held
+            self.array_users.setdefault(array_id, set()).add(key)
+            return held[0]
+
+    def _arrays_unused_by(self, key: SubtaskKey) -> None:
+        """Subtask ``key`` has exited: free the arrays no other subtask here uses."""
+        with self.arrays_lock:
+            for array_id, users in list(self.array_users.items()):
+                users.discard(key)
+                if not users:
+                    del self.array_users[array_id]
+                    held = self.arrays.pop(array_id, None)
+                    if held is not None:
+                        os.close(held[1])
 
     # -- file sinks on a machine of their own ----------------------------------------------
     def make_dirs(self, directories: list[str]) -> None:

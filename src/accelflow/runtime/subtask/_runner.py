@@ -87,6 +87,10 @@ class _Runner:
 
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
+        if desc.arrays:  # a NumPy source's arrays, mapped by the TaskExecutor (Ray target)
+            from accelflow.dataflow import register_arrays
+
+            register_arrays(desc.arrays)
         listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
