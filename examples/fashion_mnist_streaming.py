@@ -125,7 +125,10 @@ def read_predictions(bootstrap: str, topic: str, expected: int, timeout: float,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         "enable.auto.commit": False, **tuning,
     })
-    consumer.subscribe([topic])
+    # assigned, not subscribed: joining a consumer group takes seconds and would count as latency
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in partitions])
     rows: dict[int, list[float]] = {}
     duplicates, last_read = 0, time.time()
     deadline = time.monotonic() + timeout

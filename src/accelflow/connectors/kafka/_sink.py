@@ -109,6 +109,7 @@ class KafkaSink(Sink[Any]):
         self._subtask = 0
         self._producer: Any = None
         self._transactional: dict[int, Any] = {}
+        self._marker_consumers: dict[int, Any] = {}  # one per subtask, kept: joining a group is slow
         self._in_transaction: Any = None
         self._buffer: list[Record] = []
         self._errors: list[str] = []
@@ -127,6 +128,7 @@ class KafkaSink(Sink[Any]):
         self._subtask = ctx.index_of_this_subtask
         if self.delivery_guarantee == "exactly-once":
             self._transactional_producer(self._subtask)  # aborts what an earlier attempt left open
+            self._marker(self._subtask)  # finds the group's coordinator now, not at the first commit
         else:
             self._producer = kafka().Producer(self._conf())
 
@@ -168,6 +170,9 @@ class KafkaSink(Sink[Any]):
             producer.flush(self.timeout_s)
         self._abort_open()
         self._transactional = {}
+        consumers, self._marker_consumers = self._marker_consumers, {}
+        for consumer in consumers.values():
+            consumer.close()
 
     def _abort_open(self) -> None:
         producer, self._in_transaction = self._in_transaction, None
@@ -236,18 +241,19 @@ class KafkaSink(Sink[Any]):
         return producer
 
     def _marker_consumer(self, subtask: int) -> Any:
-        return kafka().Consumer({**self.properties, "bootstrap.servers": self.bootstrap_servers,
-                                 "group.id": self._marker_group(subtask), "enable.auto.commit": False})
+        consumer = self._marker_consumers.get(subtask)
+        if consumer is None:
+            consumer = kafka().Consumer({**self.properties, "bootstrap.servers": self.bootstrap_servers,
+                                         "group.id": self._marker_group(subtask), "enable.auto.commit": False})
+            self._marker_consumers[subtask] = consumer
+        return consumer
 
     def _marker(self, subtask: int) -> int:
         """The checkpoint id after the last one published by ``subtask`` (0 if none)."""
         ck = kafka()
         consumer = self._marker_consumer(subtask)
-        try:
-            tps = self._call("read the commit marker", lambda: consumer.committed(
-                [ck.TopicPartition(self.topic, 0)], timeout=self.timeout_s))
-        finally:
-            consumer.close()
+        tps = self._call("read the commit marker", lambda: consumer.committed(
+            [ck.TopicPartition(self.topic, 0)], timeout=self.timeout_s))
         return max(0, int(tps[0].offset))
 
     def _publish(self, c: KafkaCommittable) -> None:
@@ -266,14 +272,10 @@ class KafkaSink(Sink[Any]):
             self._in_transaction = None
         except BaseException:
             self._abort_open()
-            consumer.close()
             raise
-        try:
-            # Brokers that ignore offsets sent in a transaction (librdkafka's mock cluster)
-            # see the marker through this plain commit; on Kafka it repeats the same value.
-            self._call("commit the marker", lambda: consumer.commit(offsets=marker, asynchronous=False))
-        finally:
-            consumer.close()
+        # Brokers that ignore offsets sent in a transaction (librdkafka's mock cluster) see the
+        # marker through this plain commit; on Kafka it repeats the same value.
+        self._call("commit the marker", lambda: consumer.commit(offsets=marker, asynchronous=False))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:

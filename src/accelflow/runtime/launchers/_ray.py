@@ -30,6 +30,7 @@ from accelflow.runtime import (
     SubtaskFinished, TaskExecutorLost,
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
+from accelflow.runtime.taskexecutor import TRACE_ENV_VAR, trace
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 from accelflow.runtime.launchers._ray_connect import in_client_mode, join_cluster, without_ray_address
 
@@ -86,6 +87,8 @@ def runtime_env(config: Configuration) -> dict[str, Any]:
     env_vars = child_environment()
     extra: Mapping[str, str] = config.get_optional(k.RAY_RUNTIME_ENV_ENV_VARS) or {}
     env_vars.update(extra)
+    if os.environ.get(TRACE_ENV_VAR):  # the actors trace their start-up into the same file
+        env_vars[TRACE_ENV_VAR] = os.environ[TRACE_ENV_VAR]
     env: dict[str, Any] = {"env_vars": env_vars}
     working_dir: str | None = config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
     if working_dir and "://" in working_dir:  # a local one is uploaded by ray.init (_connect)
@@ -174,6 +177,7 @@ class RayLauncher(Launcher):
         ray = self.ray
         if ray.is_initialized():
             return False
+        trace("ray connect")
         address = self.config.get_optional(k.RAY_ADDRESS)
         common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
         working_dir: str | None = self.config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
@@ -181,6 +185,7 @@ class RayLauncher(Launcher):
             common["runtime_env"] = {"working_dir": working_dir}
         if address:
             join_cluster(ray, address, self.config.get(k.RAY_CONNECT_TIMEOUT), **common)
+            trace("ray connected")
             return True
         slots = self.config.get(k.NUMBER_OF_TASK_SLOTS)
         wanted_cpus = slots * self.config.get(k.RAY_NUMBER_TASKMANAGER)
@@ -209,6 +214,7 @@ class RayLauncher(Launcher):
             name=None, max_concurrency=_MAX_CONCURRENCY, max_restarts=0,
             runtime_env=runtime_env(self.config), **self.options,
         )
+        trace(f"actor create {te_id}")
         actor = cls.remote(te_id, self.config.to_raw_dict(), self.authkey)
         with self._lock:
             old = self.actors.get(te_id)
@@ -232,12 +238,14 @@ class RayLauncher(Launcher):
             if not ready:
                 self._kill(actor)
                 return RegistrationFailed(te_id, encode_error(DeploymentError(self._unplaced(te_id))))
+            trace(f"actor placed {te_id}")
             with self._lock:
                 self._placed.append(actor)
             reply: Registration | RegistrationFailed = ray.get(actor.start.remote())
         except Exception as exc:  # the actor died while starting
             return RegistrationFailed(te_id, encode_error(JobError(f"its Ray actor died while starting: {exc}")))
         if isinstance(reply, Registration):
+            trace(f"actor registered {te_id}")
             self.pids[te_id] = reply.pid
             with self._lock:
                 self._alive.add(te_id)

@@ -32,6 +32,10 @@ This module imports Ray: only the Ray launcher imports it.
 
 from __future__ import annotations
 
+import time
+
+_IMPORT_STARTED = time.time()
+
 import collections
 import dataclasses
 import itertools
@@ -61,7 +65,8 @@ from accelflow.runtime import (
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
 )
-from accelflow.runtime.taskexecutor import TaskExecutor, start_forkserver
+from accelflow.runtime.taskexecutor import TaskExecutor, start_forkserver, trace
+from accelflow.runtime.taskexecutor._trace import process_started
 
 log = logging.getLogger("accelflow.runtime")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -94,7 +99,11 @@ class TaskExecutorActor:
         self.id = te_id
         self.config_values = config_values
         self.authkey = authkey
-        start_forkserver()  # in the actor's main thread: the forkserver dies with the actor
+        trace(f"te process created {te_id}", process_started())
+        trace(f"te imports started {te_id}", _IMPORT_STARTED)
+        trace(f"te imports done {te_id}")
+        start_forkserver()
+        trace(f"te forkserver started {te_id}")  # in the actor's main thread: the forkserver dies with the actor
         self.relay_dir = ""  # made by start(), removed by stop(): nothing left when killed before
         self.jm, self.te_end = multiprocessing.Pipe()
         self.send_lock = threading.Lock()
@@ -128,6 +137,7 @@ class TaskExecutorActor:
             provider = ExternalResourceInfoProvider.from_config(config)
         except AccelflowError as exc:
             return RegistrationFailed(self.id, encode_error(exc))
+        trace(f"te drivers done {self.id}")
         self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
                           base_env={RELAY_DIR_ENV_VAR: self.relay_dir})

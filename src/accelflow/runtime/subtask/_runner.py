@@ -226,8 +226,9 @@ class _Runner:
 
     def _timers(self) -> None:
         now = time.monotonic()
-        self._flush_ops(lambda op: op.on_deadline(),
-                        [op for op in self.ops if (d := op.deadline()) is not None and d <= now])
+        due = [op for op in self.ops if (d := op.deadline()) is not None and d <= now]
+        if due:
+            self._flush_ops(lambda op: op.on_deadline(), due)
 
     def _next_deadline(self) -> float | None:
         deadlines = [d for op in self.ops if (d := op.deadline()) is not None]
