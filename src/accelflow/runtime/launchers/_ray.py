@@ -32,13 +32,18 @@ from accelflow.runtime import (
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.taskexecutor import TRACE_ENV_VAR, trace
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
-from accelflow.runtime.launchers._ray_connect import in_client_mode, join_cluster, without_ray_address
+from accelflow.runtime.launchers._ray_connect import (
+    in_client_mode, join_cluster, num as _num, ray_view_of_free_resources, without_ray_address,
+)
 
 _POLL_S = 0.25
 _STOP_TIMEOUT_S = 15.0
 _MAX_CONCURRENCY = 64
-_NOT_RESOURCES = ("memory", "object_store_memory")
 _PART_BLOCK = 4 << 20  # bytes of a remote part file per actor call
+
+#: the cluster this process joined and keeps connected: ``(ray.address, local working dir)``
+_kept: tuple[str | None, str | None] | None = None
+_connect_lock = threading.Lock()
 
 
 def import_ray() -> Any:
@@ -71,29 +76,50 @@ def actor_resources(config: Configuration) -> dict[str, Any]:
     return {"num_cpus": config.get(k.NUMBER_OF_TASK_SLOTS), "num_gpus": gpus, "resources": custom}
 
 
+def actor_environment() -> dict[str, str]:
+    """What accelflow sets in every actor and its subtasks: the client's import path and
+    ``PYTHONHASHSEED`` (``child_environment``), and ``$ACCELFLOW_STARTUP_TRACE`` when set. The
+    actor applies it itself before it starts its forkserver, so it needs no Ray runtime
+    environment (one per actor made Ray start each actor's worker through its runtime-env
+    agent: about 0.6 s more per job)."""
+    env = child_environment()
+    if os.environ.get(TRACE_ENV_VAR):  # the actors trace their start-up into the same file
+        env[TRACE_ENV_VAR] = os.environ[TRACE_ENV_VAR]
+    return env
+
+
 def runtime_env(config: Configuration) -> dict[str, Any]:
-    """The Ray runtime environment of every TaskExecutor actor: the client's import path
-    (right where the client and the actor share a filesystem), ``ray.runtime-env.env-vars``
-    and a remote ``ray.runtime-env.working-dir`` (a URI; a local directory is uploaded for
-    the whole Ray job when the launcher connects: see ``_connect``).
+    """The Ray runtime environment of every TaskExecutor actor, ``{}`` (none) unless asked
+    for: ``ray.runtime-env.env-vars`` and a remote ``ray.runtime-env.working-dir`` (a URI; a
+    local directory is uploaded for the whole Ray job when the launcher connects: see
+    ``_connect``), and the client's import path where accelflow itself is importable only
+    through ``$PYTHONPATH`` (the actor's worker must import it before it can run).
 
     Example:
         >>> from accelflow.config import config_from
         >>> env = runtime_env(config_from(values={"ray.runtime-env.working-dir": "s3://b/job.zip",
         ...     "ray.runtime-env.env-vars": "HF_HOME=/data"}))
-        >>> env["working_dir"], env["env_vars"]["HF_HOME"], env["env_vars"]["PYTHONHASHSEED"]
-        ('s3://b/job.zip', '/data', '0')
+        >>> env["working_dir"], env["env_vars"]["HF_HOME"]
+        ('s3://b/job.zip', '/data')
     """
-    env_vars = child_environment()
     extra: Mapping[str, str] = config.get_optional(k.RAY_RUNTIME_ENV_ENV_VARS) or {}
-    env_vars.update(extra)
-    if os.environ.get(TRACE_ENV_VAR):  # the actors trace their start-up into the same file
-        env_vars[TRACE_ENV_VAR] = os.environ[TRACE_ENV_VAR]
-    env: dict[str, Any] = {"env_vars": env_vars}
+    env_vars = dict(extra)
+    if _imported_through_pythonpath():
+        env_vars.setdefault("PYTHONPATH", child_environment()["PYTHONPATH"])
+    env: dict[str, Any] = {"env_vars": env_vars} if env_vars else {}
     working_dir: str | None = config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
     if working_dir and "://" in working_dir:  # a local one is uploaded by ray.init (_connect)
         env["working_dir"] = working_dir
     return env
+
+
+def _imported_through_pythonpath() -> bool:
+    """Whether this accelflow was found through ``$PYTHONPATH`` (e.g. a source checkout)."""
+    import accelflow
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(accelflow.__file__)))
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return root in {os.path.abspath(p) for p in entries if p}
 
 
 def sink_directories(desc: SubtaskDescriptor) -> list[str]:
@@ -105,39 +131,6 @@ def sink_directories(desc: SubtaskDescriptor) -> list[str]:
     plan = cloudpickle.loads(desc.chain_blob)
     return sorted({os.path.dirname(str(n.fn)) for n in plan.nodes
                    if n.kind == "sink_file" and os.path.isabs(str(n.fn))})
-
-
-def ray_view_of_free_resources(ray: Any, *, client: bool = False) -> list[str]:
-    """One line per alive node: free/total of every resource Ray schedules by. Free amounts
-    Ray does not tell (``client``: over ``ray://``, or a private API that changed) are
-    written ``unknown``, never 0."""
-    free_by_node: dict[str, dict[str, float]] | None = None
-    if not client:
-        from ray._private import state
-
-        try:
-            free_by_node = state.available_resources_per_node()  # type: ignore[no-untyped-call]
-        except Exception:  # a private API: totals only
-            free_by_node = None
-    lines = []
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        total: dict[str, float] = node.get("Resources", {})
-        free = None if free_by_node is None else free_by_node.get(node["NodeID"], {})
-        parts = [
-            f"{name} {'unknown' if free is None else _num(free.get(name, 0.0))}/{_num(amount)}"
-            for name, amount in sorted(total.items())
-            if name not in _NOT_RESOURCES and not name.startswith("node:")
-            and not name.startswith("accelerator_type:")
-        ]
-        lines.append(f"node {node.get('NodeManagerAddress', '?')} ({node['NodeID'][:8]}): "
-                     + (", ".join(parts) or "no resources"))
-    return lines
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
 
 
 class _RayHandle(TaskExecutorHandle):
@@ -169,53 +162,82 @@ class RayLauncher(Launcher):
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
+        self._actor_class: Any = None
 
     # -- cluster ---------------------------------------------------------------------------
     def _connect(self) -> bool:
-        """Join ``ray.address`` or start a local instance; ``False`` when this process is
-        already connected (e.g. a test's Ray instance), which is then used as it is."""
+        """Join ``ray.address`` or start a local instance; ``True`` when this launcher owns
+        the connection (a local instance it started: :meth:`stop` shuts it down).
+
+        A cluster joined at ``ray.address`` stays connected after the job, for the next job
+        of this process (one ``ray.init`` per process and cluster; Ray disconnects at exit).
+        A connection this process made itself (e.g. a test's Ray instance) is used as it is.
+        """
+        global _kept
         ray = self.ray
-        if ray.is_initialized():
-            return False
-        trace("ray connect")
-        address = self.config.get_optional(k.RAY_ADDRESS)
-        common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+        address: str | None = self.config.get_optional(k.RAY_ADDRESS)
         working_dir: str | None = self.config.get_optional(k.RAY_RUNTIME_ENV_WORKING_DIR)
-        if working_dir and "://" not in working_dir:  # Ray uploads a local one for the job
-            common["runtime_env"] = {"working_dir": working_dir}
-        if address:
-            join_cluster(ray, address, self.config.get(k.RAY_CONNECT_TIMEOUT), **common)
+        local_dir = working_dir if working_dir and "://" not in working_dir else None
+        with _connect_lock:
+            if ray.is_initialized():
+                if _kept is None or _kept == (address, local_dir):
+                    trace("ray connection reused")
+                    return False
+                ray.shutdown()  # kept for another address or working directory
+            _kept = None
+            trace("ray connect")
+            common: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+            if local_dir:  # Ray uploads a local one for the job
+                common["runtime_env"] = {"working_dir": local_dir}
+            if address:
+                join_cluster(ray, address, self.config.get(k.RAY_CONNECT_TIMEOUT), **common)
+                _kept = (address, local_dir)
+                trace("ray connected")
+                return False
+            self._start_local(common)
             trace("ray connected")
             return True
+
+    def _start_local(self, common: dict[str, Any]) -> None:
         slots = self.config.get(k.NUMBER_OF_TASK_SLOTS)
         wanted_cpus = slots * self.config.get(k.RAY_NUMBER_TASKMANAGER)
         custom: Mapping[str, Any] = self.config.get_optional(k.RAY_LOCAL_RESOURCES) or {}
         with without_ray_address():  # unset means a new local instance, whatever runs here
-            ray.init(
+            self.ray.init(
                 address="local",
                 num_cpus=self.config.get_optional(k.RAY_LOCAL_NUM_CPUS) or max(os.cpu_count() or 1, wanted_cpus),
                 num_gpus=self.config.get_optional(k.RAY_LOCAL_NUM_GPUS) or 0,
                 resources=dict(custom),
                 **common,
             )
-        return True
 
     def start(self, ids: list[str]) -> None:
+        """Create every actor at once and ask each to ``ping`` before waiting for any: Ray
+        places and starts them side by side; a thread registers each as soon as it answers."""
         created = {te_id: self._create(te_id) for te_id in ids}
-        thread = threading.Thread(target=self._register_all, args=(list(ids), created, time.monotonic()),
+        since = time.monotonic()
+        pending: dict[Any, tuple[str, str]] = {}  # ObjectRef -> (phase, te_id)
+        for te_id, actor in created.items():
+            trace(f"actor ping {te_id}")
+            pending[actor.ping.remote()] = ("ping", te_id)
+        thread = threading.Thread(target=self._register_all, args=(created, pending, since),
                                   daemon=True, name="accelflow-ray-start")
         thread.start()
         self._threads.append(thread)
 
     def _create(self, te_id: str) -> Any:
-        from accelflow.runtime.launchers._ray_actor import TaskExecutorActor
+        if self._actor_class is None:
+            from accelflow.runtime.launchers._ray_actor import TaskExecutorActor
 
-        cls = self.ray.remote(TaskExecutorActor).options(
-            name=None, max_concurrency=_MAX_CONCURRENCY, max_restarts=0,
-            runtime_env=runtime_env(self.config), **self.options,
-        )
+            self._actor_class = self.ray.remote(TaskExecutorActor)
+        options: dict[str, Any] = {"name": None, "max_concurrency": _MAX_CONCURRENCY, "max_restarts": 0,
+                                   **self.options}
+        env = runtime_env(self.config)
+        if env:  # none unless asked for: an actor with one waits for Ray's runtime-env agent
+            options["runtime_env"] = env
         trace(f"actor create {te_id}")
-        actor = cls.remote(te_id, self.config.to_raw_dict(), self.authkey)
+        actor = self._actor_class.options(**options).remote(
+            te_id, self.config.to_raw_dict(), self.authkey, actor_environment())
         with self._lock:
             old = self.actors.get(te_id)
             self.actors[te_id] = actor
@@ -223,27 +245,46 @@ class RayLauncher(Launcher):
             self._kill(old)
         return actor
 
-    def _register_all(self, order: list[str], created: dict[str, Any], since: float) -> None:
-        timeout = self.config.get(k.RAY_PLACEMENT_TIMEOUT)
-        for te_id in order:
-            actor = created[te_id]
-            event = self._register(te_id, actor, max(0.0, since + timeout - time.monotonic()))
-            self.events.put((te_id, event))
-
-    def _register(self, te_id: str, actor: Any, timeout: float) -> Registration | RegistrationFailed:
+    def _register_all(self, created: dict[str, Any], pending: dict[Any, tuple[str, str]],
+                      since: float) -> None:
+        """Wait for the pings and then the ``start`` calls of all actors together; report
+        each actor as soon as it has registered, or failed (unplaced within
+        ``ray.placement-timeout``, or died while starting)."""
         ray = self.ray
-        ping = actor.ping.remote()
-        try:
-            ready, _ = ray.wait([ping], timeout=timeout)
-            if not ready:
-                self._kill(actor)
-                return RegistrationFailed(te_id, encode_error(DeploymentError(self._unplaced(te_id))))
-            trace(f"actor placed {te_id}")
-            with self._lock:
-                self._placed.append(actor)
-            reply: Registration | RegistrationFailed = ray.get(actor.start.remote())
-        except Exception as exc:  # the actor died while starting
-            return RegistrationFailed(te_id, encode_error(JobError(f"its Ray actor died while starting: {exc}")))
+        deadline = since + self.config.get(k.RAY_PLACEMENT_TIMEOUT)
+        while pending:
+            pinging = any(phase == "ping" for phase, _ in pending.values())
+            timeout = max(0.0, deadline - time.monotonic()) if pinging else None
+            try:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            except Exception:  # Ray itself went away (the launcher stopped): nothing to report
+                return
+            if not ready:  # every actor not placed by now is reported unplaced
+                for ref, (phase, te_id) in list(pending.items()):
+                    if phase == "ping":
+                        del pending[ref]
+                        self._kill(created[te_id])
+                        failure = RegistrationFailed(te_id, encode_error(DeploymentError(self._unplaced(te_id))))
+                        self.events.put((te_id, failure))
+                continue
+            phase, te_id = pending.pop(ready[0])
+            actor = created[te_id]
+            try:
+                reply = ray.get(ready[0])
+            except Exception as exc:  # the actor died while starting
+                self.events.put((te_id, RegistrationFailed(
+                    te_id, encode_error(JobError(f"its Ray actor died while starting: {exc}")))))
+                continue
+            if phase == "ping":
+                trace(f"actor placed {te_id}")
+                with self._lock:
+                    self._placed.append(actor)
+                pending[actor.start.remote()] = ("start", te_id)
+            else:
+                self.events.put((te_id, self._registered(te_id, actor, reply)))
+
+    def _registered(self, te_id: str, actor: Any,
+                    reply: Registration | RegistrationFailed) -> Registration | RegistrationFailed:
         if isinstance(reply, Registration):
             trace(f"actor registered {te_id}")
             self.pids[te_id] = reply.pid

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 
-_IMPORT_STARTED = time.time()
+_IMPORT_STARTED = time.time()  # the start-up trace's "te imports started": before the rest
 
 import collections
 import dataclasses
@@ -45,6 +45,7 @@ import os
 import queue
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -76,6 +77,25 @@ RELAY_WINDOW = 8
 _STOP_WAIT_S = 10.0
 
 
+def _apply_environment(env: dict[str, str]) -> None:
+    """Set accelflow's variables (``PYTHONHASHSEED``, ``PYTHONPATH``, the start-up trace) in
+    this actor, for its forkserver and subtasks, and put the client's import path on
+    ``sys.path`` (missing entries first, in order, as ``PYTHONPATH`` would)."""
+    os.environ.update(env)
+    missing = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[:0] = missing
+
+
+def _keep_worker_main_from_subtasks() -> None:
+    """Stop multiprocessing from running Ray's worker script (the actor's ``__main__``) again
+    in every subtask: its spawn fix-up re-runs a ``__main__`` that has a ``__file__``, which
+    imported Ray there (0.6 s per subtask). Subtasks need nothing of it: the job's functions
+    travel by value (cloudpickle)."""
+    main = sys.modules.get("__main__")
+    if main is not None and getattr(main, "__spec__", None) is None and hasattr(main, "__file__"):
+        del main.__file__
+
+
 @dataclass
 class _Inbound:
     """One relayed channel sender as seen by the receiving actor."""
@@ -95,15 +115,18 @@ class TaskExecutorActor:
         authkey: key of every Unix socket between this actor and its subtasks.
     """
 
-    def __init__(self, te_id: str, config_values: dict[str, Any], authkey: bytes) -> None:
+    def __init__(self, te_id: str, config_values: dict[str, Any], authkey: bytes,
+                 env: dict[str, str] | None = None) -> None:
         self.id = te_id
         self.config_values = config_values
         self.authkey = authkey
+        _apply_environment(env or {})  # before the forkserver starts: it inherits both
         trace(f"te process created {te_id}", process_started())
         trace(f"te imports started {te_id}", _IMPORT_STARTED)
         trace(f"te imports done {te_id}")
-        start_forkserver()
-        trace(f"te forkserver started {te_id}")  # in the actor's main thread: the forkserver dies with the actor
+        _keep_worker_main_from_subtasks()
+        start_forkserver()  # in the actor's main thread: the forkserver dies with the actor
+        trace(f"te forkserver started {te_id}")
         self.relay_dir = ""  # made by start(), removed by stop(): nothing left when killed before
         self.jm, self.te_end = multiprocessing.Pipe()
         self.send_lock = threading.Lock()

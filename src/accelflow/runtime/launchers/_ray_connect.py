@@ -25,6 +25,7 @@ from accelflow._errors import DeploymentError, MissingDependencyError
 RAY_ADDRESS_ENV_VAR = "RAY_ADDRESS"
 CLIENT_SCHEME = "ray://"
 _JOIN_POLL_S = 0.2
+_NOT_RESOURCES = ("memory", "object_store_memory")
 
 
 @contextmanager
@@ -156,3 +157,37 @@ def join_cluster(ray: Any, address: str, timeout: float, **options: Any) -> None
         exc = failure[0]
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DeploymentError(f"ray.address {address!r}: Ray could not connect: {first}") from exc
+
+
+def ray_view_of_free_resources(ray: Any, *, client: bool = False) -> list[str]:
+    """One line per alive node: free/total of every resource Ray schedules by. Free amounts
+    Ray does not tell (``client``: over ``ray://``, or a private API that changed) are
+    written ``unknown``, never 0."""
+    free_by_node: dict[str, dict[str, float]] | None = None
+    if not client:
+        from ray._private import state
+
+        try:
+            free_by_node = state.available_resources_per_node()  # type: ignore[no-untyped-call]
+        except Exception:  # a private API: totals only
+            free_by_node = None
+    lines = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        total: dict[str, float] = node.get("Resources", {})
+        free = None if free_by_node is None else free_by_node.get(node["NodeID"], {})
+        parts = [
+            f"{name} {'unknown' if free is None else num(free.get(name, 0.0))}/{num(amount)}"
+            for name, amount in sorted(total.items())
+            if name not in _NOT_RESOURCES and not name.startswith("node:")
+            and not name.startswith("accelerator_type:")
+        ]
+        lines.append(f"node {node.get('NodeManagerAddress', '?')} ({node['NodeID'][:8]}): "
+                     + (", ".join(parts) or "no resources"))
+    return lines
+
+
+def num(x: float) -> str:
+    """``x`` as Ray prints amounts: ``2``, ``0.5``."""
+    return f"{x:g}"
