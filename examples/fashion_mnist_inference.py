@@ -32,7 +32,7 @@ from accelflow.io import find_fashion_mnist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fashion_mnist_model import CLASS_NAMES, DEFAULT_MODEL_PATH, load_model  # noqa: E402
-from gpu_backend import pick_backend, to_numpy  # noqa: E402
+from gpu_backend import array_module, pick_backend, to_numpy  # noqa: E402
 
 
 class Preprocess(RichMapBatchesFunction):
@@ -66,9 +66,9 @@ class Classify(RichMapBatchesFunction):
         print(f"[{self.label}] {how}", flush=True)
 
     def map_batch(self, batch: Any) -> Any:
-        x, labels = batch
-        predictions = self.model.predict(x, xp=self.xp)
-        return to_numpy(predictions).astype(np.int64), np.asarray(labels, dtype=np.int64)
+        x, labels = batch  # device arrays with map_batches(device="auto") on a GPU
+        predictions = self.model.predict(x, xp=array_module(x, self.xp))
+        return to_numpy(predictions).astype(np.int64), to_numpy(labels).astype(np.int64)
 
 
 def _format(record: Any) -> str:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                                   batch_size=args.batch_size, parallelism=args.parallelism)
     predictions = features.map_batches(Classify(args.model, resource), name="classify",
                                        batch_size=args.batch_size, parallelism=args.parallelism,
-                                       resources=requests)
+                                       resources=requests, device="auto" if resource else None)
     if args.output == "-":
         predictions.map(_format, name="format").print()
     elif args.output:

@@ -41,7 +41,7 @@ from accelflow.io import find_fashion_mnist, read_labeled_pair
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fashion_mnist_inference as inference  # noqa: E402
 from fashion_mnist_model import DEFAULT_MODEL_PATH, NUM_PIXELS, load_model  # noqa: E402
-from gpu_backend import to_numpy  # noqa: E402
+from gpu_backend import array_module, to_numpy  # noqa: E402
 
 _HEADER = 5  # an input message: index (uint32, big-endian), label (uint8), then 784 pixels
 
@@ -67,9 +67,11 @@ class Classify(inference.Classify):
     NumPy), preprocessing here and passing each image's timestamp and index through."""
 
     def map_batch(self, batch: Any) -> Any:
-        timestamps, indexes, pixels, labels = batch
-        predictions = to_numpy(self.model.predict(self.model.preprocess(pixels), xp=self.xp))
-        return timestamps, indexes, predictions.astype(np.int64), labels
+        timestamps, indexes, pixels, labels = batch  # device arrays with device="auto" on a GPU
+        xp = array_module(pixels, self.xp)
+        features = xp.asarray(self.model.preprocess(to_numpy(pixels)))  # as in training (NumPy)
+        predictions = to_numpy(self.model.predict(features, xp=xp))
+        return to_numpy(timestamps), to_numpy(indexes), predictions.astype(np.int64), to_numpy(labels)
 
 
 def produce(bootstrap: str, topic: str, images: Any, labels: Any, rate: float,
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         (env.from_source(source, name="images")
             .map_batches(Classify(args.model, resource), name="classify", batch_size=args.batch_size,
                          max_wait=args.max_wait, parallelism=args.parallelism,
-                         resources={resource: args.gpu_amount} if resource else None)
+                         resources={resource: args.gpu_amount} if resource else None,
+                         device="auto" if resource else None)
             .sink_to(KafkaSink(bootstrap, out_topic, delivery_guarantee="exactly-once",
                                transactional_id_prefix=f"fashion-mnist-{run}", value_serializer=encode),
                      name="predictions"))

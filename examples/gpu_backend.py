@@ -47,10 +47,27 @@ class TorchXP:
         self.torch, self.device = torch, device
 
     def asarray(self, x: Any) -> Any:
+        if isinstance(x, self.torch.Tensor):  # e.g. a map_batches(device=...) batch
+            return x.to(self.device)
         return self.torch.as_tensor(np.asarray(x), device=self.device)
 
     def argmax(self, x: Any, axis: int) -> Any:
         return self.torch.argmax(x, dim=axis)
+
+
+def array_module(array: Any, fallback: Any) -> Any:
+    """The array library of a ``map_batches(device=...)`` batch array: CuPy, torch (on the
+    tensor's device) or, for a NumPy array (the CPU fallback), ``fallback``."""
+    library = type(array).__module__.split(".")[0]
+    if library == "cupy":
+        import cupy
+
+        return cupy
+    if library == "torch":
+        import torch
+
+        return TorchXP(torch, array.device)
+    return fallback
 
 
 def to_numpy(array: Any) -> np.ndarray[Any, Any]:

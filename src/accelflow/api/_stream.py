@@ -200,7 +200,8 @@ class DataStream:
 
     def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
                     name: str | None = None, parallelism: int | None = None,
-                    resources: Mapping[str, Amount] | None = None) -> DataStream:
+                    resources: Mapping[str, Amount] | None = None, device: str | None = None,
+                    prefetch: int = 2, device_backend: str | None = None) -> DataStream:
         """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
         array of rows, a tuple of column arrays for tuple records, or a list) and returns a
         batch of outputs (array, tuple of arrays, or list).
@@ -208,6 +209,13 @@ class DataStream:
         ``max_wait`` (seconds) bounds latency: a batch is also closed when its first record
         has waited that long, full or not (as Ray Serve's ``batch_wait_timeout_s``). Without
         it a partial batch waits for more records, a checkpoint or the end of the input.
+
+        ``device="cuda"``: ``fn`` gets the batch's numeric arrays on the subtask's CUDA device
+        (CuPy arrays, or torch tensors; ``device_backend`` picks one), copied through pinned
+        buffers on a copy stream while the batch before computes, with up to ``prefetch``
+        batches in flight; its outputs come back as NumPy. ``device="auto"``: the same where
+        CuPy or PyTorch sees a GPU, else plain NumPy batches (the log says why). See
+        ``docs/gpu.md``, "map_batches on the device".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
         where = f"operator {name or 'map_batches'!r}"
@@ -217,8 +225,18 @@ class DataStream:
                                      or not 0 <= max_wait <= 3600):
             raise ConfigError(f"max_wait must be a number of seconds from 0 to 3600, got {max_wait!r}",
                               key=where)
+        if device not in (None, "auto", "cuda"):
+            raise ConfigError(f"device must be None, 'auto' or 'cuda', got {device!r}", key=where)
+        if device_backend not in (None, "cupy", "torch"):
+            raise ConfigError(f"device_backend must be None, 'cupy' or 'torch', got {device_backend!r}",
+                              key=where)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= 64:
+            raise ConfigError(f"prefetch must be an integer from 1 to 64 (batches in flight), "
+                              f"got {prefetch!r}", key=where)
+        on_device = {} if device is None else {"device": device, "prefetch": prefetch,
+                                               "device_backend": device_backend}
         return self._then("map_batches", fn, name, parallelism, resources, batch_size=size,
-                          max_wait=None if max_wait is None else float(max_wait))
+                          max_wait=None if max_wait is None else float(max_wait), **on_device)
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
         """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``."""

@@ -66,8 +66,7 @@ from accelflow.runtime import (
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
 )
-from accelflow.runtime.taskexecutor import TaskExecutor, start_forkserver, trace
-from accelflow.runtime.taskexecutor._trace import process_started
+from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_forkserver, trace
 
 log = logging.getLogger("accelflow.runtime")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -11,14 +11,17 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from accelflow.dataflow import RuntimeContext
-from accelflow.dataflow import from_batch, iter_records, to_batch
+from accelflow.dataflow import Columns, from_batch, iter_records, to_batch
 from accelflow.dataflow import Transformation
 from accelflow.runtime import create_part
+
+if TYPE_CHECKING:
+    from accelflow.runtime.subtask._device import DeviceStage, PlainStage
 
 _METHODS = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
             "map_batches": "map_batch", "sink_user": "invoke"}
@@ -119,6 +122,14 @@ class MapBatchesOp(MapOp):
         self.pending: list[Any] = []
         self.pending_len = 0
         self.first_waiting = 0.0
+        self.stage: DeviceStage | PlainStage | None = None  # set with ``device`` (PlainStage: NumPy)
+
+    def open(self, ctx: RuntimeContext) -> None:
+        super().open(ctx)
+        if self.node.options.get("device") is not None:
+            from accelflow.runtime.subtask._device import open_stage
+
+            self.stage = open_stage(self.fn, self.node.options, self.node.name)
 
     def process(self, chunk: Any) -> Any:
         if not self.pending and len(chunk) == self.batch_size:
@@ -132,19 +143,31 @@ class MapBatchesOp(MapOp):
             outputs.append(self._call(self._take(self.batch_size)))
         if self.pending and outputs:
             self.first_waiting = time.monotonic()  # the rest arrived with the last chunk
+        if self.stage is not None:
+            outputs = [o for o in outputs if len(o)]  # batches still in flight gave nothing
         return _join(outputs)
 
     def finish(self) -> Any:
+        if self.stage is not None:  # the partial batch, then every batch still in flight
+            return self._drained(self._call(self._take(self.pending_len)) if self.pending_len else [])
         if not self.pending_len:
             return []
         return self._call(self._take(self.pending_len))
 
     flush = finish  # a barrier closes the partial batch: the checkpoint holds no records
-    on_deadline = finish
+
+    def on_deadline(self) -> Any:
+        if self.stage is None:
+            return self.finish()
+        due = self.max_wait is not None and self.pending_len and \
+            self.first_waiting + self.max_wait <= time.monotonic()
+        return self._drained(self._call(self._take(self.pending_len)) if due else [])
 
     def deadline(self) -> float | None:
         if self.max_wait is None or not self.pending_len:
-            return None
+            return None if self.stage is None else self.stage.deadline()
+        if self.stage is not None and (drain := self.stage.deadline()) is not None:
+            return min(drain, self.first_waiting + self.max_wait)
         return self.first_waiting + self.max_wait
 
     def _take(self, size: int) -> list[Any]:
@@ -162,7 +185,19 @@ class MapBatchesOp(MapOp):
         return taken
 
     def _call(self, chunks: list[Any]) -> Any:
+        if self.stage is not None:
+            return self._joined(self.stage.submit(to_batch(chunks)))
         return from_batch(self.fn(to_batch(chunks)), self.node.name)
+
+    def _drained(self, out: Any) -> Any:
+        assert self.stage is not None
+        return self._joined([out, *self.stage.drain()])
+
+    def _joined(self, results: list[Any]) -> Any:
+        """The chunk of ``results`` (chunks, or what ``fn`` returned), in order."""
+        chunks = [r if isinstance(r, list | Columns) else from_batch(r, self.node.name) for r in results]
+        chunks = [c for c in chunks if len(c)]
+        return _join(chunks) if chunks else []
 
 
 class ReduceOp(MapOp):

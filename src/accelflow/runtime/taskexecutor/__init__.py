@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING
 from accelflow._exports import lazy_exports
 
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver
-from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, trace
+from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, process_started, trace
 
 if TYPE_CHECKING:
     from accelflow.runtime.taskexecutor._taskexecutor import TaskExecutor, main
 
-__all__ = ["AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "main", "start_forkserver", "trace"]
+__all__ = [
+    "AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "main", "process_started", "start_forkserver",
+    "trace",
+]
 
 
 __getattr__, __dir__ = lazy_exports(globals(), {"._taskexecutor": ("TaskExecutor", "main")})

@@ -1,0 +1,193 @@
+"""``map_batches(device=...)``: the device stage (pinned buffers, a copy stream, prefetch),
+with a fake CuPy written to a directory on ``PYTHONPATH``: NumPy underneath, copies that
+happen only when an event recorded after them is waited for (so a computation that does not
+wait, or a pinned buffer reused too early, gives an error or wrong numbers), every call logged.
+It serves this process (the operator on its own) and the subtasks of a real local cluster."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from runtime_jobs import CommitLog, Paced, published
+
+from accelflow import ConfigError, Environment, RuntimeContext
+from accelflow.runtime.subtask._device import DeviceStage, PlainStage, open_stage
+from accelflow.runtime.subtask._operators import MapBatchesOp
+
+FAKE_CUPY = '"""A fake CuPy (NumPy underneath) that models asynchronous copies honestly: a copy made by\n``ndarray.set(host, stream=s)`` happens only when an event recorded on ``s`` after it is\nwaited for or synchronized, so a computation that does not wait, or a pinned buffer reused\ntoo early, gives wrong numbers or an error. Every call is appended to $FAKE_CUPY_LOG."""\nimport os\n\nimport numpy\n\n_pinned_ids = set()\n\n\ndef _log(line):\n    path = os.environ.get("FAKE_CUPY_LOG")\n    if path:\n        with open(path, "a") as f:\n            f.write(f"{os.getpid()} {line}\\n")\n\n\nclass _Pinned(bytearray):\n    pass\n\n\nclass ndarray:\n    def __init__(self, shape, dtype, data=None):\n        self.shape, self.dtype = tuple(shape), numpy.dtype(dtype)\n        self._data = data\n        self._host = None\n\n    def set(self, host, stream=None):\n        base = host\n        while getattr(base, "base", None) is not None:\n            base = base.base\n        base = getattr(base, "obj", base)  # a memoryview of the buffer\n        _log(f"set {self.shape} pinned={isinstance(base, _Pinned)}")\n        self._host = host  # copied when an event recorded after this completes\n        stream._pending.append(self)\n\n    def _ready(self):\n        if self._data is None:\n            raise RuntimeError("a device array used before its copy was waited for")\n        return self._data\n\n    def __len__(self):\n        return self.shape[0]\n\n    def _op(self, other, fn):\n        _log("use")\n        other = other._ready() if isinstance(other, ndarray) else other\n        out = fn(self._ready(), other)\n        return ndarray(out.shape, out.dtype, out)\n\n    def __mul__(self, other):\n        return self._op(other, numpy.multiply)\n\n    def __matmul__(self, other):\n        return self._op(other, numpy.matmul)\n\n    def __add__(self, other):\n        return self._op(other, numpy.add)\n\n    def get(self, stream=None):\n        _log("get")\n        return numpy.array(self._ready())\n\n\ndef empty(shape, dtype):\n    return ndarray(shape, dtype)\n\n\ndef asarray(x):\n    if isinstance(x, ndarray):\n        return x\n    x = numpy.asarray(x)\n    return ndarray(x.shape, x.dtype, x.copy())\n\n\ndef argmax(x, axis):\n    _log("use")\n    out = numpy.argmax(x._ready(), axis=axis)\n    return ndarray(out.shape, out.dtype, out)\n\n\nclass Event:\n    def __init__(self, arrays):\n        self._arrays = arrays\n\n    def _complete(self):\n        for a in self._arrays:\n            if a._data is None:\n                a._data = numpy.array(a._host)  # the copy, from the pinned buffer as it is now\n\n    def synchronize(self):\n        _log("synchronize")\n        self._complete()\n\n\nclass Stream:\n    def __init__(self, non_blocking=False):\n        _log(f"stream non_blocking={non_blocking}")\n        self._pending = []\n\n    def record(self):\n        _log("record")\n        event, self._pending = Event(self._pending), []\n        return event\n\n    def wait_event(self, event):\n        _log("wait_event")\n        event._complete()\n\n    def __enter__(self):\n        return self\n\n    def __exit__(self, *exc):\n        return False\n\n\nclass cuda:\n    Stream = Stream\n    Event = Event\n\n    class runtime:\n        @staticmethod\n        def getDeviceCount():\n            return int(os.environ.get("FAKE_CUPY_DEVICES", "1"))\n\n    class Device:\n        def __init__(self, i):\n            self.id = i\n\n        def use(self):\n            pass\n\n    @staticmethod\n    def alloc_pinned_memory(nbytes):\n        _log(f"pinned {nbytes}")\n        return _Pinned(nbytes)\n'
+
+@pytest.fixture
+def fake_cupy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The fake CuPy importable here and in subtasks; its call log."""
+    site = tmp_path / "site"
+    (site / "cupy").mkdir(parents=True)
+    (site / "cupy" / "__init__.py").write_text(FAKE_CUPY, encoding="utf-8")
+    log = tmp_path / "cupy.log"
+    monkeypatch.setenv("FAKE_CUPY_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.syspath_prepend(str(site))  # also for subtasks forked from this process
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    yield log
+    sys.modules.pop("cupy", None)
+
+
+def _times_ten(batch: Any) -> Any:
+    return batch * 10
+
+
+def _log_lines(log: Path) -> list[str]:
+    return [line.split(" ", 1)[1] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _most_in_flight(lines: list[str]) -> int:
+    """The most batches copied (``set``) but not yet computed (``use``) at any moment."""
+    in_flight = most = 0
+    for line in lines:
+        in_flight += line.startswith("set ") - (line == "use")
+        most = max(most, in_flight)
+    return most
+
+
+def _operator(fn: Any, **options: Any) -> MapBatchesOp:
+    env = Environment()
+    env.from_sequence(0, 1).map_batches(fn, name="on device", **options)
+    op = MapBatchesOp(env._transformations[-1])
+    op.open(RuntimeContext(task_name="t", index_of_this_subtask=0, number_of_parallel_subtasks=1,
+                           attempt_number=0, assigned={}, taskexecutor_infos={}, taskexecutor_id="te"))
+    return op
+
+
+def test_batches_go_through_pinned_buffers_with_at_most_prefetch_in_flight(fake_cupy: Path) -> None:
+    op = _operator(_times_ten, batch_size=4, device="cuda", prefetch=3)
+    assert isinstance(op.stage, DeviceStage) and op.stage.backend.name == "cupy"
+    out: list[int] = []
+    for start in range(0, 40, 5):  # chunks of 5 into batches of 4: partial batches carried over
+        out.extend(int(x) for x in op.process(np.arange(start, start + 5)))
+        assert len(op.stage.in_flight) <= 2  # the third is computed as it arrives
+    assert out == [x * 10 for x in range(len(out))] and len(out) == 40 - 2 * 4
+    lines = _log_lines(fake_cupy)
+    assert _most_in_flight(lines) == 3
+    sets = [line for line in lines if line.startswith("set ")]
+    assert len(sets) == 10 and all(line.endswith("pinned=True") for line in sets)
+    assert sum(line.startswith("pinned ") for line in lines) == 3  # one buffer per ring slot, reused
+    assert lines.count("wait_event") == 8  # the compute stream waits for each batch's copy
+    assert lines.count("stream non_blocking=True") == 2  # a copy and a compute stream
+
+
+def test_flush_at_a_barrier_and_finish_drain_everything_in_order(fake_cupy: Path) -> None:
+    op = _operator(_times_ten, batch_size=3, device="cuda", prefetch=4)
+    first = list(op.process(np.arange(0, 7)))  # batches [0..2], [3..5] in flight, 6 pending
+    assert first == [] and len(op.stage.in_flight) == 2
+    assert list(op.flush()) == [x * 10 for x in range(7)]  # the barrier sees every record
+    assert not op.stage.in_flight and op.pending_len == 0 and op.deadline() is None
+    assert list(op.process(np.arange(7, 12))) == []
+    assert op.deadline() is not None  # a paused input: the in-flight batches are drained soon
+    assert list(op.finish()) == [x * 10 for x in range(7, 12)]
+    assert not op.stage.in_flight
+
+
+def test_columns_move_only_numeric_arrays_and_come_back_as_columns(fake_cupy: Path) -> None:
+    def scale(batch: Any) -> Any:
+        pixels, names = batch
+        assert type(pixels).__module__ == "cupy" and isinstance(names, np.ndarray)
+        return pixels * 2, names
+
+    op = _operator(scale, batch_size=2, device="cuda", prefetch=1)
+    from accelflow.dataflow import Columns, iter_records
+
+    out = op.process(Columns([np.arange(4), np.array(["a", "b", "c", "d"])]))
+    assert list(iter_records(out)) == [(0, "a"), (2, "b"), (4, "c"), (6, "d")]
+    assert isinstance(op.process(Columns([np.arange(2), np.array(["e", "f"])])), Columns)
+
+
+def test_a_stage_that_skipped_the_copy_event_would_fail(fake_cupy: Path) -> None:
+    """The fake is strict: computing before waiting for the copy raises."""
+    import cupy
+
+    stage = open_stage(_times_ten, {"device": "cuda", "prefetch": 2}, "op")
+    assert isinstance(stage, DeviceStage)
+    moved = stage._upload(np.arange(3), stage.ring[0])
+    with pytest.raises(RuntimeError, match="before its copy was waited for"):
+        moved * 10
+    assert isinstance(moved, cupy.ndarray)
+
+
+def test_auto_without_a_gpu_calls_fn_on_numpy(fake_cupy: Path, monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("FAKE_CUPY_DEVICES", "0")
+    monkeypatch.setitem(sys.modules, "torch", None)  # type: ignore[arg-type]
+    seen: list[type] = []
+    op = _operator(lambda b: seen.append(type(b)) or b + 1, batch_size=2, device="auto")
+    assert isinstance(op.stage, PlainStage)
+    assert "NumPy batches on the CPU (cupy: no visible CUDA device; torch: not installed)" in caplog.text
+    assert list(op.process(np.arange(2))) == [1, 2] and seen == [np.ndarray]
+
+
+def test_cuda_without_a_backend_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "torch", None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"operator 'on device'.*pip install 'accelflow\[cuda\]'.*"
+                                          r"'accelflow\[torch\]'") as caught:
+        _operator(_times_ten, device="cuda", device_backend=None)
+    assert "(cupy: not installed; torch: not installed)" in str(caught.value)
+
+
+@pytest.mark.parametrize("options, culprit", [
+    ({"prefetch": 0}, "prefetch must be an integer from 1 to 64"),
+    ({"prefetch": True}, "prefetch must be an integer"),
+    ({"prefetch": 65}, "got 65"),
+    ({"device": "gpu"}, "device must be None, 'auto' or 'cuda', got 'gpu'"),
+    ({"device": "cuda", "device_backend": "jax"}, "device_backend must be None, 'cupy' or 'torch'"),
+])
+def test_bad_device_options_name_the_operator(options: dict[str, Any], culprit: str) -> None:
+    stream = Environment().from_sequence(0, 1)
+    with pytest.raises(ConfigError, match="operator 'scale'") as caught:
+        stream.map_batches(_times_ten, name="scale", **options)
+    assert culprit in str(caught.value)
+
+
+def test_without_device_the_options_are_as_before() -> None:
+    env = Environment()
+    env.from_sequence(0, 1).map_batches(_times_ten, batch_size=4, prefetch=3)
+    assert env._transformations[-1].options == {"batch_size": 4, "max_wait": None}
+
+
+@pytest.mark.slow
+def test_a_job_on_the_fake_gpu_is_exact_and_in_order_with_checkpoints(fake_cupy: Path, tmp_path: Path) -> None:
+    """Subtasks import the fake CuPy; barriers every 20 ms flush what is in flight, and the
+    end of the input drains the rest: every record once, in order."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = Environment({"parallelism.default": 1, "execution.checkpointing.interval": "20 ms"})
+    env.from_source(Paced(600, chunk=25, delay=0.002)) \
+        .map_batches(_times_ten, batch_size=16, device="cuda", prefetch=2).map(lambda x: int(x)) \
+        .sink_to(CommitLog(str(out)))
+    env.execute("device stage")
+    assert published(out) == [x * 10 for x in range(600)]
+    lines = _log_lines(fake_cupy)
+    assert _most_in_flight(lines) == 2
+    assert sum(line.startswith("set ") for line in lines) == lines.count("use") >= 600 // 16
+
+
+@pytest.mark.slow
+def test_a_job_with_auto_and_no_gpu_gives_what_plain_calls_give(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    results = []
+    for device in (None, "auto"):
+        env = Environment({"parallelism.default": 2})
+        stream = env.from_sequence(0, 999).map_batches(_times_ten, batch_size=64, device=device)
+        results.append(sorted(stream.execute_and_collect()))
+    assert results[0] == results[1] == [x * 10 for x in range(1000)]
+
+
+@pytest.mark.gpu
+def test_a_real_gpu_gives_what_numpy_gives() -> None:
+    pytest.importorskip("cupy")
+    env = Environment()
+    stream = env.from_sequence(0, 9999).map_batches(_times_ten, batch_size=256, device="cuda")
+    assert sorted(stream.execute_and_collect()) == [x * 10 for x in range(10000)]
