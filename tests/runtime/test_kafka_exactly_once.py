@@ -24,6 +24,11 @@ pytestmark = pytest.mark.slow
 N = 20_000
 
 
+def _slowly(record: Any) -> int:
+    time.sleep(0.0005)
+    return int(record.value)
+
+
 def _produce(bootstrap: str, topic: str, n: int) -> None:
     producer = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(n):
@@ -45,24 +50,27 @@ def test_kafka_to_gpu_map_to_file_sink_survives_a_killed_taskexecutor_exactly_on
             "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
             "restart-strategy.fixed-delay.delay": "0 s",
         })
+        # a slow source keeps reading (and taking part in checkpoints) while the test kills
+        # a TaskExecutor: a bounded source that has read everything stops checkpoints until
+        # the job's final one
         source = KafkaSource(broker.bootstrap_servers, "images", group_id="exactly-once-test",
-                             bounded=True, value_deserializer=lambda r: int(r.value))
+                             bounded=True, value_deserializer=_slowly)
         (env.from_source(source, name="kafka")
-            .map(OnItsGpu(delay=0.0005), name="classify", resources={"gpu": 1})
+            .map(OnItsGpu(), name="classify", resources={"gpu": 1})
             .sink_to(FileSink(str(out)), name="files"))
         client = env.execute_async("kafka exactly once")
         deadline = time.monotonic() + 120
         while True:  # a TaskExecutor dies once a checkpoint has published some output
             jobs = list(client.jobmanager.jobs.values())
-            if jobs and jobs[0].checkpoints.completed >= 2 and any(out.glob("part-*")):
+            gpu_host = next((st.taskexecutor for st in list(client.jobmanager.subtasks.values())
+                             if st.name.startswith("classify") and st.state == "RUNNING"), None)
+            if jobs and jobs[0].checkpoints.completed >= 2 and any(out.glob("part-*")) and gpu_host:
                 break
             assert client.status() not in ("FINISHED", "FAILED"), (
                 f"the job ended before the kill: {jobs[0].checkpoints if jobs else None}")
             assert time.monotonic() < deadline, "no checkpoint completed"
             time.sleep(0.01)
         published_before = len(list(out.glob("part-*")))
-        gpu_host = next(st.taskexecutor for st in client.jobmanager.subtasks.values()
-                        if st.name.startswith("classify") and st.state == "RUNNING")
         os.kill(client.jobmanager.taskexecutors[gpu_host].registration.pid, signal.SIGKILL)
         result = client.wait(180)
     assert result.attempts == 2
