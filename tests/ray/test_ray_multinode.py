@@ -130,21 +130,36 @@ def second_node_command(address: str) -> str:
     return f"{_private_tmp()} && exec {RAY} start --address={address} {NODE_FLAGS}"
 
 
-@pytest.fixture(scope="module")
-def two_nodes() -> Iterator[Cluster]:
+def start_head(prefix: str) -> tuple[Cluster, float]:
+    """A head node in its own namespace, alive (the test skips, saying why, when it cannot
+    start here); and the deadline the cluster's start-up keeps to. The caller stops it."""
     require_namespaces()
-    tmpdir = tempfile.mkdtemp(prefix="afmn-", dir="/tmp")  # short: Unix socket paths
+    tmpdir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Unix socket paths
     port = _free_port()
     address = f"127.0.0.1:{port}"
     nodes = [_start_node("head", head_command(port), tmpdir, Path(tmpdir, "head.log"))]
     cluster = Cluster(address, tmpdir, nodes)
+    deadline = time.monotonic() + 90
+    while _alive_nodes(cluster.env(), address) < 1:
+        if nodes[0].poll() is not None or time.monotonic() > deadline:
+            log = Path(tmpdir, "head.log").read_text(errors="replace")[-2000:]
+            stop_cluster(cluster)
+            pytest.skip("ray start --head failed here: " + log)
+        time.sleep(1)
+    return cluster, deadline
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    for node in reversed(cluster.nodes):
+        _stop(node)
+    shutil.rmtree(cluster.tmpdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Cluster]:
+    cluster, deadline = start_head("afmn-")
+    nodes, tmpdir, address = cluster.nodes, cluster.tmpdir, cluster.address
     try:
-        deadline = time.monotonic() + 90
-        while _alive_nodes(cluster.env(), address) < 1:
-            if nodes[0].poll() is not None or time.monotonic() > deadline:
-                pytest.skip("ray start --head failed here: "
-                            + Path(tmpdir, "head.log").read_text(errors="replace")[-2000:])
-            time.sleep(1)
         nodes.append(_start_node(
             "second", second_node_command(address),
             tmpdir, Path(tmpdir, "second.log"),
@@ -156,9 +171,7 @@ def two_nodes() -> Iterator[Cluster]:
             time.sleep(1)
         yield cluster
     finally:
-        for node in reversed(nodes):
-            _stop(node)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        stop_cluster(cluster)
 
 
 JOB = """

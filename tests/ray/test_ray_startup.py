@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from accelflow.runtime.launchers._ray import actor_environment, runtime_env
 from accelflow.runtime.taskexecutor import TRACE_ENV_VAR
 
 from test_ray_multinode import (  # the two-node tests' cluster helpers (tests/ray on sys.path)
-    Cluster, _alive_nodes, _free_port, _start_node, _stop, head_command, require_namespaces,
+    Cluster, start_head, stop_cluster,
 )
 
 
@@ -98,23 +95,11 @@ print("INITS", json.dumps(calls))
 @pytest.fixture(scope="module")
 def head_only() -> Iterator[Cluster]:
     """An existing one-node Ray cluster (``ray start --head``), started before any job."""
-    require_namespaces()
-    tmpdir = tempfile.mkdtemp(prefix="afst-", dir="/tmp")
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    nodes = [_start_node("head", head_command(port), tmpdir, Path(tmpdir, "head.log"))]
-    cluster = Cluster(address, tmpdir, nodes)
+    cluster, _ = start_head("afst-")
     try:
-        deadline = time.monotonic() + 90
-        while _alive_nodes(cluster.env(), address) < 1:
-            if nodes[0].poll() is not None or time.monotonic() > deadline:
-                pytest.skip("ray start --head failed here: "
-                            + Path(tmpdir, "head.log").read_text(errors="replace")[-2000:])
-            time.sleep(1)
         yield cluster
     finally:
-        _stop(nodes[0])
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        stop_cluster(cluster)
 
 
 @pytest.mark.slow
