@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ from accelflow.runtime.launchers import make_launcher
 from accelflow.runtime.launchers._ray import actor_resources
 
 N = 40
+#: how long a job here may take: starting or replacing an actor is a new Ray worker process,
+#: which takes tens of seconds on a loaded 2-core host (a hang still fails the test)
+_JOB_WAIT_S = 180.0
 
 
 def _one_per_subtask(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,15 +141,16 @@ def test_a_custom_resource_the_cluster_lacks_is_named_with_the_free_view(ray_con
 
 
 @pytest.mark.slow
-def test_a_killed_actor_fails_the_job_naming_it(ray_conf: dict[str, Any], tmp_path: Path) -> None:
-    client = _start_gated(dict(ray_conf, **GPU_CONF), tmp_path)
+def test_a_killed_actor_fails_the_job_naming_it(ray_conf: dict[str, Any], gated: Callable[..., Any],
+                                                 tmp_path: Path) -> None:
+    client = gated(dict(ray_conf, **GPU_CONF))
     assert not (tmp_path / "out.jsonl").exists()
     actor = psutil.Process(client.launcher.pids["taskexecutor-2"])
     forked = actor.children(recursive=True)  # its forkserver and subtasks
     assert len(forked) >= 3
     client.launcher.ray.kill(client.launcher.actor("taskexecutor-2"))
     with pytest.raises(JobError, match=r"^taskexecutor-2 died while running job-1 \(gated\)"):
-        client.wait(30)
+        client.wait(_JOB_WAIT_S)
     _, alive = psutil.wait_procs(forked, timeout=10)
     assert not alive, f"the killed actor's subtasks outlived it: {alive}"
     assert client.status() == "FAILED"
@@ -155,13 +159,14 @@ def test_a_killed_actor_fails_the_job_naming_it(ray_conf: dict[str, Any], tmp_pa
 
 
 @pytest.mark.slow
-def test_a_killed_actor_is_replaced_and_the_job_restarts(ray_conf: dict[str, Any], tmp_path: Path) -> None:
+def test_a_killed_actor_is_replaced_and_the_job_restarts(ray_conf: dict[str, Any], gated: Callable[..., Any],
+                                                         tmp_path: Path) -> None:
     conf = {**ray_conf, **GPU_CONF, "restart-strategy": "fixed-delay",
             "restart-strategy.fixed-delay.delay": "0.1 s"}
-    client = _start_gated(conf, tmp_path)
+    client = gated(conf)
     client.launcher.ray.kill(client.launcher.actor("taskexecutor-2"))
     (tmp_path / "marks" / "gate").touch()  # attempt 0 cannot finish without taskexecutor-2
-    result = client.wait(60)
+    result = client.wait(_JOB_WAIT_S)  # a replacement actor is a new Ray worker: slow on a loaded host
     assert result.attempts == 2
     lines = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines]
@@ -170,22 +175,35 @@ def test_a_killed_actor_is_replaced_and_the_job_restarts(ray_conf: dict[str, Any
     assert len({(r["taskexecutor"], r["infos"][0][0]) for r in records}) == 4
 
 
-def _start_gated(conf: dict[str, Any], tmp_path: Path) -> Any:
-    """A job whose sources wait at a gate, with a keyed edge (chunks cross between actors
-    through the relay) and a file sink; returns once every source subtask has emitted."""
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = Environment(conf)
-    (
-        env.from_source(GatedNumbers(N, str(marks)), parallelism=4)
-        .map(ProbeJson, name="classify", parallelism=4, resources={"gpu": 1})
-        .key_by(len)
-        .map(lambda line: line, name="same", parallelism=2)
-        .sink_to_file(tmp_path / "out.jsonl")
-    )
-    client = env.execute_async("gated")
-    _wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4, "every source subtask to emit")
-    return client
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Any]]:
+    """Starts a job whose sources wait at a gate, with a keyed edge (chunks cross between
+    actors through the relay) and a file sink, and returns its client once every source
+    subtask has emitted. A job still running when the test ends (it failed midway) is
+    cancelled and waited for: its actors would hold the shared instance's GPUs and CPUs and
+    fail the tests after it."""
+    clients: list[Any] = []
+
+    def start(conf: dict[str, Any]) -> Any:
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        env = Environment(conf)
+        (
+            env.from_source(GatedNumbers(N, str(marks)), parallelism=4)
+            .map(ProbeJson, name="classify", parallelism=4, resources={"gpu": 1})
+            .key_by(len)
+            .map(lambda line: line, name="same", parallelism=2)
+            .sink_to_file(tmp_path / "out.jsonl")
+        )
+        clients.append(env.execute_async("gated"))
+        _wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4, "every source subtask to emit",
+                    timeout=_JOB_WAIT_S)
+        return clients[-1]
+
+    yield start
+    for client in clients:
+        client.cancel()
+        client._done.wait(_JOB_WAIT_S)
 
 
 def test_one_script_gives_equal_results_on_both_targets(ray_conf: dict[str, Any]) -> None:

@@ -257,7 +257,7 @@ class RayLauncher(Launcher):
             timeout = max(0.0, deadline - time.monotonic()) if pinging else None
             try:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-            except Exception:  # Ray itself went away (the launcher stopped): nothing to report
+            except BaseException:  # Ray itself went away (the launcher stopped): nothing to report
                 return
             if not ready:  # every actor not placed by now is reported unplaced
                 for ref, (phase, te_id) in list(pending.items()):
@@ -330,7 +330,7 @@ class RayLauncher(Launcher):
         while not self._stopped:
             try:
                 messages = self.ray.get(actor.poll.remote(_POLL_S))
-            except Exception:
+            except BaseException:  # a dead actor; SystemExit when Ray shuts down in this process
                 break
             for message in messages:
                 if isinstance(message, SubtaskFinished) and message.parts:
