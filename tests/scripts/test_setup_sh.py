@@ -70,3 +70,11 @@ def test_a_lost_install_is_repaired_despite_the_stamp(checkout: Path) -> None:
     assert setup_venv(checkout, ".") == 1
     (checkout / ".venv" / "bin" / "accelflow").unlink()
     assert setup_venv(checkout, ".") == 1
+
+
+def test_accelflow_is_compiled_even_where_no_bytecode_is_written(checkout: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as in CI: imports write no .pyc
+    setup_venv(checkout, ".")
+    tag = sys.implementation.cache_tag
+    assert (checkout / "src" / "accelflow" / "__pycache__" / f"__init__.{tag}.pyc").is_file()

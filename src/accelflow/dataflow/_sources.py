@@ -239,17 +239,21 @@ class ArraySource(Source[Any]):
         return (split[0] + records_read, split[1])
 
 
+_WRITE_BLOCK = 64 << 20
+
+
 def copy_to_memfd(array: np.ndarray[Any, Any], name: str) -> tuple[SharedArray, int]:
     """Copy ``array`` once into an anonymous shared-memory file of this process (Linux
     ``memfd``): where other processes of this host map it (``/proc/<pid>/fd/<fd>``, while this
     process holds the fd, which the caller closes), and the fd."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        os.ftruncate(fd, array.nbytes)
-        with mmap.mmap(fd, array.nbytes) as region:
-            target: np.ndarray[Any, Any] = np.ndarray(array.shape, array.dtype, buffer=region)
-            np.copyto(target, array)
-            del target  # no view may outlive the mapping
+        # written, not copied through a mapping: the kernel allocates the pages in bulk
+        # instead of one page fault per 4 KiB (twice as fast for a few hundred MB)
+        data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # any dtype
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:written + _WRITE_BLOCK])
     except BaseException:
         os.close(fd)
         raise

@@ -273,10 +273,48 @@ class FileSink(Operator):
 
 
 class CollectSink(Operator):
-    """Hands chunks to the subtask runner, which ships them to the client."""
+    """Hands chunks to the subtask runner, which ships them to the client, a few at a time:
+    every message goes subtask -> TaskExecutor -> client (unpickled and pickled again on
+    the way), so one per chunk cost a bare NumPy job about half its speed on 2 cores.
+    Chunks wait at most :data:`COLLECT_MAX_DELAY_S` and until :data:`COLLECT_MAX_RECORDS`
+    records or :data:`COLLECT_MAX_BYTES` of arrays are held; the end of the input and a
+    checkpoint barrier release them at once."""
+
+    def __init__(self, node: Transformation) -> None:
+        super().__init__(node)
+        self.held: list[Any] = []
+        self.held_records = self.held_bytes = 0
+        self.first_held = 0.0
 
     def process(self, chunk: Any) -> Any:
-        return chunk
+        if not self.held:
+            self.first_held = time.monotonic()
+        self.held.append(chunk)
+        self.held_records += len(chunk)
+        self.held_bytes += _nbytes(chunk)
+        if self.held_records >= COLLECT_MAX_RECORDS or self.held_bytes >= COLLECT_MAX_BYTES:
+            return self.finish()
+        return []
+
+    def finish(self) -> Any:
+        held, self.held = self.held, []
+        self.held_records = self.held_bytes = 0
+        return _join(held) if held else []
+
+    flush = on_deadline = finish
+
+    def deadline(self) -> float | None:
+        return self.first_held + COLLECT_MAX_DELAY_S if self.held else None
+
+
+#: how long, how many records and how many bytes of arrays a subtask holds collected chunks
+COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, COLLECT_MAX_BYTES = 0.05, 65536, 8 << 20
+
+
+def _nbytes(chunk: Any) -> int:
+    if isinstance(chunk, Columns):
+        return sum(c.nbytes for c in chunk.columns())
+    return chunk.nbytes if isinstance(chunk, np.ndarray) else 0
 
 
 class UserSink(MapOp):
@@ -353,6 +391,8 @@ def _join(outputs: list[Any]) -> Any:
         return outputs[0]
     if outputs and all(isinstance(o, np.ndarray) for o in outputs):
         return np.concatenate(outputs)
+    if outputs and all(isinstance(o, Columns) for o in outputs) and len({len(o.columns()) for o in outputs}) == 1:
+        return Columns(tuple(np.concatenate(cs) for cs in zip(*(o.columns() for o in outputs))))
     records: list[Any] = []
     for out in outputs:
         records.extend(iter_records(out))

@@ -106,15 +106,15 @@ class TaskExecutor:
     def _child_event(self, ready: Any) -> None:
         for key, (proc, conn) in list(self.children.items()):
             if ready is conn:
-                try:
-                    self.jm.send(conn.recv())
+                try:  # forwarded as pickled, never unpickled here (collected chunks are large)
+                    self.jm.send_bytes(conn.recv_bytes())
                 except (EOFError, OSError):  # a reset: it exited with commands unread
                     pass
                 return
             if ready == proc.sentinel:
                 try:
                     while conn.poll():  # relay what it said before exiting
-                        self.jm.send(conn.recv())
+                        self.jm.send_bytes(conn.recv_bytes())
                 except (EOFError, OSError):
                     pass
                 proc.join()

@@ -1,0 +1,65 @@
+"""A subtask ships collected chunks to the client a few at a time (``CollectSink``): held
+until a record count, a byte size or a delay is reached, released at once at the end of
+the input and at a checkpoint barrier, never reordered."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from accelflow import Environment
+from accelflow.dataflow import Columns
+from accelflow.dataflow._graph import Transformation
+from accelflow.runtime.subtask import _operators
+from accelflow.runtime.subtask._operators import COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, CollectSink
+from accelflow.scheduling import ResourceProfile
+
+
+def _sink() -> CollectSink:
+    return CollectSink(Transformation(0, "sink_collect", "collect", None, 1, ResourceProfile.parse({}, operator="collect")))
+
+
+def test_chunks_are_held_until_enough_records_then_released_in_order() -> None:
+    sink = _sink()
+    chunk = 1000
+    held = COLLECT_MAX_RECORDS // chunk
+    outs = [sink.process(np.arange(i * chunk, (i + 1) * chunk)) for i in range(held + 1)]
+    assert all(len(o) == 0 for o in outs[:held])  # nothing leaves before the limit
+    assert np.array_equal(outs[held], np.arange((held + 1) * chunk))  # then all, in order
+    assert sink.deadline() is None and len(sink.finish()) == 0
+
+
+def test_large_arrays_are_released_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_operators, "COLLECT_MAX_BYTES", 1 << 20)
+    sink = _sink()
+    assert len(sink.process(np.zeros((100, 1024), np.float32))) == 0  # 400 KB
+    assert len(sink.process(np.zeros((100, 1024), np.float32))) == 0
+    assert len(sink.process(np.zeros((100, 1024), np.float32))) == 300  # 1.2 MB: released
+
+
+def test_held_chunks_have_a_deadline_and_the_end_releases_them() -> None:
+    sink = _sink()
+    before = time.monotonic()
+    assert sink.process([("a", 1), ("b", 2)]) == []
+    assert sink.process([("c", 3)]) == []
+    deadline = sink.deadline()
+    assert deadline is not None and before + COLLECT_MAX_DELAY_S <= deadline <= time.monotonic() + COLLECT_MAX_DELAY_S
+    assert sink.on_deadline() == [("a", 1), ("b", 2), ("c", 3)]
+    assert sink.deadline() is None
+
+
+def test_columns_stay_columns_when_joined() -> None:
+    sink = _sink()
+    sink.process(Columns((np.arange(3), np.arange(3) * 2.0)))
+    sink.process(Columns((np.arange(3, 5), np.arange(3, 5) * 2.0)))
+    out = sink.finish()
+    assert isinstance(out, Columns)
+    assert list(out.rows()) == [(i, i * 2.0) for i in range(5)]
+
+
+def test_a_job_collects_every_record_of_each_subtask_in_order() -> None:
+    n = 3 * COLLECT_MAX_RECORDS + 123  # several releases by count, then the end's rest
+    out = Environment().from_collection(np.arange(n), parallelism=1).map_batches(lambda b: b * 2).execute_and_collect()
+    assert [int(x) for x in out] == list(range(0, 2 * n, 2))
