@@ -250,7 +250,7 @@ def copy_to_memfd(array: np.ndarray[Any, Any], name: str) -> tuple[SharedArray, 
     try:
         # written, not copied through a mapping: the kernel allocates the pages in bulk
         # instead of one page fault per 4 KiB (twice as fast for a few hundred MB)
-        data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # any dtype
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data  # any dtype, as bytes
         written = 0
         while written < len(data):
             written += os.write(fd, data[written:written + _WRITE_BLOCK])
