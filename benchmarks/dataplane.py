@@ -18,7 +18,8 @@ For each accelflow job it prints:
 * ``running``: images / (``duration_s`` - ``startup_s``), the rate once the first image is out;
 * ``start-up``: ``JobResult.startup_s``, submission to the first record out of a source;
 * ``peak``: the peak memory of the whole job (client, TaskExecutors, forkservers, subtasks),
-  sampled every 20 ms as the sum of PSS (proportional set size: a page shared by k processes
+  in one more run of its own (reading smaps costs CPU, so that run is not timed), sampled
+  every 20 ms as the sum of PSS (proportional set size: a page shared by k processes
   counts 1/k in each, so shared memory is counted once) and as the sum of RSS (shared pages
   counted once per process), against the size of the source array.
 
@@ -88,11 +89,10 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> MemorySampler:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -111,22 +111,26 @@ class MemorySampler:
 
 
 def accelflow_job(images: np.ndarray[Any, Any], fn: Classifier, p: int,
-                  expected: np.ndarray[Any, Any]) -> dict[str, float]:
+                  expected: np.ndarray[Any, Any], memory: MemorySampler | None = None) -> dict[str, float]:
+    """One job; timed, or with ``memory`` sampled (reading every process's smaps each 20 ms
+    costs CPU: a sampled run is not timed)."""
     _set_threads(max(1, CORES // p))  # inherited by the TaskExecutor and its subtasks
     try:
         env = Environment({"taskmanager.numberOfTaskSlots": p})
-        with MemorySampler() as memory:
-            started = time.perf_counter()
-            out = env.from_collection(images, parallelism=p).map_batches(fn, parallelism=p).execute_and_collect()
-            whole = time.perf_counter() - started
+        if memory is not None:
+            memory.start()
+        started = time.perf_counter()
+        out = env.from_collection(images, parallelism=p).map_batches(fn, parallelism=p).execute_and_collect()
+        whole = time.perf_counter() - started
     finally:
+        if memory is not None:
+            memory.stop()
         _set_threads(CORES)
     result = env.last_result
     assert result is not None and result.startup_s is not None
     if sorted(out) != sorted(expected.tolist()):
         raise SystemExit(f"p={p}: predictions differ from the bare loop")
-    return {"whole": whole, "running": result.duration_s - result.startup_s,
-            "startup": result.startup_s, "pss": memory.peak_pss, "rss": memory.peak_rss}
+    return {"whole": whole, "running": result.duration_s - result.startup_s, "startup": result.startup_s}
 
 
 def _receive(address: str, count: int) -> None:
@@ -179,9 +183,11 @@ def images_run(n: int, repeat: int) -> None:
         print(f"  accelflow p={p}: whole {n / best['whole'] / 1e3:8.1f}k img/s ({bare_s / best['whole']:.2f}x)"
               f"  running {n / running / 1e3:8.1f}k img/s ({bare_s / running:.2f}x)"
               f"  start-up {min(r['startup'] for r in runs):.2f} s")
-        print(f"      peak memory of the whole job: PSS {best['pss'] / 1e6:6.0f} MB "
-              f"({best['pss'] / images.nbytes:.2f}x the array), RSS {best['rss'] / 1e6:6.0f} MB "
-              f"({best['rss'] / images.nbytes:.2f}x); the client held the array before the job")
+        memory = MemorySampler()
+        accelflow_job(images, fn, p, expected, memory)  # one more run, sampled, not timed
+        print(f"      peak memory of the whole job: PSS {memory.peak_pss / 1e6:6.0f} MB "
+              f"({memory.peak_pss / images.nbytes:.2f}x the array), RSS {memory.peak_rss / 1e6:6.0f} MB "
+              f"({memory.peak_rss / images.nbytes:.2f}x); the client held the array before the job")
 
 
 def main() -> None:
