@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         TriggerCheckpoint,
         TriggerSavepoint,
     )
+    from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
     from accelflow.runtime._process import die_with_parent
     from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
 
@@ -82,6 +83,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SubtaskExited", "SubtaskFailed", "SubtaskFinished", "SubtaskKey", "SubtaskProgress",
         "SubtaskRunning", "TaskExecutorEvent", "TaskExecutorExited", "TaskExecutorLost",
         "SavepointDone", "SavepointFailed", "TriggerSavepoint",
+    ),
+    "._accept": (
+        "close_listener", "serve_forever", "unix_listener",
     ),
     "._process": (
         "die_with_parent",
@@ -137,11 +141,14 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "close_listener",
     "commit_files",
     "create_part",
     "die_with_parent",
     "hold_sink_targets",
     "remove_stale_parts",
+    "serve_forever",
+    "unix_listener",
 ]
 
 

@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 
 from accelflow.config import Configuration
+from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
 )
@@ -38,14 +39,16 @@ class LocalLauncher(Launcher):
     def __init__(self, config: Configuration) -> None:
         self.config = config
         self._set_up()
-        self.listener = Listener(str(self.workdir / "jm.sock"), "AF_UNIX", authkey=self.authkey)
+        self.listener = unix_listener(str(self.workdir / "jm.sock"))
         self.config_path = self.workdir / "config.json"
         self.config_path.write_text(json.dumps(config.to_raw_dict(), default=str), encoding="utf-8")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.handles: dict[str, _LocalHandle] = {}
         self._connected: dict[str, int] = {}  # te_id -> pid of the incarnation connected now
         self._stopped = False
-        threading.Thread(target=self._accept, daemon=True, name="accelflow-accept").start()
+        threading.Thread(target=serve_forever, daemon=True, name="accelflow-accept",
+                         args=(self.listener, self.authkey, self._read, lambda: self._stopped,
+                               "accelflow-taskexecutor-connection")).start()
 
     def start(self, ids: list[str]) -> None:
         env = dict(os.environ, **child_environment())
@@ -68,16 +71,6 @@ class LocalLauncher(Launcher):
 
     def pid(self, te_id: str) -> int:
         return self.procs[te_id].pid
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn = self.listener.accept()
-            except (OSError, EOFError):
-                if self._stopped:
-                    return
-                continue  # a failed handshake (wrong key) must not stop the cluster
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: Connection) -> None:
         te_id, pid = None, None
@@ -118,5 +111,5 @@ class LocalLauncher(Launcher):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.listener.close()
+        close_listener(self.listener)
         self._torn_down()

@@ -59,6 +59,7 @@ from accelflow._errors import AccelflowError, JobError, TransportError, encode_e
 from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
+from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
     Shutdown, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, TaskExecutorEvent,
@@ -140,6 +141,7 @@ class TaskExecutorActor:
         self.arrays_lock = threading.Lock()
         self.serving: threading.Thread | None = None
         self.listener: Listener | None = None
+        self.stopping = threading.Event()
         self.made_dirs: list[str] = []  # sink directories this actor created (parents first)
         self.parts: set[str] = set()  # part files written here and not yet taken by the client
 
@@ -163,9 +165,10 @@ class TaskExecutorActor:
         self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
                           base_env={RELAY_DIR_ENV_VAR: self.relay_dir})
-        self.listener = Listener(os.path.join(self.relay_dir, RELAY_SOCKET), "AF_UNIX",
-                                 authkey=self.authkey)
-        threading.Thread(target=self._accept, daemon=True, name="accelflow-relay").start()
+        self.listener = unix_listener(os.path.join(self.relay_dir, RELAY_SOCKET))
+        threading.Thread(target=serve_forever, daemon=True, name="accelflow-relay-accept",
+                         args=(self.listener, self.authkey, self._relay, self.stopping.is_set,
+                               "accelflow-relay")).start()
         self.serving = threading.Thread(target=self._serve, args=(te,), daemon=True,
                                         name="accelflow-taskexecutor")
         self.serving.start()
@@ -186,7 +189,8 @@ class TaskExecutorActor:
             self.command(Shutdown())
             self.serving.join(_STOP_WAIT_S)
         if self.listener is not None:
-            self.listener.close()
+            self.stopping.set()
+            close_listener(self.listener)
         if self.relay_dir:
             shutil.rmtree(self.relay_dir, ignore_errors=True)
         for part in list(self.parts):
@@ -330,15 +334,6 @@ class TaskExecutorActor:
                     state.conn.close()
                     with self.inbound_lock:
                         del self.inbound[(name, sender)]
-
-    def _accept(self) -> None:
-        assert self.listener is not None
-        while True:
-            try:
-                conn = self.listener.accept()
-            except (OSError, EOFError):
-                return
-            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
 
     def _route(self, name: str) -> tuple[str, Any]:
         with self.routes_changed:

@@ -58,6 +58,7 @@ from accelflow._errors import (
 )
 from accelflow.config import Configuration, config_from
 from accelflow.config.keys import STATE_DIR_ENV_VAR
+from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     CancelJob, ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded,
     StatusReply, StatusRequest, Stopping, StopRequest, SubmitJob,
@@ -279,8 +280,10 @@ class SessionCluster:
         self.jobmanager.start_cluster()
         url = self.rest.start()
         socket = str(self.socket_dir / "submit.sock")
-        self.listener = Listener(socket, "AF_UNIX", authkey=self.authkey)
-        threading.Thread(target=self._accept, daemon=True, name="accelflow-submit").start()
+        self.listener = unix_listener(socket)
+        threading.Thread(target=serve_forever, daemon=True, name="accelflow-submit",
+                         args=(self.listener, self.authkey, self._serve, self.stopping.is_set,
+                               "accelflow-submission")).start()
         me = psutil.Process()
         self.info = SessionInfo(os.getpid(), url, socket, self.authkey.hex(), time.time(), log_path,
                                 self.rest.token, me.create_time(), me.cmdline())
@@ -295,7 +298,8 @@ class SessionCluster:
             t.join(max(0.0, deadline - time.monotonic()))
         self.rest.stop()
         if self.listener is not None:
-            self.listener.close()
+            self.stopping.set()
+            close_listener(self.listener)
         self.launcher.stop()  # the dispatcher (which started the TaskExecutors) still lives
         self.jobmanager.close()
         if self.info is not None:
@@ -303,20 +307,10 @@ class SessionCluster:
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     # -- submission channel ----------------------------------------------------------------
-    def _accept(self) -> None:
-        assert self.listener is not None
-        while not self.stopping.is_set():
-            try:
-                conn = self.listener.accept()
-            except (OSError, EOFError):
-                if self.stopping.is_set():
-                    return
-                continue  # a failed handshake (wrong key) must not stop the cluster
-            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self.client_threads = [t for t in self.client_threads if t.is_alive()] + [thread]
-            thread.start()
 
     def _serve(self, conn: Connection) -> None:
+        me = threading.current_thread()  # stop() waits for it to tell its client the end
+        self.client_threads = [t for t in self.client_threads if t.is_alive()] + [me]
         try:
             msg = conn.recv()
             if isinstance(msg, StatusRequest):
