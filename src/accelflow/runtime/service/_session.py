@@ -306,8 +306,7 @@ class SessionCluster:
             self.info.path.unlink(missing_ok=True)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
-    # -- submission channel ----------------------------------------------------------------
-
+    # -- submission channel (served by runtime/_accept.serve_forever) ----------------------
     def _serve(self, conn: Connection) -> None:
         me = threading.current_thread()  # stop() waits for it to tell its client the end
         self.client_threads = [t for t in self.client_threads if t.is_alive()] + [me]
