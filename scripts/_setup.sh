@@ -20,7 +20,7 @@ setup_venv() {  # setup_venv ".[extra]": create .venv (once) and install the pro
     # PYTHONDONTWRITEBYTECODE is set (CI): every TaskExecutor, forkserver and subtask would
     # compile accelflow again (about 0.1 s of CPU each). Compiled once here, as pip does for
     # a wheel; quick when nothing changed.
-    .venv/bin/python -m compileall -q -j 0 src/accelflow >/dev/null
+    .venv/bin/python -m compileall -q -j 0 src/accelflow >/dev/null || true  # an optimisation only
 }
 
 _installed() {  # _installed HASH STAMP SPEC: SPEC was installed from this pyproject.toml
