@@ -19,7 +19,10 @@ registered in ``pyproject.toml`` as::
     fpga = "my_fpga:FPGADriverFactory"
 """
 
+from typing import TYPE_CHECKING
+
 from accelflow._errors import ConfigError, DiscoveryError
+from accelflow._exports import lazy_exports
 from accelflow.resources._api import (
     ExternalResourceDriver,
     ExternalResourceDriverFactory,
@@ -31,14 +34,24 @@ from accelflow.resources._api import (
     YarnResourceDecorator,
     info_properties,
 )
-from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
-from accelflow.resources._registry import (
-    DriverEntryPoint,
-    list_driver_entry_points,
-    load_driver_factory,
-)
-from accelflow.resources._ray import ask_decorator as ask_decorator  # for accelflow.deploy; not SDK
-from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
+
+if TYPE_CHECKING:
+    from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
+    from accelflow.resources._ray import ask_decorator as ask_decorator  # for accelflow.deploy; not SDK
+    from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
+    from accelflow.resources._registry import (
+        DriverEntryPoint,
+        list_driver_entry_points,
+        load_driver_factory,
+    )
+
+#: loaded on first use (PEP 562): a subtask needs ExternalResourceInfo, not the provider and
+#: the configuration it reads (about 25 ms of every subtask's forkserver start-up)
+_LAZY: dict[str, tuple[str, ...]] = {
+    "._provider": ("ExternalResourceInfoProvider", "ResourceStatus"),
+    "._registry": ("DriverEntryPoint", "list_driver_entry_points", "load_driver_factory"),
+    "._ray": ("ask_decorator", "ray_accelerator_env", "ray_resources_of"),
+}
 
 __all__ = [
     "ConfigError",
@@ -60,3 +73,6 @@ __all__ = [
     "ray_accelerator_env",
     "ray_resources_of",
 ]
+
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
