@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from startup import phase_times  # benchmarks/ is this script's directory
+
 PHASES = [
     "launcher popen", "ray connect", "ray connected", "actor create", "actor ping",
     "te process created", "te imports started", "te imports done", "te forkserver started",
@@ -73,13 +75,7 @@ def _one(trace_path: str, conf: dict[str, Any]) -> None:
 def phases(trace_text: str) -> dict[str, float]:
     """Seconds since ``execute`` for each phase of one repetition's trace."""
     events = [(float(s), e) for s, _pid, e in (line.split(" ", 2) for line in trace_text.splitlines())]
-    t0 = next(t for t, e in events if e == "execute")
-    out: dict[str, float] = {}
-    for phase in PHASES:
-        times = [t - t0 for t, e in events if e == phase or e.startswith(phase + " ")]
-        if times:
-            out[phase] = min(times) if phase in _FIRST else max(times)
-    return out
+    return phase_times(events, PHASES, _FIRST)
 
 
 def _free_port() -> int:

@@ -73,14 +73,22 @@ def phases(trace_text: str) -> dict[str, float]:
             startup = None if value == "None" else float(value)
             continue
         events.append((float(stamp), event))
-    t0 = next(t for t, e in events if e == "execute")
-    out: dict[str, float] = {}
-    for phase in PHASES:
-        times = [t - t0 for t, e in events if e == phase or e.startswith(phase + " ")]
-        if times:
-            out[phase] = min(times) if phase in _FIRST else max(times)
+    out = phase_times(events, PHASES, _FIRST)
     if startup is not None:
         out["startup_s"] = startup
+    return out
+
+
+def phase_times(events: list[tuple[float, str]], phases: list[str], first: set[str]) -> dict[str, float]:
+    """Seconds since the ``execute`` event for each of ``phases`` found in ``events``: its
+    first occurrence for the phases in ``first``, its last for the others (e.g. the last
+    TaskExecutor's). Shared with benchmarks/ray_startup.py."""
+    t0 = next(t for t, e in events if e == "execute")
+    out: dict[str, float] = {}
+    for phase in phases:
+        times = [t - t0 for t, e in events if e == phase or e.startswith(phase + " ")]
+        if times:
+            out[phase] = min(times) if phase in first else max(times)
     return out
 
 
