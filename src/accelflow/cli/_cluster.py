@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from accelflow._errors import AccelflowError
-from accelflow.cli._common import add_config_options, conf_file, load_cli_config
+from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say
 from accelflow.config import keys as k
 from accelflow.runtime import StatusRequest, StopRequest
 
@@ -47,16 +47,13 @@ def register(sub: Any) -> None:
         p.set_defaults(func=func)
 
 
-def _say(line: str) -> None:
-    print(f"accelflow: {line}", file=sys.stderr, flush=True)
-
 
 def start_cluster(args: argparse.Namespace) -> int:
     from accelflow.runtime import service
     from accelflow.runtime.service import state_dir, sweep_stale
 
     config = load_cli_config(args)  # one message for every problem, before anything starts
-    sweep_stale(_say)
+    sweep_stale(say)
     command = [sys.executable, "-m", service.__name__]
     conf = conf_file(args)
     if conf:
@@ -100,7 +97,7 @@ def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> An
 def status(args: argparse.Namespace) -> int:
     from accelflow.runtime.service import find_session, sweep_stale
 
-    sweep_stale(_say)
+    sweep_stale(say)
     info = find_session(args.cluster)
     with info.connect() as conn:
         conn.send(StatusRequest())
@@ -119,7 +116,7 @@ def status(args: argparse.Namespace) -> int:
 def stop(args: argparse.Namespace) -> int:
     from accelflow.runtime.service import find_session, session_process, sweep_stale
 
-    sweep_stale(_say)
+    sweep_stale(say)
     info = find_session(args.cluster)
     root = session_process(info)  # checked again here: the pid must still be the cluster's
     if root is None:

@@ -51,3 +51,8 @@ def load_cli_config(args: argparse.Namespace, *, show_warnings: bool = True) -> 
 
 def stderr() -> Console:
     return Console(file=sys.stderr, soft_wrap=True)
+
+
+def say(line: str) -> None:
+    """One ``accelflow: ...`` status line on stderr (stdout stays for what scripts read)."""
+    print(f"accelflow: {line}", file=sys.stderr, flush=True)

@@ -32,7 +32,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from accelflow._errors import ConfigError
 from accelflow._warn import warn
-from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
+from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say, stderr
 from accelflow.config import keys as k
 from accelflow.runtime.client import ExecutionContext, ProgressSource, use_context
 
@@ -204,9 +204,6 @@ def _nothing() -> None:
     pass
 
 
-def _say(line: str) -> None:
-    print(f"accelflow: {line}", file=sys.stderr, flush=True)
-
 
 def _report_interrupted(started: list[tuple[ProgressSource, Any]], args: argparse.Namespace,
                         given: list[str]) -> None:
@@ -218,19 +215,19 @@ def _report_interrupted(started: list[tuple[ProgressSource, Any]], args: argpars
             continue  # ended before the interrupt
         reported = True
         if state != "CANCELED":
-            _say(f"interrupted; {job_id} ({graph.name}) has not stopped yet ({state})")
+            say(f"interrupted; {job_id} ({graph.name}) has not stopped yet ({state})")
             continue
-        _say(f"interrupted: cancelled {job_id} ({graph.name})")
+        say(f"interrupted: cancelled {job_id} ({graph.name})")
         if retained is None:
             continue
         if retained.startswith("memory://") and not args.cluster:
-            _say("its checkpoints were kept in memory (execution.checkpointing.dir is not set), "
+            say("its checkpoints were kept in memory (execution.checkpointing.dir is not set), "
                  "so none is left to resume from")
             continue
-        _say(f"its latest checkpoint is kept at {retained}")
-        _say(f"resume with: {_resume_command(retained, args, given)}")
+        say(f"its latest checkpoint is kept at {retained}")
+        say(f"resume with: {_resume_command(retained, args, given)}")
     if not reported:
-        _say("interrupted")
+        say("interrupted")
 
 
 def _ending_of(source: ProgressSource, graph: Any) -> tuple[str | None, str, str | None]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from accelflow._errors import AccelflowError, decode_error
+from accelflow.cli._common import say
 from accelflow.runtime import SavepointDone, SavepointFailed, TriggerSavepoint
 
 _EPILOG = """\
@@ -55,18 +55,19 @@ def register(sub: Any) -> None:
 
 
 def take_savepoint(args: argparse.Namespace) -> int:
-    path = _ask(args, stop=False)
-    print(path, flush=True)
-    _say(f"savepoint of {args.job_id} complete; the job goes on. Resume from it with: "
-         f"accelflow run -s {path} ... job.py")
-    return 0
+    return _savepoint(args, stop=False)
 
 
 def stop_job(args: argparse.Namespace) -> int:
-    path = _ask(args, stop=True)
+    return _savepoint(args, stop=True)
+
+
+def _savepoint(args: argparse.Namespace, *, stop: bool) -> int:
+    path = _ask(args, stop=stop)
     print(path, flush=True)
-    _say(f"stopped {args.job_id} with a savepoint. Resume from it with: "
-         f"accelflow run -s {path} ... job.py")
+    done = (f"stopped {args.job_id} with a savepoint" if stop
+            else f"savepoint of {args.job_id} complete; the job goes on")
+    say(f"{done}. Resume from it with: accelflow run -s {path} ... job.py")
     return 0
 
 
@@ -90,6 +91,3 @@ def _ask(args: argparse.Namespace, *, stop: bool) -> str:
         raise AccelflowError(f"unexpected answer from the session cluster at {info.url}: {reply!r}")
     return reply.path
 
-
-def _say(line: str) -> None:
-    print(f"accelflow: {line}", file=sys.stderr, flush=True)
