@@ -19,6 +19,10 @@ for _dir in (Path(__file__).parent, Path(__file__).parent.parent / "runtime"):
 
 from ray_jobs import RAY_FPGAS, RAY_GPUS  # noqa: E402  (after the path is set)
 
+from accelflow.config import config_from  # noqa: E402
+from accelflow.config.keys import STATE_DIR_ENV_VAR  # noqa: E402
+from accelflow.runtime.service._session import SessionCluster  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
@@ -43,3 +47,14 @@ def ray_conf(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
         "taskmanager.numberOfTaskSlots": 2,
     }
 
+
+@pytest.fixture
+def session(ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionCluster]:
+    """A session cluster on the shared instance (its TaskExecutors are actors), stopped after."""
+    monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
+    cluster = SessionCluster(config_from(values=ray_conf))
+    try:
+        cluster.start(str(tmp_path / "session.log"))
+        yield cluster
+    finally:
+        cluster.stop()

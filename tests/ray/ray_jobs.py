@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +61,14 @@ def first(r: tuple[int, int]) -> int:
 def row_sums(batch: Any) -> Any:
     """Sum of each row of a NumPy batch."""
     return batch.sum(axis=1)
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """``check()``'s first true value, polled every 50 ms; fails naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return value

@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from ray_jobs import wait_until
 
 from accelflow import Environment
-from accelflow.config import config_from
-from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.dataflow import ArraySource, ObjectArray
 from accelflow.runtime.client import ExecutionContext, use_context
 from accelflow.runtime.service._session import SessionCluster
@@ -38,13 +36,6 @@ def _array_memfds(pid: int) -> list[str]:
             out.append(target)
     return out
 
-
-def _wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class _WaitFor:
@@ -68,7 +59,7 @@ def test_a_numpy_source_goes_through_the_object_store_not_the_clients_memory(
     client = env.execute_async()
     (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
     try:
-        _wait_until(lambda: len(client.launcher.pids) == 2 and client.jobmanager.subtasks
+        wait_until(lambda: len(client.launcher.pids) == 2 and client.jobmanager.subtasks
                     and all(st.state == "RUNNING" for st in client.jobmanager.subtasks.values()),
                     "the subtasks to run")
         (placeholder,) = source.arrays
@@ -87,16 +78,6 @@ def test_a_numpy_source_goes_through_the_object_store_not_the_clients_memory(
     assert source.handles == {} and source.arrays[0] is data  # the ref is dropped at the end
 
 
-@pytest.fixture
-def session(ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionCluster]:
-    monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
-    cluster = SessionCluster(config_from(values=ray_conf))
-    try:
-        cluster.start(str(tmp_path / "session.log"))
-        yield cluster
-    finally:
-        cluster.stop()
-
 
 def test_the_actors_of_a_session_free_the_array_when_its_subtasks_have_exited(
         session: SessionCluster, ray_conf: dict[str, Any]) -> None:
@@ -109,4 +90,4 @@ def test_the_actors_of_a_session_free_the_array_when_its_subtasks_have_exited(
             env = Environment({**ray_conf, "parallelism.default": 4})
             rows = env.from_collection(data, parallelism=4).map(lambda x: int(x) * 2).execute_and_collect()
         assert sorted(rows) == [2 * int(x) for x in data]
-        _wait_until(lambda: all(_array_memfds(pid) == [] for pid in pids), "the actors to free the array")
+        wait_until(lambda: all(_array_memfds(pid) == [] for pid in pids), "the actors to free the array")

@@ -10,14 +10,13 @@ import os
 import shutil
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
-from ray_jobs import GatedNumbers
+from ray_jobs import GatedNumbers, wait_until
 
 from accelflow import Environment
 from accelflow._errors import DeploymentError, DriverLoadError
@@ -26,13 +25,6 @@ from accelflow.runtime.launchers._ray import runtime_env
 
 N = 40
 
-
-def _wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_the_placement_diagnosis_wins_over_a_shorter_registration_timeout(
@@ -85,7 +77,7 @@ def test_a_replacement_that_cannot_be_placed_yet_uses_the_remaining_attempts(
     client = env.execute_async("waits-for-capacity")
     second = None
     try:
-        _wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4 or client.status() == "FAILED",
+        wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4 or client.status() == "FAILED",
                     "every source subtask to emit")
         assert client.status() == "RUNNING", client._error
         # pending: it takes what the kill frees, long before the replacement asks (the delay)

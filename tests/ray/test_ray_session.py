@@ -9,40 +9,19 @@ it through its submission channel, as ``accelflow run --cluster URL`` does.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from ray_jobs import wait_until
 
 from accelflow import Environment
 from accelflow._errors import AllocationError
-from accelflow.config import config_from
-from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.runtime.client import ExecutionContext, use_context
 from accelflow.runtime.service._session import SessionCluster
 
 pytestmark = pytest.mark.slow
 
 
-def _wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def session(ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionCluster]:
-    monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
-    cluster = SessionCluster(config_from(values=ray_conf))
-    try:
-        cluster.start(str(tmp_path / "session.log"))
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _run_on(cluster: SessionCluster, ray_conf: dict[str, Any], parallelism: int) -> list[int]:
@@ -64,7 +43,7 @@ def test_a_lost_taskexecutor_actor_is_logged_and_replaced_and_a_job_then_runs(
     old = _pid(session, "taskexecutor-2")
     assert old is not None
     session.launcher.ray.kill(session.launcher.actor("taskexecutor-2"))  # type: ignore[attr-defined]
-    _wait_until(lambda: (_pid(session, "taskexecutor-2") or old) != old, "the replacement to register")
+    wait_until(lambda: (_pid(session, "taskexecutor-2") or old) != old, "the replacement to register")
     lost = [r.getMessage() for r in caplog.records if "taskexecutor-2" in r.getMessage()
             and r.levelno == logging.WARNING]
     assert lost == ["taskexecutor-2 was lost (its process, Ray actor or node died); starting a replacement"]
@@ -76,7 +55,7 @@ def test_a_job_refused_while_a_taskexecutor_is_lost_names_it(
         session: SessionCluster, ray_conf: dict[str, Any]) -> None:
     session.jobmanager.pump.on_lost = None  # the loss is seen, its replacement not started yet
     session.launcher.ray.kill(session.launcher.actor("taskexecutor-2"))  # type: ignore[attr-defined]
-    _wait_until(lambda: _pid(session, "taskexecutor-2") is None, "the loss to be seen")
+    wait_until(lambda: _pid(session, "taskexecutor-2") is None, "the loss to be seen")
     with pytest.raises(AllocationError) as refused:
         _run_on(session, ray_conf, 4)  # 4 slots; taskexecutor-1 alone has 2
     message = str(refused.value)

@@ -15,11 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from ray_jobs import wait_until
 from test_ray_multinode import (
     CPUS_PER_NODE, Cluster, _alive_nodes, _free_port, _start_node, _stop, head_command,
     require_namespaces,
@@ -34,14 +34,6 @@ env = Environment({"parallelism.default": 4})
 print("RESULT", sorted(env.from_sequence(0, 39).map(lambda i: i + 1).execute_and_collect()))
 """
 
-
-def _wait_until(check: Callable[[], Any], what: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return value
 
 
 def _second(cluster: Cluster) -> subprocess.Popen[bytes]:
@@ -88,7 +80,7 @@ def test_a_session_replaces_a_taskexecutor_lost_with_its_node(nodes: Cluster, tm
     url, log = fields["REST API and web UI"], Path(fields["log"])
     try:
         _stop(nodes.nodes.pop())  # the second node, with one of the two TaskExecutors
-        lost = _wait_until(lambda: re.search(r"(taskexecutor-\d) was lost \(its process, Ray actor or node "
+        lost = wait_until(lambda: re.search(r"(taskexecutor-\d) was lost \(its process, Ray actor or node "
                                              r"died\); starting a replacement", log.read_text()),
                            "the session to log the loss", 120).group(1)
         refused = _cli(env, "run", "--cluster", url, str(job))
@@ -97,7 +89,7 @@ def test_a_session_replaces_a_taskexecutor_lost_with_its_node(nodes: Cluster, tm
         assert "(1 TaskExecutor(s) lost and not replaced yet):" in refused.stderr
         assert f"{lost} was lost (its process, Ray actor or node died) at " in refused.stderr
         nodes.nodes.append(_second(nodes))  # the node comes back: the replacement lands there
-        _wait_until(lambda: "replaced lost TaskExecutor(s); 2 registered" in log.read_text(),
+        wait_until(lambda: "replaced lost TaskExecutor(s); 2 registered" in log.read_text(),
                     "the replacement to register", 240)
         ran = _cli(env, "run", "--cluster", url, str(job))
         assert ran.returncode == 0, ran.stderr[-3000:]

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
-from ray_jobs import GPU_CONF, RAY_GPUS, GatedNumbers, double, first, keyed_job_records, row_sums
+from ray_jobs import GPU_CONF, RAY_GPUS, GatedNumbers, double, first, keyed_job_records, row_sums, wait_until
 from runtime_jobs import FpgaProbe, Probe, ProbeJson
 
 from accelflow import Environment
@@ -38,13 +38,6 @@ def _one_per_subtask(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     assert len(by_index) == records[0]["parallelism"]
     return [by_index[i] for i in sorted(by_index)]
 
-
-def _wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_four_whole_gpu_subtasks_see_four_distinct_ray_gpus(ray_conf: dict[str, Any]) -> None:
@@ -196,7 +189,7 @@ def gated(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Any]]:
             .sink_to_file(tmp_path / "out.jsonl")
         )
         clients.append(env.execute_async("gated"))
-        _wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4, "every source subtask to emit",
+        wait_until(lambda: len(list(marks.glob("started-*-a0"))) == 4, "every source subtask to emit",
                     timeout=_JOB_WAIT_S)
         return clients[-1]
 
