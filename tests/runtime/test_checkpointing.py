@@ -16,6 +16,7 @@ from runtime_jobs import CommitLog, GenericPaced, Paced, published
 
 from accelflow import Environment, JobCancelledError, JobClient
 from accelflow import CheckpointError
+from accelflow.runtime.jobmanager import checkpoints_retained
 
 pytestmark = pytest.mark.slow
 
@@ -220,3 +221,16 @@ def test_a_job_resumes_with_another_parallelism_keys_and_splits_redistributed(tm
     for key in range(7):  # one running count per record of the key, ending at its total
         total = len([x for x in range(n) if x % 7 == key])
         assert sorted(counts[key]) == list(range(1, total + 1)), f"key {key}"
+
+
+@pytest.mark.parametrize(("state", "retention", "kept"), [
+    # Flink's externalized-checkpoint-retention: RETAIN_ON_CANCELLATION keeps them when the
+    # job is cancelled; DELETE_ON_CANCELLATION keeps them only if the job fails;
+    # NO_EXTERNALIZED_CHECKPOINTS never; a finished job's always go
+    ("CANCELED", "RETAIN_ON_CANCELLATION", True), ("CANCELED", "DELETE_ON_CANCELLATION", False),
+    ("FAILED", "RETAIN_ON_CANCELLATION", True), ("FAILED", "DELETE_ON_CANCELLATION", True),
+    ("FAILED", "NO_EXTERNALIZED_CHECKPOINTS", False), ("CANCELED", "NO_EXTERNALIZED_CHECKPOINTS", False),
+    ("FINISHED", "RETAIN_ON_CANCELLATION", False), ("FINISHED", "DELETE_ON_CANCELLATION", False),
+])
+def test_which_ended_jobs_keep_their_checkpoints(state: str, retention: str, kept: bool) -> None:
+    assert checkpoints_retained(state, retention) is kept

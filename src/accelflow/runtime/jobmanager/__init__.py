@@ -12,6 +12,7 @@ from accelflow.runtime.jobmanager._jobs import (
     PendingReason,
     SubtaskState,
     TaskExecutorInfo,
+    checkpoints_retained,
 )
 from accelflow.runtime.jobmanager._plan import JOB_KEYS, source_total
 from accelflow.runtime.jobmanager._state import address_of
@@ -29,6 +30,7 @@ __all__ = [
     "SubtaskState",
     "TaskExecutorInfo",
     "address_of",
+    "checkpoints_retained",
     "load_checkpoint",
     "source_total",
 ]

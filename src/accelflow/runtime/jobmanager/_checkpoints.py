@@ -35,7 +35,7 @@ from accelflow.runtime.jobmanager._checkpoint_store import (
     CheckpointStore, CompletedCheckpoint, OperatorState, RestoredCheckpoint, load_checkpoint,
     match_operators,
 )
-from accelflow.runtime.jobmanager._jobs import CheckpointRecord, Job
+from accelflow.runtime.jobmanager._jobs import CheckpointRecord, Job, checkpoints_retained
 
 _log = logging.getLogger("accelflow.runtime")
 _NO_STATE = pickle.dumps(None)
@@ -295,10 +295,8 @@ class CheckpointCoordinator:
         return path
 
     def job_ended(self, state: str) -> None:
-        """Flink's rules: a finished job's checkpoints go; a cancelled job's go unless
-        ``RETAIN_ON_CANCELLATION``; a failed job's stay (but for ``NO_EXTERNALIZED_CHECKPOINTS``)."""
-        keep = (state == "CANCELED" and self.retention == "RETAIN_ON_CANCELLATION") or (
-            state == "FAILED" and self.retention != "NO_EXTERNALIZED_CHECKPOINTS")
+        """Keep the job's checkpoints or discard them (:func:`checkpoints_retained`)."""
+        keep = checkpoints_retained(state, self.retention)
         if self.pending is not None and self.pending.savepoint is not None:
             self._fail(self.pending, f"the job ended ({state})", quiet=True)
         while True:

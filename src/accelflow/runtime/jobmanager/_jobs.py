@@ -92,6 +92,14 @@ class PendingReason:
     since: float  # time.time()
 
 
+def checkpoints_retained(state: str, retention: str) -> bool:
+    """Whether a job that ended in ``state`` keeps its checkpoints, by Flink's rules for
+    ``externalized-checkpoint-retention``: a finished job's go; a cancelled job's stay with
+    ``RETAIN_ON_CANCELLATION``; a failed job's stay unless ``NO_EXTERNALIZED_CHECKPOINTS``."""
+    return (state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
+        state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")
+
+
 @dataclass
 class CheckpointRecord:
     """One checkpoint or savepoint of a job, as REST and the UI show it."""

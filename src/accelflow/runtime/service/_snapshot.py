@@ -24,7 +24,7 @@ from accelflow.runtime import SubtaskKey
 from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
     JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, Job, SubtaskState, address_of,
-    source_total,
+    checkpoints_retained, source_total,
 )
 from accelflow.scheduling import DeviceKey
 
@@ -220,13 +220,9 @@ def _checkpoint(record: CheckpointRecord) -> View:
 
 
 def retained_checkpoint(job: Job) -> str | None:
-    """The checkpoint an ended job left behind to resume from (Flink's retention rules: a
-    cancelled job's with ``RETAIN_ON_CANCELLATION``, a failed job's unless
-    ``NO_EXTERNALIZED_CHECKPOINTS``), or None."""
-    retention = job.config.get(k.CHECKPOINT_RETENTION)
-    kept = (job.state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
-        job.state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")
-    if not kept:
+    """The checkpoint an ended job left behind to resume from (``checkpoints_retained``), or
+    None."""
+    if not checkpoints_retained(job.state, job.config.get(k.CHECKPOINT_RETENTION)):
         return None
     for record in reversed(list(job.checkpoints.history)):
         if record.status == "COMPLETED" and not record.savepoint and record.path:
