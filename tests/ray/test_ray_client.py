@@ -70,7 +70,9 @@ def client_address() -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def run_job(address: str, env: dict[str, str], **conf: Any) -> tuple[str, Any]:
-    full = {"execution.target": "ray", "ray.address": address, **conf}
+    # a Ray client server starts a server process per client: on a loaded 2-core host that
+    # can take longer than the default 30 s, and no test here is about the connect timeout
+    full = {"execution.target": "ray", "ray.address": address, "ray.connect-timeout": "120 s", **conf}
     proc = subprocess.run([sys.executable, "-c", JOB, json.dumps(full)], env=env,
                           capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("RESULT ", "ERROR "))]
