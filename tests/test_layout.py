@@ -4,10 +4,12 @@ package facades, small modules, and typed messages across process boundaries."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import pickle
 from pathlib import Path
 
+import cloudpickle
+import msgspec
+import msgspec.structs
 import pytest
 
 import accelflow
@@ -120,7 +122,8 @@ def test_module_paths_are_not_spelled_as_strings() -> None:
 
 def _message_classes() -> list[type]:
     return [obj for name, obj in vars(_messages).items()
-            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == _messages.__name__]
+            if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == _messages.__name__
+            and not obj.__name__.startswith("_")]
 
 
 def _example(cls: type) -> object:
@@ -140,16 +143,20 @@ def _example(cls: type) -> object:
         "expected_senders": 1, "splits": [(0, 5)], "assigned": {"gpu": [({"index": "0"}, "1/2")]},
         "taskexecutor_infos": {"gpu": [{"index": "0"}]}, "isolate": True, "authkey": b"k",
     })
-    fields = {f.name: values[f.name] for f in dataclasses.fields(cls)
-              if f.name in values and f.default is dataclasses.MISSING}
+    fields = {f.name: values[f.name] for f in msgspec.structs.fields(cls)
+              if f.name in values and f.required}
     return cls(**fields)
 
 
 @pytest.mark.parametrize("cls", _message_classes(), ids=lambda c: c.__name__)
-def test_every_message_is_a_frozen_dataclass_that_survives_pickling(cls: type) -> None:
+def test_every_message_is_frozen_and_survives_pickling(cls: type) -> None:
     message = _example(cls)
-    assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert cls.__struct_config__.frozen  # type: ignore[attr-defined]
+    field = msgspec.structs.fields(cls)[0].name if msgspec.structs.fields(cls) else "anything"
+    with pytest.raises(AttributeError):
+        setattr(message, field, None)
     assert pickle.loads(pickle.dumps(message)) == message
+    assert cloudpickle.loads(cloudpickle.dumps(message)) == message
 
 
 def test_every_message_class_is_reexported_by_the_runtime_facade() -> None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,47 @@ def test_a_sigkilled_client_leaves_no_shared_memory_behind(tmp_path: Path) -> No
     proc.wait()
     proc.stdout.close()
     assert not os.path.exists(path) and _shm() == before and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
+def test_chunks_are_views_of_the_shared_memory_and_writing_one_stays_private(tmp_path: Path) -> None:
+    array = np.arange(10_000, dtype=np.int64)
+    source = ArraySource([array])
+    source.share(tmp_path)
+    first, second = (cloudpickle.loads(cloudpickle.dumps(source)) for _ in range(2))
+    chunk = next(iter(first.read_chunks((0, 10_000), None)))
+    assert not chunk.flags.owndata  # no copy per chunk
+    chunk *= -1  # a user function may write into its batch
+    assert chunk[5] == -5
+    again = next(iter(second.read_chunks((0, 10_000), None)))  # another subtask's reading
+    assert again[5] == 5 and array[5] == 5
+    source.release()
+
+
+def _negate_in_place(batch: Any) -> Any:
+    batch *= -1
+    return batch
+
+
+def test_a_batch_function_that_writes_into_its_batch_changes_no_one_elses_data() -> None:
+    array = np.arange(20_000, dtype=np.int32)
+    env = Environment(CONF)
+    stream = env.from_collection(array, parallelism=2)
+    first = stream.map_batches(_negate_in_place, parallelism=2).execute_and_collect()
+    assert sorted(first) == sorted((-array).tolist())
+    assert array[7] == 7  # the caller's array is untouched
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
+def test_release_without_waiting_frees_the_memory_on_its_own_thread(tmp_path: Path) -> None:
+    array = np.ones(1_000_000, dtype=np.uint8)
+    source = ArraySource([array])
+    source.share(tmp_path)
+    (shared,) = source.arrays
+    source.release(wait=False)
+    assert source.arrays[0] is array and not source.shared  # at once
+    for _ in range(200):
+        if not os.path.exists(shared.path):
+            break
+        threading.Event().wait(0.01)
+    assert not os.path.exists(shared.path)

@@ -1,15 +1,24 @@
-"""Exact amounts, the device ledger and pure placement decisions."""
+"""Exact amounts, the device ledger and pure placement decisions.
 
+Amounts load at once (every process parses them); the ledger and placement load on first
+use (PEP 562): a TaskExecutor and a subtask never place anything.
+"""
+
+from typing import TYPE_CHECKING
+
+from accelflow._exports import lazy_exports
 from accelflow.scheduling._amounts import ONE, Amount, ResourceProfile, format_amount, parse_amount
-from accelflow.scheduling._assign import (
-    SlotAssignment,
-    SlotRequest,
-    SubtaskRequest,
-    TaskExecutorOffer,
-    natural_key,
-    place,
-)
-from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
+
+if TYPE_CHECKING:
+    from accelflow.scheduling._assign import (
+        SlotAssignment,
+        SlotRequest,
+        SubtaskRequest,
+        TaskExecutorOffer,
+        natural_key,
+        place,
+    )
+    from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
 
 __all__ = [
     "ONE",
@@ -26,3 +35,8 @@ __all__ = [
     "parse_amount",
     "place",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), {
+    "._assign": ("SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "natural_key", "place"),
+    "._ledger": ("DeviceKey", "DeviceLedger"),
+})

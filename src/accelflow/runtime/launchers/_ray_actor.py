@@ -37,7 +37,6 @@ import time
 _IMPORT_STARTED = time.time()  # the start-up trace's "te imports started": before the rest
 
 import collections
-import dataclasses
 import itertools
 import logging
 import multiprocessing
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+import msgspec.structs
 import ray
 
 from accelflow._errors import AccelflowError, JobError, TransportError, encode_error
@@ -250,7 +250,7 @@ class TaskExecutorActor:
                 f"object store: {type(exc).__name__}: {why[0] if why else ''}"))))
             self.relay_failures.put(SubtaskExited(desc.key, None))
             return None
-        return Deploy(dataclasses.replace(desc, arrays=locations))
+        return Deploy(msgspec.structs.replace(desc, arrays=locations))
 
     def _map_array(self, array_id: str, ref: Any, key: SubtaskKey) -> Any:
         """The ``SharedArray`` of ``array_id`` for subtask ``key``: fetched (zero-copy, from
