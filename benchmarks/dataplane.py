@@ -12,7 +12,8 @@ batches of ``pipeline.batch-size`` (1024), in one run:
 
 For each accelflow job it prints:
 
-* ``whole``: images / wall time from ``execute_and_collect()`` to the results in hand
+* ``whole``: images / wall time from ``execute_and_collect_batch()`` to the predictions in
+  hand as one array, as the bare loop's
   (cluster start, sharing the array, deploying, running, stopping), and its ratio to the bare
   loop;
 * ``running``: images / (``duration_s`` - ``startup_s``), the rate once the first image is out;
@@ -120,7 +121,7 @@ def accelflow_job(images: np.ndarray[Any, Any], fn: Classifier, p: int,
         if memory is not None:
             memory.start()
         started = time.perf_counter()
-        out = env.from_collection(images, parallelism=p).map_batches(fn, parallelism=p).execute_and_collect()
+        out = env.from_collection(images, parallelism=p).map_batches(fn, parallelism=p).execute_and_collect_batch()
         whole = time.perf_counter() - started
     finally:
         if memory is not None:
@@ -128,7 +129,7 @@ def accelflow_job(images: np.ndarray[Any, Any], fn: Classifier, p: int,
         _set_threads(CORES)
     result = env.last_result
     assert result is not None and result.startup_s is not None
-    if sorted(out) != sorted(expected.tolist()):
+    if not np.array_equal(out, expected):  # subtask order is the array's order
         raise SystemExit(f"p={p}: predictions differ from the bare loop")
     return {"whole": whole, "running": result.duration_s - result.startup_s, "startup": result.startup_s}
 

@@ -62,7 +62,7 @@ def accelflow_job(images: np.ndarray[Any, Any], batch: int, prefetch: int) -> fl
     out = stream.map_batches(Classify(), batch_size=batch, device="cuda", prefetch=prefetch,
                              device_backend="torch")
     started = time.perf_counter()
-    count = len(out.execute_and_collect())
+    count = len(out.execute_and_collect_batch())
     return count / (time.perf_counter() - started)
 
 

@@ -11,11 +11,11 @@
 
 Every accelflow job feeds the array with ``env.from_collection(array)`` (copied once per
 job into anonymous shared memory that the source subtasks map and split), collects the predictions
-with ``execute_and_collect`` and is checked against NumPy's predictions. Each job starts a
+with ``execute_and_collect_batch`` (one array) and is checked against NumPy's predictions. Each job starts a
 fresh embedded cluster (one TaskExecutor with one slot per subtask), as ``accelflow run``
 does. For each job the script prints:
 
-* ``end-to-end``: records / wall time of ``execute_and_collect``, cluster start and stop
+* ``end-to-end``: records / wall time of ``execute_and_collect_batch``, cluster start and stop
   included;
 * ``running``: records / (``JobResult.duration_s`` - ``JobResult.startup_s``), the rate once
   the first record is out, which is what the 0.8x target compares with NumPy;
@@ -140,7 +140,7 @@ def accelflow_run(x: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], paral
     try:
         env = Environment({"taskmanager.numberOfTaskSlots": parallelism, "execution.target": target})
         started = time.perf_counter()
-        predictions = build(env.from_collection(x, parallelism=parallelism)).execute_and_collect("pipeline")
+        predictions = build(env.from_collection(x, parallelism=parallelism)).execute_and_collect_batch("pipeline")
         elapsed = time.perf_counter() - started
     finally:
         _set_threads(CORES)

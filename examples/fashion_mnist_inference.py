@@ -113,15 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.output:
         predictions.map(_format, name="format").sink_to_file(args.output)
     started = time.perf_counter()
-    pairs = predictions.execute_and_collect("fashion-mnist-inference")
+    # (prediction, label) pairs as two arrays: no Python object per image
+    predicted, truth = predictions.execute_and_collect_batch("fashion-mnist-inference")
     result = env.last_result
     elapsed = time.perf_counter() - started
-    predicted = np.fromiter((p for p, _ in pairs), dtype=np.int64, count=len(pairs))
-    truth = np.fromiter((t for _, t in pairs), dtype=np.int64, count=len(pairs))
-    accuracy = float((predicted == truth).mean()) if len(pairs) else 0.0
+    accuracy = float((predicted == truth).mean())
 
-    print(f"images: {len(pairs)} from {images}")
-    print(f"throughput: {len(pairs) / elapsed:,.0f} images/s "
+    print(f"images: {len(predicted)} from {images}")
+    print(f"throughput: {len(predicted) / elapsed:,.0f} images/s "
           f"(job {elapsed:.2f} s incl. cluster start-up {result.startup_s or 0:.2f} s)")
     print("devices:")
     for subtask in sorted(result.devices) or ["(none: no classifier subtask requested a device)"]:

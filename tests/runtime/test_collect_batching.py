@@ -63,3 +63,21 @@ def test_a_job_collects_every_record_of_each_subtask_in_order() -> None:
     n = 3 * COLLECT_MAX_RECORDS + 123  # several releases by count, then the end's rest
     out = Environment().from_collection(np.arange(n), parallelism=1).map_batches(lambda b: b * 2).execute_and_collect()
     assert [int(x) for x in out] == list(range(0, 2 * n, 2))
+
+
+def test_a_job_collects_one_batch_as_map_batches_would_receive_it() -> None:
+    env = Environment({"taskmanager.numberOfTaskSlots": 2})
+    images = np.arange(3000 * 4, dtype=np.int32).reshape(3000, 4)
+    batch = env.from_collection(images, parallelism=2).map_batches(lambda b: b + 1, parallelism=2) \
+        .execute_and_collect_batch()
+    assert isinstance(batch, np.ndarray) and batch.dtype == np.int32 and batch.shape == (3000, 4)
+    assert np.array_equal(batch[np.argsort(batch[:, 0])], images + 1)  # every row, once
+    result = env.last_result
+    assert len(result.collected) == 3000 and np.array_equal(result.collected[0], batch[0])
+
+    pairs = Environment().from_collection([(1, "a"), (2, "b")], parallelism=1).execute_and_collect_batch()
+    assert isinstance(pairs, tuple) and pairs[0].tolist() == [1, 2] and pairs[1].tolist() == ["a", "b"]
+    objects = Environment().from_collection([{"a": 1}], parallelism=1).execute_and_collect_batch()
+    assert objects == [{"a": 1}]
+    nothing = Environment().from_collection([1, 2], parallelism=1).filter(lambda x: x > 5).execute_and_collect_batch()
+    assert nothing == []

@@ -286,10 +286,19 @@ class DataStream:
 
     def execute_and_collect(self, job_name: str = "accelflow job") -> list[Any]:
         """Run the job and return this stream's records (in subtask order)."""
+        return list(self._collect(job_name).collected)
+
+    def execute_and_collect_batch(self, job_name: str = "accelflow job") -> Any:
+        """Run the job and return this stream's records as one batch, in subtask order, as a
+        ``map_batches`` function over the whole stream would receive it: one NumPy array
+        for array rows and numbers (batches are joined, no Python object per record), a
+        tuple of column arrays for tuples, else a list."""
+        return self._collect(job_name).collected_batch()
+
+    def _collect(self, job_name: str) -> Any:
         self._env._add("sink_collect", "collect", None, None, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
-        result = self._env.execute(job_name)
-        return list(result.collected)
+        return self._env.execute(job_name)
 
 
 class KeyedStream(DataStream):

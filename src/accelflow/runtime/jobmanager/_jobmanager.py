@@ -265,11 +265,9 @@ class JobManager:
         except AccelflowError:
             self.deployer.abort(job, keys, attempt.exited)
             raise
-        records = []
-        for key in sorted(keys, key=lambda k_: (k_.chain, k_.index)):
-            for chunk in attempt.collected[key]:
-                records.extend(chunk if not hasattr(chunk, "rows") else chunk.rows())
-        return records, attempt.first_record
+        chunks = [chunk for key in sorted(keys, key=lambda k_: (k_.chain, k_.index))
+                  for chunk in attempt.collected[key] if len(chunk)]
+        return chunks, attempt.first_record
 
     def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent,
                   coordinator: CheckpointCoordinator) -> None:

@@ -6,6 +6,7 @@ mutates these records only while holding its ``lock`` (see :mod:`accelflow.runti
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -14,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from accelflow.config import Configuration
-from accelflow.dataflow import JobGraph
+from accelflow.dataflow import JobGraph, iter_records, to_batch
 from accelflow.runtime import Registration, SubtaskKey
 
 #: States of a job, in the order a job usually passes them.
@@ -65,7 +66,9 @@ class JobResult:
         attempts: 1 plus the number of restarts.
         operators: per operator name, ``records_in`` and ``records_out`` summed over subtasks.
         devices: per subtask (``"classify (1/2)"``), the TaskExecutor and devices it held.
-        collected: records of ``execute_and_collect``, in subtask order.
+        chunks: what ``execute_and_collect`` collected, in subtask order, as it travelled
+            (arrays, :class:`~accelflow.dataflow.Columns` or lists of records); read it as
+            :attr:`collected` or :meth:`collected_batch`.
     """
 
     job_id: str
@@ -76,7 +79,19 @@ class JobResult:
     attempts: int
     operators: dict[str, dict[str, int]]
     devices: dict[str, str]
-    collected: list[Any] = field(default_factory=list)
+    chunks: list[Any] = field(default_factory=list, repr=False)
+
+    @functools.cached_property
+    def collected(self) -> list[Any]:
+        """The collected records, one Python object each, in subtask order (made on first
+        use: a million rows of an array become a million NumPy scalars, ~0.1 s)."""
+        return [record for chunk in self.chunks for record in iter_records(chunk)]
+
+    def collected_batch(self) -> Any:
+        """The collected records as one batch, as a ``map_batches`` function over the whole
+        stream would receive it: one NumPy array for array rows and numbers, a tuple of
+        column arrays for tuples, else a list (``[]`` when nothing was collected)."""
+        return to_batch(self.chunks) if self.chunks else []
 
 
 @dataclass(frozen=True, slots=True)
