@@ -20,6 +20,11 @@ occurrence for the client-side and first-record phases, last for the TaskExecuto
 * ``te forkserver started``, ``te drivers done``, ``actor registered`` (``te registered`` on
   the local target);
 * ``deploy received``, ``subtask forked``, ``first record``; ``done``: ``execute()`` returned.
+
+Then the same job goes ``--repeat`` times to a session cluster started on that Ray cluster
+(``accelflow cluster start -D execution.target=ray``; its actors start once, with the
+session) with ``accelflow run --cluster URL``: ``execute``, ``first record`` and ``done`` only
+(the actors started before the job, with a trace file of their own).
 """
 
 from __future__ import annotations
@@ -132,6 +137,32 @@ def run(target: str, conf: dict[str, Any], repeat: int, tmp: str, env: dict[str,
     return runs
 
 
+def run_session(address: str, tes: int, repeat: int, tmp: str, env: dict[str, str]) -> list[dict[str, float]]:
+    """The same job submitted ``repeat`` times (``accelflow run --cluster``) to a session
+    cluster on the Ray cluster at ``address``: its actors start once, with the session."""
+    accelflow = str(Path(sys.executable).with_name("accelflow"))
+    env = {**env, "XDG_STATE_HOME": tmp}  # the session's state file, found by run and stop
+    started = subprocess.run(
+        [accelflow, "cluster", "start", "-D", "execution.target=ray", "-D", f"ray.address={address}",
+         "-D", f"ray.number-taskmanager={tes}", "-D", "taskmanager.numberOfTaskSlots=1"],
+        env=env, capture_output=True, text=True)
+    if started.returncode:
+        raise SystemExit(f"accelflow cluster start failed:\n{started.stdout}{started.stderr}")
+    url = next(line.split()[-1] for line in started.stdout.splitlines() if line.startswith("REST API"))
+    runs = []
+    try:
+        for i in range(repeat):
+            path = os.path.join(tmp, f"session{i}.txt")
+            subprocess.run([accelflow, "run", "--cluster", url, __file__, "--one", path, "--conf", "{}"],
+                           env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(path, encoding="utf-8") as f:
+                runs.append(phases(f.read()))
+            time.sleep(0.5)
+    finally:
+        subprocess.run([accelflow, "cluster", "stop", "--cluster", url], env=env, capture_output=True)
+    return runs
+
+
 def report(title: str, runs: list[dict[str, float]]) -> None:
     print(f"## {title}")
     for phase in PHASES:
@@ -159,6 +190,7 @@ def main() -> None:
                     "taskmanager.numberOfTaskSlots": 1}
         local_conf = {"local.number-taskmanager": tes, "taskmanager.numberOfTaskSlots": 1}
         ray_runs = run("ray", ray_conf, args.repeat, tmp, env)
+        session_runs = run_session(address, tes, args.repeat, tmp, env)
         local_runs = run("local", local_conf, args.repeat, tmp, env)
     finally:
         stop_head(head)
@@ -169,6 +201,8 @@ def main() -> None:
     print(f"# from_sequence(1, 8).map(f).print(), {tes} TaskExecutor(s) of 1 slot; seconds since "
           f"execute(), median of {args.repeat} fresh interpreters (min - max)")
     report(f"ray: an existing 1-node cluster (ray start --head --num-cpus={tes}), ray.address set", ray_runs)
+    report("ray: a session cluster on that Ray cluster (accelflow cluster start -D execution.target=ray), "
+           "jobs submitted with accelflow run --cluster", session_runs)
     report("local target", local_runs)
 
 

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
 from typing import Any
 
@@ -355,26 +355,39 @@ class SessionCluster:
             conn.send(JobFailed(encode_error(exc)))
             return
         job = self.jobmanager.submit(graph, config=job_config)
+        ended, ended_w = os.pipe()  # the job's thread writes (and closes) its end when done
         outcome: dict[str, Any] = {}
-        thread = threading.Thread(target=self._run, args=(job, outcome), daemon=True, name=job.id)
+        thread = threading.Thread(target=self._run, args=(job, outcome, ended_w), daemon=True, name=job.id)
         self.job_threads.append(thread)
         thread.start()
-        conn.send(JobAccepted(job.id, self.rest.url))
-        self._follow(conn, job, thread, outcome)
+        try:
+            conn.send(JobAccepted(job.id, self.rest.url))
+            self._follow(conn, job, thread, outcome, ended)
+        finally:
+            os.close(ended)
 
-    def _run(self, job: Job, outcome: dict[str, Any]) -> None:
+    def _run(self, job: Job, outcome: dict[str, Any], ended: int) -> None:
         try:
             outcome["result"] = self.jobmanager.run_job(job)
         except BaseException as exc:
             outcome["error"] = exc
             self.jobmanager.cleanup_after_failure(job.graph)
+        finally:
+            try:
+                os.write(ended, b"x")
+            except OSError:  # nobody follows any more (the client went)
+                pass
+            os.close(ended)
 
-    def _follow(self, conn: Connection, job: Job, thread: threading.Thread, outcome: dict[str, Any]) -> None:
+    def _follow(self, conn: Connection, job: Job, thread: threading.Thread, outcome: dict[str, Any],
+                ended: int) -> None:
+        """Relay the job's progress every :data:`_PROGRESS_S` and a cancel request until the
+        job's thread writes to ``ended``: at once, so a short job's result is not held back
+        until the next progress tick."""
         last: dict[str, Any] | None = None
-        while thread.is_alive():
-            if conn.poll(_PROGRESS_S):
-                if isinstance(conn.recv(), CancelJob):
-                    self.jobmanager.cancel(job.id)
+        while ended not in (ready := wait([conn, ended], _PROGRESS_S)):
+            if conn in ready and isinstance(conn.recv(), CancelJob):
+                self.jobmanager.cancel(job.id)
             snapshot = self.jobmanager.progress(job.graph)
             if snapshot != last:
                 conn.send(JobProgress(snapshot))
