@@ -22,7 +22,9 @@ For each accelflow job it prints:
   in one more run of its own (reading smaps costs CPU, so that run is not timed), sampled
   every 20 ms as the sum of PSS (proportional set size: a page shared by k processes
   counts 1/k in each, so shared memory is counted once) and as the sum of RSS (shared pages
-  counted once per process), against the size of the source array.
+  counted once per process), against the size of the source array; and once more with the
+  images in an ``np.memmap`` (a file in ``/dev/shm``), which subtasks map by its file instead
+  of the one copy a plain array costs.
 
 Threads: every process gets one BLAS thread per core it may use (the bare loop all cores,
 a subtask at parallelism p ``cores // p``).
@@ -51,6 +53,9 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 import multiprocessing  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from multiprocessing.connection import Client, Listener  # noqa: E402
@@ -186,9 +191,37 @@ def images_run(n: int, repeat: int) -> None:
               f"  start-up {min(r['startup'] for r in runs):.2f} s")
         memory = MemorySampler()
         accelflow_job(images, fn, p, expected, memory)  # one more run, sampled, not timed
-        print(f"      peak memory of the whole job: PSS {memory.peak_pss / 1e6:6.0f} MB "
-              f"({memory.peak_pss / images.nbytes:.2f}x the array), RSS {memory.peak_rss / 1e6:6.0f} MB "
-              f"({memory.peak_rss / images.nbytes:.2f}x); the client held the array before the job")
+        print_memory(memory, images.nbytes, "the client held the array before the job")
+    with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
+        images.tofile(f.name)
+        np.save(f.name + ".w.npy", fn.w)
+        try:  # a fresh client that holds the mapping only (this one holds the plain array too)
+            line = subprocess.run([sys.executable, __file__, "--memmap-job", f.name, str(len(images))],
+                                  check=True, capture_output=True, text=True).stdout.split()
+        finally:
+            os.remove(f.name + ".w.npy")
+        print("  accelflow p=1, the same images in an np.memmap (shared by its file, never copied), "
+              "in a fresh client:")
+        memory = MemorySampler()
+        memory.peak_pss, memory.peak_rss = int(line[0]), int(line[1])
+        print_memory(memory, images.nbytes, "the client held the mapping before the job")
+
+
+def memmap_job(path: str, n: int) -> None:
+    """``--memmap-job``: one sampled p=1 job over the images in the file at ``path`` (it exits
+    with an error if the predictions differ from the bare loop's); prints peak PSS and RSS."""
+    images = np.memmap(path, dtype=np.uint8, mode="r", shape=(n, FEATURES))
+    fn = Classifier(np.load(path + ".w.npy"))
+    _, expected = bare_loop(images, fn)
+    memory = MemorySampler()
+    accelflow_job(images, fn, 1, expected, memory)
+    print(memory.peak_pss, memory.peak_rss)
+
+
+def print_memory(memory: MemorySampler, nbytes: int, note: str) -> None:
+    print(f"      peak memory of the whole job: PSS {memory.peak_pss / 1e6:6.0f} MB "
+          f"({memory.peak_pss / nbytes:.2f}x the array), RSS {memory.peak_rss / 1e6:6.0f} MB "
+          f"({memory.peak_rss / nbytes:.2f}x); {note}")
 
 
 def main() -> None:
@@ -196,7 +229,11 @@ def main() -> None:
     parser.add_argument("--million", action="store_true", help="also 1,000,000 images")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip-channels", action="store_true")
+    parser.add_argument("--memmap-job", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memmap_job:
+        memmap_job(args.memmap_job[0], int(args.memmap_job[1]))
+        return
     print(f"# {platform.platform()}, Python {platform.python_version()}, {CORES} cores, "
           f"NumPy {np.__version__}")
     if not args.skip_channels:
