@@ -52,8 +52,12 @@ def client_address() -> Iterator[tuple[str, dict[str, str]]]:
     tmpdir = tempfile.mkdtemp(prefix="afcl-", dir="/tmp")  # short: Unix socket paths
     port, client_port = _free_port(), _free_port()
     env = {**os.environ, "RAY_TMPDIR": tmpdir, "RAY_AUTH_MODE": "disabled"}
+    # the head's client proxy starts a server process per client and gives up on it after
+    # 30 s; on a loaded 2-core CI host that start has taken longer ("Initialization failure
+    # from server: ... Timeout waiting for channel")
     head = _start_node(
-        "head", f"exec {RAY} start --head --port={port} --ray-client-server-port={client_port} "
+        "head", f"exec env RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S=120 "
+        f"{RAY} start --head --port={port} --ray-client-server-port={client_port} "
         f"--include-dashboard=false --node-ip-address=127.0.0.1 --num-cpus={CPUS} "
         "--disable-usage-stats --block", tmpdir, Path(tmpdir, "head.log"))
     try:

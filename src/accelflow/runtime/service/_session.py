@@ -381,9 +381,8 @@ class SessionCluster:
 
     def _follow(self, conn: Connection, job: Job, thread: threading.Thread, outcome: dict[str, Any],
                 ended: int) -> None:
-        """Relay the job's progress every :data:`_PROGRESS_S` and a cancel request until the
-        job's thread writes to ``ended``: at once, so a short job's result is not held back
-        until the next progress tick."""
+        """Relay progress every :data:`_PROGRESS_S` and a cancel request until the job's thread
+        writes to ``ended`` (the result then goes out at once, not at the next tick)."""
         last: dict[str, Any] | None = None
         while ended not in (ready := wait([conn, ended], _PROGRESS_S)):
             if conn in ready and isinstance(conn.recv(), CancelJob):
