@@ -392,7 +392,7 @@ def _join(outputs: list[Any]) -> Any:
     if outputs and all(isinstance(o, np.ndarray) for o in outputs):
         return np.concatenate(outputs)
     if outputs and all(isinstance(o, Columns) for o in outputs) and len({len(o.columns()) for o in outputs}) == 1:
-        return Columns(tuple(np.concatenate(cs) for cs in zip(*(o.columns() for o in outputs))))
+        return Columns(to_batch(outputs))  # the columns, each joined
     records: list[Any] = []
     for out in outputs:
         records.extend(iter_records(out))
