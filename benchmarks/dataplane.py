@@ -18,6 +18,8 @@ For each accelflow job it prints:
   loop;
 * ``running``: images / (``duration_s`` - ``startup_s``), the rate once the first image is out;
 * ``start-up``: ``JobResult.startup_s``, submission to the first record out of a source;
+  the best job's, and the first job's of this parallelism (its BLAS thread count is new to
+  this client, so the job starts a zygote for it: see ``local.start-method``);
 * ``peak``: the peak memory of the whole job (client, TaskExecutors, forkservers, subtasks),
   in one more run of its own (reading smaps costs CPU, so that run is not timed), sampled
   every 20 ms as the sum of PSS (proportional set size: a page shared by k processes
@@ -188,7 +190,8 @@ def images_run(n: int, repeat: int) -> None:
         running = min(r["running"] for r in runs)
         print(f"  accelflow p={p}: whole {n / best['whole'] / 1e3:8.1f}k img/s ({bare_s / best['whole']:.2f}x)"
               f"  running {n / running / 1e3:8.1f}k img/s ({bare_s / running:.2f}x)"
-              f"  start-up {min(r['startup'] for r in runs):.2f} s")
+              f"  start-up {min(r['startup'] for r in runs):.2f} s"
+              f" (first job {runs[0]['startup']:.2f} s: it starts the zygote)")
         memory = MemorySampler()
         accelflow_job(images, fn, p, expected, memory)  # one more run, sampled, not timed
         print_memory(memory, images.nbytes, "the client held the array before the job")

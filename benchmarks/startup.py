@@ -4,7 +4,9 @@
 
 The job is the smallest there is, ``Environment().from_sequence(1, 10).map(f)
 .execute_and_collect()``. Each repetition runs in a fresh interpreter (``import accelflow``
-done before the clock starts) with ``$ACCELFLOW_STARTUP_TRACE`` set, so the launcher, each
+done before the clock starts), once per ``local.start-method``, and runs the job twice: a
+client's first job (which starts the zygote) and its next one are shown apart. With
+``$ACCELFLOW_STARTUP_TRACE`` set, the launcher, each
 TaskExecutor and ``f`` append time stamps (``accelflow.runtime.taskexecutor._trace``) to one
 file; the phases below are seconds since ``execute()``, the median of the repetitions:
 
@@ -39,27 +41,31 @@ PHASES = [
 _FIRST = {"launcher popen", "deploy received", "subtask forked", "first record"}
 
 
-def _one(trace_path: str, taskexecutors: int) -> None:
-    """One repetition, in this (fresh) interpreter."""
-    os.environ["ACCELFLOW_STARTUP_TRACE"] = trace_path
+def _one(trace_path: str, taskexecutors: int, method: str) -> None:
+    """One repetition, in this (fresh) interpreter: two jobs, traced to ``trace_path.1``
+    and ``trace_path.2``."""
     from accelflow import Environment
     from accelflow.runtime.taskexecutor import trace
 
-    def stamp(x: Any, _seen: list[bool] = []) -> Any:  # noqa: B006 - once per subtask
-        if not _seen:
-            _seen.append(True)
-            os.environ["ACCELFLOW_STARTUP_TRACE"] = trace_path
-            trace("first record")
-        return x
+    for job in (1, 2):
+        path = f"{trace_path}.{job}"
+        os.environ["ACCELFLOW_STARTUP_TRACE"] = path
 
-    env = Environment({"local.number-taskmanager": taskexecutors})
-    stream = env.from_sequence(1, 10).map(stamp)
-    trace("execute")
-    records = stream.execute_and_collect()
-    result = env.last_result
-    trace("done")
-    assert sorted(records) == list(range(1, 11)), records
-    trace(f"startup_s {result.startup_s}")
+        def stamp(x: Any, _seen: list[bool] = [], path: str = path) -> Any:  # noqa: B006 - once per subtask
+            if not _seen:
+                _seen.append(True)
+                os.environ["ACCELFLOW_STARTUP_TRACE"] = path
+                trace("first record")
+            return x
+
+        env = Environment({"local.number-taskmanager": taskexecutors, "local.start-method": method})
+        stream = env.from_sequence(1, 10).map(stamp)
+        trace("execute")
+        records = stream.execute_and_collect()
+        result = env.last_result
+        trace("done")
+        assert sorted(records) == list(range(1, 11)), records
+        trace(f"startup_s {result.startup_s}")
 
 
 def phases(trace_text: str) -> dict[str, float]:
@@ -96,29 +102,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--taskexecutors", type=int, default=1)
-    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        _one(args.one, args.taskexecutors)
+        _one(args.one[0], args.taskexecutors, args.one[1])
         return
-    runs: list[dict[str, float]] = []
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="accelflow-startup-") as tmp:
         for i in range(args.repeat):
-            path = os.path.join(tmp, f"trace{i}.txt")
-            subprocess.run([sys.executable, __file__, "--one", path,
-                            "--taskexecutors", str(args.taskexecutors)], check=True)
-            with open(path, encoding="utf-8") as f:
-                runs.append(phases(f.read()))
-            time.sleep(0.2)
+            for method in ("spawn", "zygote"):  # interleaved: the same minutes for both
+                path = os.path.join(tmp, f"trace{i}-{method}")
+                subprocess.run([sys.executable, __file__, "--one", path, method,
+                                "--taskexecutors", str(args.taskexecutors)], check=True)
+                for job in (1, 2):
+                    with open(f"{path}.{job}", encoding="utf-8") as f:
+                        runs.setdefault((method, job), []).append(phases(f.read()))
+                time.sleep(0.2)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"# {platform.platform()}, Python {platform.python_version()}, {cores} cores")
     print(f"# from_sequence(1, 10).map(f).execute_and_collect(), {args.taskexecutors} "
-          f"TaskExecutor(s); seconds since execute(), median of {len(runs)} (min - max)")
-    for phase in PHASES:
-        values = [r[phase] for r in runs if phase in r]
-        if values:
-            print(f"  {phase:<20} {statistics.median(values):6.3f} s"
-                  f"   ({min(values):.3f} - {max(values):.3f})")
+          f"TaskExecutor(s); seconds since execute(), median of {args.repeat} (min - max)")
+    for (method, job), title in (
+        (("spawn", 2), "local.start-method: spawn (every job alike; the second job of a client)"),
+        (("zygote", 1), "local.start-method: zygote, a client's first job (it starts the zygote)"),
+        (("zygote", 2), "local.start-method: zygote, the client's next job (the zygote runs)"),
+    ):
+        print(f"\n{title}")
+        for phase in PHASES:
+            values = [r[phase] for r in runs[method, job] if phase in r]
+            if values:
+                print(f"  {phase:<20} {statistics.median(values):6.3f} s"
+                      f"   ({min(values):.3f} - {max(values):.3f})")
 
 
 if __name__ == "__main__":

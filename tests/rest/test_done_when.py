@@ -17,6 +17,8 @@ import pytest
 from rest_support import Session, start_session, stop_and_check, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from accelflow.runtime.taskexecutor import zygote
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -106,7 +108,10 @@ def test_done_when(tmp_path: Path) -> None:
             if not os.environ.get(SCREENSHOT_ENV_VAR):  # tests leave tracked files alone
                 assert (tracked.stat().st_mtime_ns if tracked.exists() else None) == before
         processes = session.processes()
-        assert len([p for p in processes if p.cmdline()[1:3] == ["-m", "accelflow.runtime.taskexecutor"]]) == 1
+        forked = {p.pid for p in processes if zygote.__name__ in " ".join(p.cmdline())}
+        zygotes = [p for p in processes if p.pid in forked and p.ppid() not in forked]
+        assert len(zygotes) == 1  # the session's zygote (its descendants share its command line)
+        assert len(zygotes[0].children()) == 1  # it forked the one TaskExecutor
     finally:
         stop_and_check(session)
         _, stderr = run.communicate(timeout=30)

@@ -3,6 +3,7 @@
 Every test here checks that no process it started outlives it: the test process becomes a
 child subreaper (Linux), so TaskExecutors, their forkservers and subtasks that lose their
 parent are re-parented to it and show up as its descendants instead of vanishing under init.
+The processes meant to outlive a job are the client's zygotes (``local.start-method``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+from accelflow.runtime.launchers._zygote import zygote_pids
 from accelflow.testing import use_fake_nvidia_smi
 
 if str(Path(__file__).parent) not in sys.path:  # runtime_jobs, also for job scripts run by tests
@@ -35,7 +37,7 @@ def _set_subreaper(on: bool) -> bool:
 def _living_descendants(before: set[int]) -> list[psutil.Process]:
     living = []
     for child in psutil.Process().children(recursive=True):
-        if child.pid in before:
+        if child.pid in before or child.pid in zygote_pids():  # they last as long as the client
             continue
         try:
             if child.status() == psutil.STATUS_ZOMBIE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 from multiprocessing.connection import Connection
 
 from accelflow.config import Configuration
+from accelflow.config import keys as k
 from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
@@ -17,8 +19,10 @@ from accelflow.runtime import (
 from accelflow.runtime import taskexecutor
 from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR, trace
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
+from accelflow.runtime.launchers._zygote import ForkedProcess, ZygoteUnavailable, get_zygote
 
 _STOP_TIMEOUT_S = 10.0
+_log = logging.getLogger(__name__)
 
 
 class _LocalHandle(TaskExecutorHandle):
@@ -42,7 +46,7 @@ class LocalLauncher(Launcher):
         self.listener = unix_listener(str(self.workdir / "jm.sock"))
         self.config_path = self.workdir / "config.json"
         self.config_path.write_text(json.dumps(config.to_raw_dict(), default=str), encoding="utf-8")
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, subprocess.Popen[bytes] | ForkedProcess] = {}
         self.handles: dict[str, _LocalHandle] = {}
         self._connected: dict[str, int] = {}  # te_id -> pid of the incarnation connected now
         self._stopped = False
@@ -55,13 +59,26 @@ class LocalLauncher(Launcher):
         env[AUTHKEY_ENV_VAR] = self.authkey.hex()
         for te_id in ids:
             trace(f"launcher popen {te_id}")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", taskexecutor.__name__, te_id,
-                 str(self.workdir / "jm.sock"), str(self.config_path)],
-                env=env, stdin=subprocess.DEVNULL,
+            argv = [te_id, str(self.workdir / "jm.sock"), str(self.config_path)]
+            proc = self._fork(argv, env) or subprocess.Popen(
+                [sys.executable, "-m", taskexecutor.__name__, *argv], env=env, stdin=subprocess.DEVNULL,
             )
             self.procs[te_id] = proc
             threading.Thread(target=self._watch, args=(te_id, proc), daemon=True).start()
+
+    def _fork(self, argv: list[str], env: dict[str, str]) -> ForkedProcess | None:
+        """A TaskExecutor forked by the zygote (``local.start-method: zygote``), or None to
+        spawn one: the other start method, or no zygote to be had (with a warning)."""
+        if self.config.get(k.LOCAL_START_METHOD) != "zygote":
+            return None
+        for _ in range(2):  # a zygote found dead is replaced once
+            try:
+                return get_zygote(env).fork(argv, env)
+            except ZygoteUnavailable as exc:
+                error = exc
+        _log.warning("%s; starting TaskExecutor %s as a fresh interpreter instead "
+                     "(local.start-method: spawn)", error, argv[0])
+        return None
 
     def handle(self, te_id: str) -> TaskExecutorHandle:
         return self.handles[te_id]
@@ -92,7 +109,7 @@ class LocalLauncher(Launcher):
                     del self._connected[te_id]
                 self.events.put((te_id, TaskExecutorLost(te_id, pid)))
 
-    def _watch(self, te_id: str, proc: subprocess.Popen[bytes]) -> None:
+    def _watch(self, te_id: str, proc: subprocess.Popen[bytes] | ForkedProcess) -> None:
         code = proc.wait()
         self.events.put((te_id, TaskExecutorExited(te_id, code, proc.pid)))
 

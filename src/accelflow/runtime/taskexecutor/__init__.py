@@ -12,13 +12,14 @@ from accelflow._exports import lazy_exports
 
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver
 from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, process_started, trace
+from accelflow.runtime.taskexecutor import _zygote as zygote  # the zygote's program (stdlib only)
 
 if TYPE_CHECKING:
     from accelflow.runtime.taskexecutor._taskexecutor import TaskExecutor, main
 
 __all__ = [
     "AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "main", "process_started", "start_forkserver",
-    "trace",
+    "trace", "zygote",
 ]
 
 

@@ -11,6 +11,7 @@ authentication key in ``$ACCELFLOW_AUTHKEY`` (hex).
 
 from __future__ import annotations
 
+import atexit
 import json
 import multiprocessing
 import os
@@ -19,8 +20,9 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import Client, Connection, wait
-from typing import Any
+from typing import Any, NoReturn
 
 from accelflow._errors import AccelflowError, encode_error
 from accelflow.config import config_from
@@ -148,6 +150,7 @@ class TaskExecutor:
 
 
 _terminated = False
+_parent = 0  # this process's parent at start: the client, or the client's zygote
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -158,12 +161,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def _client_gone(client: int, wait_s: float = 2.0) -> bool:
     """Whether the client process has died (it may still be exiting when its socket closes:
-    the kernel closes a dying process's files before it re-parents its children)."""
+    the kernel closes a dying process's files before it re-parents its children). Where the
+    client is the parent, being re-parented says so too; a TaskExecutor the zygote forked
+    has the zygote for a parent, which may be killed while the client runs on."""
     import psutil
 
     deadline = time.monotonic() + wait_s
     while True:
-        if os.getppid() != client:
+        if os.getppid() != client and client == _parent:
             return True
         try:
             if psutil.Process(client).status() == psutil.STATUS_ZOMBIE:
@@ -179,10 +184,12 @@ def _exit_quietly(signum: int, frame: Any) -> None:
     os._exit(143)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The TaskExecutor process: ``ID JM_ADDRESS CONFIG_JSON``."""
+def main(argv: list[str] | None = None, *, client: int | None = None) -> int:
+    """The TaskExecutor process: ``ID JM_ADDRESS CONFIG_JSON``. ``client``: the client's pid
+    when the client's zygote forked this process (``_zygote``) instead of the client
+    starting a fresh interpreter for it."""
     try:
-        return _main(argv)
+        return _main(argv, client)
     finally:
         # From here on the interpreter only shuts down (atexit callbacks of multiprocessing):
         # a SIGTERM now (the client stopping the cluster) must end the process, not raise
@@ -190,16 +197,42 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _exit_quietly)
 
 
-def _main(argv: list[str] | None) -> int:
+def run_and_exit(argv: list[str] | None = None, *, client: int | None = None) -> NoReturn:
+    """Run :func:`main`, then end the process without the interpreter's teardown.
+
+    Subtasks stopped, devices given back: what is left is the exit callbacks (logging's
+    flush, multiprocessing's removal of the forkserver's socket directory) and the teardown
+    of every module, 25-50 ms on the way to the client's wait for this process (and, in a
+    process forked by the zygote, never to be run: ``os._exit`` is the only way out).
+    """
+    code = 1
+    try:
+        code = main(argv, client=client)
+    except SystemExit as exc:  # SIGTERM (``_on_sigterm``)
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _main(argv: list[str] | None, client: int | None) -> int:
     te_id, address, config_path = (argv or sys.argv[1:])[:3]
     trace("te process created", process_started())
     trace("te imports done")
-    client = os.getppid()
+    global _parent
+    _parent = os.getppid()
+    forked, client = client is not None, _parent if client is None else client
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, _on_sigterm)
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
-    start_forkserver()
+    start_forkserver(fork=forked)
     trace("te forkserver started")
     with open(config_path, encoding="utf-8") as f:
         config = config_from(values=json.load(f))
@@ -226,5 +259,3 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
