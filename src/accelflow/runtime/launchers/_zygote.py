@@ -79,10 +79,11 @@ class Zygote:
         env = {name: value for name, value in os.environ.items()
                if not name.startswith(IMPORT_TIME_PREFIXES) and name != AUTHKEY_ENV_VAR}
         env.update(import_env, **child_environment())
+        fd = theirs.fileno()
         try:  # stderr stays the client's, for a traceback should the zygote ever fail
             self.process = subprocess.Popen(
-                [sys.executable, "-c", f"import {program.__name__} as z; z.serve({theirs.fileno()})"], pass_fds=[theirs.fileno()],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                [sys.executable, "-c", f"import {program.__name__} as z; z.serve({fd})"],
+                pass_fds=[fd], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         except OSError as exc:
             started.put(exc)

@@ -91,8 +91,8 @@ def _fork_forkserver() -> bool:
             listener.listen()
             alive_r, alive_w = os.pipe()  # EOF when this process and every subtask are gone
             extra: dict[str, int] = {}
-            authkey = os.urandom(32)
             if takes_authkey:
+                authkey = os.urandom(32)
                 authkey_r, authkey_w = os.pipe()
                 os.write(authkey_w, authkey)
                 os.close(authkey_w)

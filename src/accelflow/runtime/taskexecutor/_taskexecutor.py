@@ -5,8 +5,9 @@ that subtask's isolation environment (e.g. ``CUDA_VISIBLE_DEVICES``).
 It never outlives the JobManager: when the JobManager's connection drops (the client exited
 or crashed) it kills its subtasks, gives its devices back and exits.
 
-Run as ``python -m accelflow.runtime.taskexecutor ID JM_ADDRESS CONFIG_JSON`` with the
-authentication key in ``$ACCELFLOW_AUTHKEY`` (hex).
+Run as ``python -m accelflow.runtime.taskexecutor ID JM_ADDRESS CONFIG_JSON``, or forked by
+the client's zygote (``_zygote``) with those arguments, with the authentication key in
+``$ACCELFLOW_AUTHKEY`` (hex).
 """
 
 from __future__ import annotations
@@ -150,7 +151,6 @@ class TaskExecutor:
 
 
 _terminated = False
-_parent = 0  # this process's parent at start: the client, or the client's zygote
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -159,16 +159,16 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     sys.exit(143)
 
 
-def _client_gone(client: int, wait_s: float = 2.0) -> bool:
+def _client_gone(client: int, *, parent: bool, wait_s: float = 2.0) -> bool:
     """Whether the client process has died (it may still be exiting when its socket closes:
     the kernel closes a dying process's files before it re-parents its children). Where the
-    client is the parent, being re-parented says so too; a TaskExecutor the zygote forked
+    client is the ``parent``, being re-parented says so too; a TaskExecutor the zygote forked
     has the zygote for a parent, which may be killed while the client runs on."""
     import psutil
 
     deadline = time.monotonic() + wait_s
     while True:
-        if os.getppid() != client and client == _parent:
+        if parent and os.getppid() != client:
             return True
         try:
             if psutil.Process(client).status() == psutil.STATUS_ZOMBIE:
@@ -225,9 +225,8 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     te_id, address, config_path = (argv or sys.argv[1:])[:3]
     trace("te process created", process_started())
     trace("te imports done")
-    global _parent
-    _parent = os.getppid()
-    forked, client = client is not None, _parent if client is None else client
+    forked = client is not None
+    client = os.getppid() if client is None else client
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -252,7 +251,7 @@ def _main(argv: list[str] | None, client: int | None) -> int:
         te.serve()
     finally:
         te.shutdown()
-        if (te.orphaned or _terminated) and _client_gone(client):
+        if (te.orphaned or _terminated) and _client_gone(client, parent=not forked):
             # the client died without stopping the cluster: nobody else will remove its
             # working directory (sockets; arrays spilled where there is no memfd)
             shutil.rmtree(os.path.dirname(os.path.abspath(config_path)), ignore_errors=True)

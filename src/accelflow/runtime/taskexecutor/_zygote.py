@@ -38,10 +38,14 @@ MAX_PACKET = 1 << 20
 PRELOAD = (f"{__package__}._taskexecutor", SUBTASK_MODULE, "numpy", "cloudpickle")
 
 
+def _pythonpath(env: dict[str, str]) -> list[str]:
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _import_path(env: dict[str, str], cwd: str, base: list[str]) -> list[str]:
     """``sys.path`` of ``python -m`` started in ``cwd`` with ``env``: the working directory,
     then ``$PYTHONPATH``, then the interpreter's own entries."""
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = _pythonpath(env)
     return [cwd, *extra, *(p for p in base if p not in extra and p != cwd)]
 
 
@@ -52,7 +56,7 @@ def serve(fd: int) -> None:
     die_with_parent()
     client = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    startup_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    startup_path = _pythonpath(dict(os.environ))
     base = [p for p in sys.path[1:] if p not in startup_path]
     for name in PRELOAD:
         importlib.import_module(name)
