@@ -1,6 +1,6 @@
 """The data plane against the bare single-process loop: images through ``map_batches``.
 
-    .venv/bin/python benchmarks/dataplane.py [--million] [--repeat 2] [--skip-channels]
+    .venv/bin/python benchmarks/dataplane.py [--million] [--repeat 3] [--skip-channels]
 
 400,000 (``--million``: also 1,000,000) images of 784 uint8 (seeded random, Fashion-MNIST
 sized) go through a one-layer NumPy classifier (``argmax(batch @ W)``, W 784x10 float32) in
@@ -8,7 +8,13 @@ batches of ``pipeline.batch-size`` (1024), in one run:
 
 * the bare loop: one process, the same function over the same batches of the same array;
 * accelflow at parallelism 1 and 2 (``from_collection(images).map_batches(...)`` at the same
-  parallelism, so source and classifier chain into one subtask each; results collected).
+  parallelism, so source and classifier chain into one subtask each; results collected),
+  each with ``pipeline.array-sharing`` ``auto`` (subtasks read the client's array straight
+  out of its memory, a copy per chunk) and ``copy`` (the array copied once into shared
+  memory at the start, chunks are views of it).
+
+The bare loop and the jobs take turns, ``--repeat`` rounds, and each figure is the best of
+its rounds: this machine's speed drifts from minute to minute.
 
 For each accelflow job it prints:
 
@@ -19,14 +25,15 @@ For each accelflow job it prints:
 * ``running``: images / (``duration_s`` - ``startup_s``), the rate once the first image is out;
 * ``start-up``: ``JobResult.startup_s``, submission to the first record out of a source;
   the best job's, and the first job's of this parallelism (its BLAS thread count is new to
-  this client, so the job starts a zygote for it: see ``local.start-method``);
+  this client, so its Environment starts a zygote for it just before: see
+  ``local.start-method``);
 * ``peak``: the peak memory of the whole job (client, TaskExecutors, forkservers, subtasks),
-  in one more run of its own (reading smaps costs CPU, so that run is not timed), sampled
+  in one more run of its own in a fresh client that holds just the images and the classifier
+  (reading smaps costs CPU, so that run is not timed), sampled
   every 20 ms as the sum of PSS (proportional set size: a page shared by k processes
   counts 1/k in each, so shared memory is counted once) and as the sum of RSS (shared pages
   counted once per process), against the size of the source array; and once more with the
-  images in an ``np.memmap`` (a file in ``/dev/shm``), which subtasks map by its file instead
-  of the one copy a plain array costs.
+  images in an ``np.memmap`` (a file in ``/dev/shm``), which subtasks map by its file.
 
 Threads: every process gets one BLAS thread per core it may use (the bare loop all cores,
 a subtask at parallelism p ``cores // p``).
@@ -119,12 +126,13 @@ class MemorySampler:
 
 
 def accelflow_job(images: np.ndarray[Any, Any], fn: Classifier, p: int,
-                  expected: np.ndarray[Any, Any], memory: MemorySampler | None = None) -> dict[str, float]:
-    """One job; timed, or with ``memory`` sampled (reading every process's smaps each 20 ms
-    costs CPU: a sampled run is not timed)."""
+                  expected: np.ndarray[Any, Any], memory: MemorySampler | None = None,
+                  sharing: str = "auto") -> dict[str, float]:
+    """One job (``sharing``: ``pipeline.array-sharing``); timed, or with ``memory`` sampled
+    (reading every process's smaps each 20 ms costs CPU: a sampled run is not timed)."""
     _set_threads(max(1, CORES // p))  # inherited by the TaskExecutor and its subtasks
     try:
-        env = Environment({"taskmanager.numberOfTaskSlots": p})
+        env = Environment({"taskmanager.numberOfTaskSlots": p, "pipeline.array-sharing": sharing})
         if memory is not None:
             memory.start()
         started = time.perf_counter()
@@ -181,43 +189,56 @@ def images_run(n: int, repeat: int) -> None:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(n, FEATURES), dtype=np.uint8)
     fn = Classifier(rng.standard_normal((FEATURES, CLASSES), dtype=np.float32))
-    bare_s, expected = min((bare_loop(images, fn) for _ in range(repeat)), key=lambda r: r[0])
-    print(f"\n{n:,} images x 784 uint8 ({images.nbytes / 1e6:.0f} MB), batch {BATCH}; best of {repeat}")
-    print(f"  bare loop, 1 process, {CORES} BLAS threads: {n / bare_s / 1e3:8.1f}k img/s")
-    for p in (1, 2):
-        runs = [accelflow_job(images, fn, p, expected) for _ in range(repeat)]
-        best = min(runs, key=lambda r: r["whole"])
-        running = min(r["running"] for r in runs)
-        print(f"  accelflow p={p}: whole {n / best['whole'] / 1e3:8.1f}k img/s ({bare_s / best['whole']:.2f}x)"
-              f"  running {n / running / 1e3:8.1f}k img/s ({bare_s / running:.2f}x)"
-              f"  start-up {min(r['startup'] for r in runs):.2f} s"
-              f" (first job {runs[0]['startup']:.2f} s: it starts the zygote)")
-        memory = MemorySampler()
-        accelflow_job(images, fn, p, expected, memory)  # one more run, sampled, not timed
-        print_memory(memory, images.nbytes, "the client held the array before the job")
+    expected = bare_loop(images, fn)[1]
+    variants = [(p, sharing) for p in (1, 2) for sharing in ("auto", "copy")]
+    bare_runs: list[float] = []
+    runs: dict[tuple[int, str], list[dict[str, float]]] = {v: [] for v in variants}
+    for _ in range(repeat):  # interleaved: this machine's speed drifts from minute to minute
+        bare_runs.append(bare_loop(images, fn)[0])
+        for p, sharing in variants:
+            runs[p, sharing].append(accelflow_job(images, fn, p, expected, sharing=sharing))
+    bare_s = min(bare_runs)
+    print(f"\n{n:,} images x 784 uint8 ({images.nbytes / 1e6:.0f} MB), batch {BATCH}; best of {repeat}, "
+          "interleaved")
+    print(f"  bare loop, 1 process, {CORES} BLAS threads: {n / bare_s / 1e3:8.1f}k img/s "
+          f"(slowest run {n / max(bare_runs) / 1e3:.1f}k)")
+    for (p, sharing), done in runs.items():
+        best = min(done, key=lambda r: r["whole"])
+        running = min(r["running"] for r in done)
+        print(f"  accelflow p={p}, array-sharing {sharing}: whole {n / best['whole'] / 1e3:8.1f}k img/s "
+              f"({bare_s / best['whole']:.2f}x)  running {n / running / 1e3:8.1f}k img/s "
+              f"({bare_s / running:.2f}x)  start-up {min(r['startup'] for r in done):.2f} s"
+              + (f" (first job {done[0]['startup']:.2f} s: a new zygote)" if sharing == "auto" else ""))
+    print("  peak memory of a whole job (one more run each, sampled, not timed), in a fresh client "
+          "that loaded the images from a file:")
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
         images.tofile(f.name)
         np.save(f.name + ".w.npy", fn.w)
-        try:  # a fresh client that holds the mapping only (this one holds the plain array too)
-            line = subprocess.run([sys.executable, __file__, "--memmap-job", f.name, str(len(images))],
-                                  check=True, capture_output=True, text=True).stdout.split()
+        try:
+            for kind, p, sharing in [("array", 1, "auto"), ("array", 1, "copy"), ("array", 2, "auto"),
+                                     ("array", 2, "copy"), ("memmap", 1, "auto")]:
+                line = subprocess.run(
+                    [sys.executable, __file__, "--memory-job", f.name, str(n), kind, str(p), sharing],
+                    check=True, capture_output=True, text=True).stdout.split()
+                memory = MemorySampler()
+                memory.peak_pss, memory.peak_rss = int(line[0]), int(line[1])
+                held = (f"a plain array, array-sharing {sharing}" if kind == "array"
+                        else "an np.memmap in /dev/shm, mapped by its file")
+                print_memory(memory, images.nbytes, f"p={p}, {held}")
         finally:
             os.remove(f.name + ".w.npy")
-        print("  accelflow p=1, the same images in an np.memmap (shared by its file, never copied), "
-              "in a fresh client:")
-        memory = MemorySampler()
-        memory.peak_pss, memory.peak_rss = int(line[0]), int(line[1])
-        print_memory(memory, images.nbytes, "the client held the mapping before the job")
 
 
-def memmap_job(path: str, n: int) -> None:
-    """``--memmap-job``: one sampled p=1 job over the images in the file at ``path`` (it exits
-    with an error if the predictions differ from the bare loop's); prints peak PSS and RSS."""
-    images = np.memmap(path, dtype=np.uint8, mode="r", shape=(n, FEATURES))
+def memory_job(path: str, n: int, kind: str, p: int, sharing: str) -> None:
+    """``--memory-job``: one sampled job over the images in the file at ``path``, read into a
+    plain array or mapped (``kind``: ``array`` or ``memmap``); it exits with an error if the
+    predictions differ from the bare loop's. Prints peak PSS and RSS."""
+    images = (np.fromfile(path, dtype=np.uint8).reshape(n, FEATURES) if kind == "array"
+              else np.memmap(path, dtype=np.uint8, mode="r", shape=(n, FEATURES)))
     fn = Classifier(np.load(path + ".w.npy"))
     _, expected = bare_loop(images, fn)
     memory = MemorySampler()
-    accelflow_job(images, fn, 1, expected, memory)
+    accelflow_job(images, fn, p, expected, memory, sharing=sharing)
     print(memory.peak_pss, memory.peak_rss)
 
 
@@ -230,12 +251,13 @@ def print_memory(memory: MemorySampler, nbytes: int, note: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--million", action="store_true", help="also 1,000,000 images")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-channels", action="store_true")
-    parser.add_argument("--memmap-job", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-job", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.memmap_job:
-        memmap_job(args.memmap_job[0], int(args.memmap_job[1]))
+    if args.memory_job:
+        path, n, kind, p, sharing = args.memory_job
+        memory_job(path, int(n), kind, int(p), sharing)
         return
     print(f"# {platform.platform()}, Python {platform.python_version()}, {CORES} cores, "
           f"NumPy {np.__version__}")

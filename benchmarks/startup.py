@@ -5,7 +5,8 @@
 The job is the smallest there is, ``Environment().from_sequence(1, 10).map(f)
 .execute_and_collect()``. Each repetition runs in a fresh interpreter (``import accelflow``
 done before the clock starts), once per ``local.start-method``, and runs the job twice: a
-client's first job (which starts the zygote) and its next one are shown apart. With
+client's first job (whose ``Environment``, made just before ``execute()``, starts the zygote)
+and its next one are shown apart. With
 ``$ACCELFLOW_STARTUP_TRACE`` set, the launcher, each
 TaskExecutor and ``f`` append time stamps (``accelflow.runtime.taskexecutor._trace``) to one
 file; the phases below are seconds since ``execute()``, the median of the repetitions:
@@ -124,7 +125,8 @@ def main() -> None:
           f"TaskExecutor(s); seconds since execute(), median of {args.repeat} (min - max)")
     for (method, job), title in (
         (("spawn", 2), "local.start-method: spawn (every job alike; the second job of a client)"),
-        (("zygote", 1), "local.start-method: zygote, a client's first job (it starts the zygote)"),
+        (("zygote", 1), "local.start-method: zygote, a client's first job (its Environment, made "
+                        "just before, starts the zygote)"),
         (("zygote", 2), "local.start-method: zygote, the client's next job (the zygote runs)"),
     ):
         print(f"\n{title}")

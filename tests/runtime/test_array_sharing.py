@@ -1,5 +1,6 @@
-"""NumPy sources reach the subtasks through shared memory or the caller's memory map, never a
-temporary ``.npy`` file, and the shared memory goes away when the job ends, however it ends."""
+"""NumPy sources reach the subtasks straight from the client's memory, through shared memory or
+the caller's memory map, never a temporary ``.npy`` file, and the shared memory goes away when
+the job ends, however it ends."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import pytest
 
 from accelflow import Environment, JobError
 from accelflow.dataflow import ArraySource, Columns
-from accelflow.dataflow._sources import SharedArray
+from accelflow.dataflow import _process_memory
+from accelflow.dataflow._sources import ProcessArray, SharedArray
 
 CONF = {"taskmanager.numberOfTaskSlots": 2}
 
@@ -37,13 +39,13 @@ def _read_all(source: ArraySource) -> list[Any]:
 def test_an_array_is_copied_once_into_anonymous_shared_memory_not_a_file(tmp_path: Path) -> None:
     array = np.arange(300_000, dtype=np.float32).reshape(100_000, 3)
     source = ArraySource([array])
-    source.share(tmp_path)
+    source.share(tmp_path, copy=True)
     (shared,) = source.arrays
     assert isinstance(shared, SharedArray) and shared.path.startswith(f"/proc/{os.getpid()}/fd/")
     assert list(tmp_path.iterdir()) == []  # nothing spilled
     assert len(cloudpickle.dumps(source)) < 10_000  # subtasks get where it is, not the data
     assert np.array_equal(np.concatenate(_read_all(source)), array)
-    source.share(tmp_path)  # idempotent
+    source.share(tmp_path, copy=True)  # idempotent
     assert source.arrays == [shared]
     source.release()
     assert not os.path.exists(shared.path)  # the memory is given back
@@ -59,7 +61,7 @@ def test_a_memory_mapped_caller_array_is_passed_by_its_file_and_offset(tmp_path:
     source = ArraySource([view, full[1000:3000, 0:1]])  # the second is not contiguous
     workdir = tmp_path / "work"
     workdir.mkdir()
-    source.share(workdir)
+    source.share(workdir, copy=True)
     mapped, copied = source.arrays
     assert isinstance(mapped, SharedArray)
     assert (mapped.path, mapped.offset, mapped.shape) == (str(path), 8 + 1000 * 4 * 8, (2000, 4))
@@ -118,7 +120,7 @@ _KILLED_CLIENT = """
     import numpy as np
     from accelflow.dataflow import ArraySource
     source = ArraySource([np.ones((1000, 100))])
-    source.share(__import__("pathlib").Path(sys.argv[1]))
+    source.share(__import__("pathlib").Path(sys.argv[1]), copy=True)
     print(source.arrays[0].path, flush=True)
     time.sleep(60)
 """
@@ -142,7 +144,7 @@ def test_a_sigkilled_client_leaves_no_shared_memory_behind(tmp_path: Path) -> No
 def test_chunks_are_views_of_the_shared_memory_and_writing_one_stays_private(tmp_path: Path) -> None:
     array = np.arange(10_000, dtype=np.int64)
     source = ArraySource([array])
-    source.share(tmp_path)
+    source.share(tmp_path, copy=True)
     first, second = (cloudpickle.loads(cloudpickle.dumps(source)) for _ in range(2))
     chunk = next(iter(first.read_chunks((0, 10_000), None)))
     assert not chunk.flags.owndata  # no copy per chunk
@@ -171,7 +173,7 @@ def test_a_batch_function_that_writes_into_its_batch_changes_no_one_elses_data()
 def test_release_without_waiting_frees_the_memory_on_its_own_thread(tmp_path: Path) -> None:
     array = np.ones(1_000_000, dtype=np.uint8)
     source = ArraySource([array])
-    source.share(tmp_path)
+    source.share(tmp_path, copy=True)
     (shared,) = source.arrays
     source.release(wait=False)
     assert source.arrays[0] is array and not source.shared  # at once
@@ -180,3 +182,72 @@ def test_release_without_waiting_frees_the_memory_on_its_own_thread(tmp_path: Pa
             break
         threading.Event().wait(0.01)
     assert not os.path.exists(shared.path)
+
+
+
+_READ_IN_ANOTHER_PROCESS = """
+    import sys
+    import cloudpickle, numpy as np
+    source = cloudpickle.loads(sys.stdin.buffer.read())
+    chunks = [c.columns() for split in source.create_splits(3) for c in source.read_chunks(split, None)]
+    assert all(a.flags.owndata and a.flags.writeable for c in chunks for a in c)  # fresh arrays
+    sys.stdout.buffer.write(cloudpickle.dumps([np.concatenate(c) for c in zip(*chunks)]))
+"""
+
+
+def test_an_array_is_read_out_of_the_clients_memory_by_another_process(tmp_path: Path) -> None:
+    array = np.arange(300_000, dtype=np.float32).reshape(100_000, 3)
+    strided = np.arange(200_000, dtype=np.int16).reshape(100_000, 2)[:, ::-1]  # not contiguous
+    source = ArraySource([array, strided])
+    source.share(tmp_path)
+    mine, held = source.arrays
+    assert isinstance(mine, ProcessArray) and (mine.pid, mine.address) == (os.getpid(), array.ctypes.data)
+    assert isinstance(held, ProcessArray) and held.address != strided.ctypes.data  # a contiguous copy
+    assert list(tmp_path.iterdir()) == []
+    blob = cloudpickle.dumps(source)
+    assert len(blob) < 10_000  # where the arrays are, not the data
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_READ_IN_ANOTHER_PROCESS)],
+                         input=blob, capture_output=True, check=True).stdout
+    first, second = cloudpickle.loads(out)
+    assert np.array_equal(first, array) and np.array_equal(second, strided)
+    source.release()
+    assert source.arrays[0] is array and not source.shared
+
+
+def test_a_chunk_read_from_the_client_is_the_readers_own(tmp_path: Path) -> None:
+    array = np.arange(10_000, dtype=np.int64)
+    source = ArraySource([array])
+    source.share(tmp_path)
+    reader = cloudpickle.loads(cloudpickle.dumps(source))
+    chunk = next(iter(reader.read_chunks((0, 10_000), None)))
+    chunk *= -1  # a user function may write into its batch
+    assert array[5] == 5 and next(iter(reader.read_chunks((0, 10_000), None)))[5] == 5
+    source.release()
+
+
+def test_a_kernel_that_forbids_reading_another_process_gets_the_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    yama = tmp_path / "ptrace_scope"
+    yama.write_text("1\n")
+    monkeypatch.setattr(_process_memory, "_YAMA", str(yama))
+    assert "ptrace_scope is 1" in (_process_memory.unreadable_because() or "")
+    source = ArraySource([np.arange(1000)])
+    source.share(tmp_path / "absent")
+    assert isinstance(source.arrays[0], SharedArray)
+    source.release()
+
+
+def test_reading_from_a_process_that_is_gone_names_it_and_the_way_out() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    array = ProcessArray(gone.pid, 0x10000, np.dtype(np.int64), (100,))
+    with pytest.raises(JobError, match=rf"process {gone.pid} .*pipeline.array-sharing: copy"):
+        array.rows(0, 10)
+
+
+def test_a_job_reads_its_array_either_way() -> None:
+    array = np.arange(30_000, dtype=np.int32).reshape(10_000, 3)
+    for sharing in ("auto", "copy"):
+        env = Environment({**CONF, "pipeline.array-sharing": sharing})
+        out = env.from_collection(array, parallelism=2).map_batches(lambda b: b * 2, parallelism=2)
+        assert np.array_equal(out.execute_and_collect_batch(), array * 2)

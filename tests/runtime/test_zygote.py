@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import psutil
 import pytest
 
 from accelflow import Environment
-from accelflow.runtime.launchers._zygote import get_zygote
+from accelflow.runtime.launchers._zygote import get_zygote, zygote_pids
 
 
 def _lineage(_: Any) -> dict[str, Any]:
@@ -76,6 +77,25 @@ def test_a_thread_count_set_for_numpy_gets_a_zygote_started_with_it(
     assert _run()["te_parent"] == first  # the first one still serves the first environment
 
 
+@pytest.mark.parametrize("method", ["zygote", "spawn"])
+def test_a_local_environment_starts_its_zygote_before_the_first_job(
+    method: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", f"7{method}")  # an environment no zygote has
+    before = zygote_pids()
+    env = Environment({"local.start-method": method})
+    deadline = time.monotonic() + 10
+    while method == "zygote" and zygote_pids() == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if method == "spawn":
+        time.sleep(0.5)
+        assert zygote_pids() == before
+        return
+    (started,) = zygote_pids() - before  # while the job is still being built
+    assert psutil.Process(started).environ()["OPENBLAS_NUM_THREADS"] == "7zygote"
+    assert env.from_sequence(1, 1).map(_lineage).execute_and_collect()[0]["te_parent"] == started
+
+
 def test_a_module_written_after_the_zygote_started_imports_in_a_subtask(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,7 +138,7 @@ def test_a_killed_zygote_takes_its_taskexecutors_along_and_the_next_job_gets_a_n
         import os, signal, sys, threading, time
         import psutil
         from accelflow import Environment
-        from accelflow.runtime.launchers._zygote import get_zygote
+        from accelflow.runtime.launchers._zygote import get_zygote, zygote_pids
 
         def hold(x):
             time.sleep(60)

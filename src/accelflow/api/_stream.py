@@ -23,7 +23,7 @@ from accelflow.dataflow import (
     ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Sink, Source,
     Transformation, build_job_graph,
 )
-from accelflow.runtime.client import ExecutionContext, current_context
+from accelflow.runtime.client import ExecutionContext, current_context, warm_up
 from accelflow.scheduling import Amount, ResourceProfile
 
 _log = logging.getLogger("accelflow.api")
@@ -49,6 +49,7 @@ class Environment:
         self.config: Configuration = self._merged_config()
         for warning in self.config.warnings:  # about the merged layers, once per environment
             _log.warning("%s", warning)
+        warm_up(self.config, self._context)  # the zygote imports while the job is built
         self._transformations: list[Transformation] = []
         #: the result of the last job this environment ran (set by ``execute``)
         self.last_result: Any = None
@@ -69,8 +70,10 @@ class Environment:
     def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], *, name: str = "collection",
                         parallelism: int | None = None) -> DataStream:
         """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
-        with the subtasks rather than pickled: through shared memory on this host, through
-        Ray's object store on the Ray target."""
+        with the subtasks rather than pickled: on this host they read it straight out of the
+        client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
+        not change it while the job runs), or a copy in shared memory (see
+        ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
         if isinstance(items, np.ndarray):
             if items.ndim == 0:
                 raise ConfigError("from_collection needs at least one dimension", key=name)

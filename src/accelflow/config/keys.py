@@ -147,6 +147,16 @@ DEVICE_ISOLATION = _key(
 BATCH_SIZE = _key(
     "pipeline.batch-size", p.int_in_range(1, 2**24, "a batch is held in memory"), 1024, "Default batch size of map_batches."
 )
+ARRAY_SHARING = _key(
+    "pipeline.array-sharing", p.choice("auto", "copy"), "auto",
+    "How the subtasks of a local job get a NumPy source array that is not an np.memmap "
+    "(which they map by its file): 'auto' reads it straight out of the client's memory, "
+    "chunk by chunk (Linux process_vm_readv: no copy of the array, nothing to wait for at "
+    "start), where the kernel lets one process read another's memory (no Yama ptrace "
+    "restriction), and copies it once into shared memory elsewhere; 'copy' always copies it "
+    "(the job holds the array twice and waits for the copy at start, but its chunks are views: "
+    "faster for CPU-bound batch functions, see benchmarks/dataplane.py).",
+)
 RESTART_STRATEGY = _key(
     "restart-strategy", p.choice("none", "fixed-delay"), "none",
     "What to do when a subtask or TaskExecutor fails: 'none' fails the job.",

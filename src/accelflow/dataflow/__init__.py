@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
     from accelflow.dataflow._idx_source import IdxSource
     from accelflow.dataflow._sources import (
-        ArraySource, CollectionSource, ObjectArray, SequenceSource, SharedArray, copy_to_memfd,
-        even_ranges, register_arrays,
+        ArraySource, CollectionSource, ObjectArray, ProcessArray, SequenceSource, SharedArray,
+        copy_to_memfd, even_ranges, register_arrays,
     )
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -66,8 +66,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "IdxSource",
     ),
     "._sources": (
-        "ArraySource", "CollectionSource", "ObjectArray", "SequenceSource", "SharedArray",
-        "copy_to_memfd", "even_ranges", "register_arrays",
+        "ArraySource", "CollectionSource", "ObjectArray", "ProcessArray", "SequenceSource",
+        "SharedArray", "copy_to_memfd", "even_ranges", "register_arrays",
     ),
 }
 
@@ -92,6 +92,7 @@ __all__ = [
     "RichReduceFunction",
     "RuntimeContext",
     "SequenceSource",
+    "ProcessArray",
     "SharedArray",
     "Sink",
     "SinkFunction",

@@ -19,6 +19,7 @@ from accelflow._errors import JobError
 from accelflow.dataflow._context import RuntimeContext
 from accelflow.dataflow._functions import Source
 from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
+from accelflow.dataflow._process_memory import read_memory, unreadable_because
 
 
 def even_ranges(total: int, parts: int) -> list[tuple[int, int]]:
@@ -99,6 +100,29 @@ class SharedArray:
         return mapped.view(np.ndarray)  # slices are plain arrays (the mapping stays alive)
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessArray:
+    """An array of an :class:`ArraySource` that stays where it is, in the memory of the
+    client (process ``pid``, C-contiguous at ``address``): subtasks on this host read it
+    chunk by chunk with ``process_vm_readv`` (see :mod:`._process_memory`), so the job
+    neither copies nor waits for the whole array first. Each chunk is a fresh array: a
+    record stays its own value. The client keeps the array alive, unmoved, until the job
+    ends; like Spark's ``parallelize`` of a local collection, a job sees what the array holds
+    when each chunk is read."""
+
+    pid: int
+    address: int
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    def rows(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+        """Rows ``start:stop``, read from the client."""
+        out: np.ndarray[Any, Any] = np.empty((stop - start, *self.shape[1:]), self.dtype)
+        if out.nbytes:
+            read_memory(self.pid, self.address + start * (out.nbytes // len(out)), out)
+        return out
+
+
 #: where this process finds the arrays of :class:`ObjectArray` placeholders (a subtask's
 #: TaskExecutor resolved them; see :func:`register_arrays`)
 _LOCATIONS: dict[str, SharedArray] = {}
@@ -148,9 +172,10 @@ class ArraySource(Source[Any]):
 
     :meth:`share` (the JobManager, before deploying) hands large arrays to the subtasks without
     pickling them into every subtask and without writing them to disk: a memory-mapped caller
-    array (``np.memmap``) by its file, any other array copied once into an anonymous
-    shared-memory file (Linux ``memfd``) that the client holds until :meth:`release` (the end
-    of the job). On the Ray target (``share(directory, put)``) each array goes into the object
+    array (``np.memmap``) by its file, any other array where it is, in this process's memory
+    (:class:`ProcessArray`), or, where other processes may not read that, copied once into an
+    anonymous shared-memory file (Linux ``memfd``). This process holds them until
+    :meth:`release` (the end of the job). On the Ray target (``share(directory, put)``) each array goes into the object
     store once instead, as an :class:`ObjectArray` placeholder; :attr:`handles` keeps the
     store's handles (array id -> Ray ``ObjectRef``) until :meth:`release`. Arrays of Python
     objects and empty ones travel pickled.
@@ -162,6 +187,7 @@ class ArraySource(Source[Any]):
         self.chunk_records = CHUNK_RECORDS
         self._originals: list[Any] | None = None  # the caller's arrays while shared
         self._fds: list[int] = []
+        self._held: list[Any] = []  # contiguous arrays that subtasks read (ProcessArray)
         self._finalizer: weakref.finalize[[list[int]], ArraySource] | None = None
         #: array id -> the object store's handle, while shared through one
         self.handles: dict[str, Any] = {}
@@ -172,23 +198,27 @@ class ArraySource(Source[Any]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._originals, self._fds, self._finalizer, self.handles = None, [], None, {}
+        self._originals, self._fds, self._held, self._finalizer, self.handles = None, [], [], None, {}
 
     @property
     def shared(self) -> bool:
         return self._originals is not None
 
-    def share(self, directory: Path, put: PutArray | None = None) -> None:
-        """Make the arrays readable by the subtasks on this host (idempotent). Without
-        ``memfd`` (not Linux), arrays are written as ``.npy`` files in ``directory`` instead.
-        With ``put`` (the Ray target: subtasks on other machines), each array goes to the
-        object store instead, and becomes an :class:`ObjectArray`."""
+    def share(self, directory: Path, put: PutArray | None = None, *, copy: bool = False) -> None:
+        """Make the arrays readable by the subtasks on this host (idempotent): read from
+        this process's memory (:class:`ProcessArray`) unless ``copy`` or the system forbids
+        it, else copied into shared memory; without ``memfd`` (not Linux), written as
+        ``.npy`` files in ``directory``. With ``put`` (the Ray target: subtasks on other
+        machines), each array goes to the object store instead, as an :class:`ObjectArray`."""
         if self._originals is not None:
             return
         self._originals = list(self.arrays)
         self._finalizer = weakref.finalize(self, _close_fds, self._fds)
-        self.arrays = [self._share_one(a, i, directory) if put is None else self._put_one(a, put)
-                       for i, a in enumerate(self.arrays)]
+        if put is not None:
+            self.arrays = [self._put_one(a, put) for a in self.arrays]
+            return
+        copy = copy or unreadable_because() is not None
+        self.arrays = [self._share_one(a, i, directory, copy) for i, a in enumerate(self.arrays)]
 
     def release(self, wait: bool = True) -> None:
         """Give the shared memory back and hold the caller's arrays again (idempotent).
@@ -197,6 +227,7 @@ class ArraySource(Source[Any]):
         if self._originals is None:
             return
         self.arrays, self._originals = self._originals, None
+        self._held.clear()
         fds = self._fds[:]
         self._fds.clear()  # the list the finalizer holds
         if wait or not fds:
@@ -213,12 +244,16 @@ class ArraySource(Source[Any]):
         self.handles[array_id] = handle
         return ObjectArray(array_id, contiguous.dtype, contiguous.shape)
 
-    def _share_one(self, array: Any, i: int, directory: Path) -> Any:
+    def _share_one(self, array: Any, i: int, directory: Path, copy: bool) -> Any:
         if not isinstance(array, np.ndarray) or array.dtype.hasobject or array.nbytes == 0:
             return array  # a path or a ref already, Python objects, or nothing to share
         mapped = _mapped_file(array)
         if mapped is not None:
             return mapped
+        if not copy:
+            contiguous = np.ascontiguousarray(array)  # held (with the originals) until release
+            self._held.append(contiguous)
+            return ProcessArray(os.getpid(), contiguous.ctypes.data, contiguous.dtype, contiguous.shape)
         if not hasattr(os, "memfd_create"):
             path = directory / f"array-{id(self)}-{i}.npy"
             np.save(path, np.ascontiguousarray(array))
@@ -235,13 +270,11 @@ class ArraySource(Source[Any]):
             yield from chunk if not isinstance(chunk, Columns) else chunk.rows()
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        # chunks of a mapped array are views (copy-on-write, see SharedArray.open); of an
-        # array of this process (pickled to it), copies: a record stays its own value
-        arrays = [(_open(a), not isinstance(a, np.ndarray)) for a in self.arrays]
+        readers = [_rows_reader(a) for a in self.arrays]
         first, stop = split
         for start in range(first, stop, self.chunk_records):
             end = min(start + self.chunk_records, stop)
-            parts = [a[start:end] if mapped else np.array(a[start:end]) for a, mapped in arrays]
+            parts = [read(start, end) for read in readers]
             yield parts[0] if len(parts) == 1 else Columns(parts)
 
     def size_hint(self) -> int:
@@ -272,12 +305,16 @@ def copy_to_memfd(array: np.ndarray[Any, Any], name: str) -> tuple[SharedArray, 
     return SharedArray(f"/proc/{os.getpid()}/fd/{fd}", 0, array.dtype, array.shape), fd
 
 
-def _open(array: Any) -> Any:
-    if isinstance(array, SharedArray | ObjectArray):
-        return array.open()
-    if isinstance(array, str):
-        return np.load(array, mmap_mode="c")
-    return array
+def _rows_reader(array: Any) -> Callable[[int, int], Any]:
+    """``read(start, stop)``: rows of one array of a source as a subtask reads them."""
+    if isinstance(array, ProcessArray):
+        return array.rows  # fresh arrays, read from the client
+    if isinstance(array, np.ndarray):  # pickled to this process: copies, a record its own value
+        return lambda start, stop: np.array(array[start:stop])
+    # views of a mapping (copy-on-write, see SharedArray.open), or of a list
+    opened = array.open() if isinstance(array, SharedArray | ObjectArray) else (
+        np.load(array, mmap_mode="c") if isinstance(array, str) else array)
+    return lambda start, stop: opened[start:stop]
 
 
 def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:

@@ -1,6 +1,6 @@
 """The client side of a job: submitting it and waiting for it (runs in the user's process)."""
 
-from accelflow.runtime.client._client import JobClient, submit
+from accelflow.runtime.client._client import JobClient, submit, warm_up
 from accelflow.runtime.client._context import (
     DEFAULT_CONTEXT,
     ExecutionContext,
@@ -19,4 +19,5 @@ __all__ = [
     "current_context",
     "submit",
     "use_context",
+    "warm_up",
 ]

@@ -205,8 +205,9 @@ class JobManager:
         each array goes into Ray's object store once instead: subtasks on other machines
         cannot see this host's memory; each descriptor of a source subtask carries the
         source's handles (``SubtaskDescriptor.arrays``)."""
+        copy = self.config.get(k.ARRAY_SHARING) == "copy"
         for source in _array_sources(graph):
-            source.share(self.launcher.workdir, self.launcher.put_array)
+            source.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
         """After a job (or its cluster's start) failed: shared sources and stale parts go."""
