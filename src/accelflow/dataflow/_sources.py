@@ -175,10 +175,10 @@ class ArraySource(Source[Any]):
     array (``np.memmap``) by its file, any other array where it is, in this process's memory
     (:class:`ProcessArray`), or, where other processes may not read that, copied once into an
     anonymous shared-memory file (Linux ``memfd``). This process holds them until
-    :meth:`release` (the end of the job). On the Ray target (``share(directory, put)``) each array goes into the object
-    store once instead, as an :class:`ObjectArray` placeholder; :attr:`handles` keeps the
-    store's handles (array id -> Ray ``ObjectRef``) until :meth:`release`. Arrays of Python
-    objects and empty ones travel pickled.
+    :meth:`release` (the end of the job). On the Ray target (``share(directory, put)``) each
+    array goes into the object store once instead, as an :class:`ObjectArray` placeholder;
+    :attr:`handles` keeps the store's handles (array id -> Ray ``ObjectRef``) until
+    :meth:`release`. Arrays of Python objects and empty ones travel pickled.
     """
 
     def __init__(self, arrays: Sequence[np.ndarray[Any, Any]]) -> None:

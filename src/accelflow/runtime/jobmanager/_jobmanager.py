@@ -198,10 +198,11 @@ class JobManager:
             return True
 
     def prepare_sources(self, graph: JobGraph) -> None:
-        """Share NumPy sources with the subtasks through shared memory, never a file
-        (idempotent; may overlap cluster start). :meth:`run_job` gives the memory back when
-        the job ends, however it ends; a SIGKILLed client leaves nothing behind (anonymous
-        memory, see ``ArraySource.share``). On the Ray target (``Launcher.put_array``)
+        """Share NumPy sources with the subtasks, never through a file (idempotent; may
+        overlap cluster start): read from this process's memory, or copied into shared
+        memory with ``pipeline.array-sharing: copy`` or where the kernel forbids the reading.
+        :meth:`run_job` gives the memory back when the job ends, however it ends; a SIGKILLed
+        client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray target (``Launcher.put_array``)
         each array goes into Ray's object store once instead: subtasks on other machines
         cannot see this host's memory; each descriptor of a source subtask carries the
         source's handles (``SubtaskDescriptor.arrays``)."""
