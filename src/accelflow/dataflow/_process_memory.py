@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import sys
 from typing import Any
@@ -24,18 +25,13 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-_readv: Any = None
-
-
+@functools.cache
 def _process_vm_readv() -> Any:
-    global _readv
-    if _readv is None:
-        function = ctypes.CDLL(None, use_errno=True).process_vm_readv
-        function.restype = ctypes.c_ssize_t
-        function.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                             ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
-        _readv = function
-    return _readv
+    function = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    function.restype = ctypes.c_ssize_t
+    function.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
+                         ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
+    return function
 
 
 def unreadable_because() -> str | None:

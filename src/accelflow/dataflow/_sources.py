@@ -311,10 +311,13 @@ def _rows_reader(array: Any) -> Callable[[int, int], Any]:
         return array.rows  # fresh arrays, read from the client
     if isinstance(array, np.ndarray):  # pickled to this process: copies, a record its own value
         return lambda start, stop: np.array(array[start:stop])
-    # views of a mapping (copy-on-write, see SharedArray.open), or of a list
-    opened = array.open() if isinstance(array, SharedArray | ObjectArray) else (
-        np.load(array, mmap_mode="c") if isinstance(array, str) else array)
-    return lambda start, stop: opened[start:stop]
+    if isinstance(array, SharedArray | ObjectArray):
+        mapped = array.open()  # views of a copy-on-write mapping (see SharedArray.open)
+    elif isinstance(array, str):
+        mapped = np.load(array, mmap_mode="c")  # an .npy file, where there is no memfd
+    else:
+        mapped = array  # anything else that slices
+    return lambda start, stop: mapped[start:stop]
 
 
 def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:

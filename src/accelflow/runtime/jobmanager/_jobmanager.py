@@ -202,10 +202,10 @@ class JobManager:
         overlap cluster start): read from this process's memory, or copied into shared
         memory with ``pipeline.array-sharing: copy`` or where the kernel forbids the reading.
         :meth:`run_job` gives the memory back when the job ends, however it ends; a SIGKILLed
-        client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray target (``Launcher.put_array``)
-        each array goes into Ray's object store once instead: subtasks on other machines
-        cannot see this host's memory; each descriptor of a source subtask carries the
-        source's handles (``SubtaskDescriptor.arrays``)."""
+        client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray
+        target (``Launcher.put_array``) each array goes into Ray's object store once instead:
+        subtasks on other machines cannot see this host's memory; each descriptor of a source
+        subtask carries the source's handles (``SubtaskDescriptor.arrays``)."""
         copy = self.config.get(k.ARRAY_SHARING) == "copy"
         for source in _array_sources(graph):
             source.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
