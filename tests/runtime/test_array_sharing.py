@@ -251,3 +251,15 @@ def test_a_job_reads_its_array_either_way() -> None:
         env = Environment({**CONF, "pipeline.array-sharing": sharing})
         out = env.from_collection(array, parallelism=2).map_batches(lambda b: b * 2, parallelism=2)
         assert np.array_equal(out.execute_and_collect_batch(), array * 2)
+
+
+@pytest.mark.parametrize("sharing", ["auto", "copy"])
+def test_an_array_changed_after_from_collection_and_before_execute_is_read_as_changed(sharing: str) -> None:
+    """Spark's SparkContext.parallelize: "Parallelize acts lazily. If seq is a mutable
+    collection and is altered after the call to parallelize and before the first action on
+    the RDD, the resultant RDD will reflect the modified collection." """
+    array = np.zeros(5000, dtype=np.int64)
+    stream = Environment({**CONF, "pipeline.array-sharing": sharing}).from_collection(array, parallelism=2)
+    array[:] = np.arange(5000)
+    assert np.array_equal(stream.map_batches(lambda b: b, parallelism=2).execute_and_collect_batch(),
+                          np.arange(5000))
