@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import doctest
 import gzip
-import importlib
+import importlib.util
 import os
 import pkgutil
 import re
@@ -48,6 +48,10 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FASHION_MNIST = Path(os.environ.get("ACCELFLOW_DATA_DIR") or "/usr/share/datasets/fashion-mnist")
 HAS_FASHION_MNIST = all((FASHION_MNIST / f"{split}-{kind}-idx{dim}-ubyte.gz").exists()
                         for split in ("train", "t10k") for kind, dim in (("images", 3), ("labels", 1)))
+try:  # where Ray is not installed, "ray" may be the folder tests/ray: no ray.util in it
+    HAS_RAY = importlib.util.find_spec("ray.util") is not None
+except ImportError:
+    HAS_RAY = False
 _TIMEOUT_S = 240
 
 # --- what is not run, and why ---------------------------------------------------------------
@@ -307,6 +311,10 @@ def _needs_data(block: Block) -> bool:
     return "fashion_mnist" in block.body or "run-example" in block.body
 
 
+def _needs_ray(block: Block) -> bool:
+    return "execution.target=ray" in block.body or "execution.target: ray" in block.body
+
+
 def _is_slow(block: Block) -> bool:
     return block.lang == "python" or any(
         len(argv) > 1 and argv[1] in ("run", "cluster") for c in block.commands for argv in c.pipeline)
@@ -352,6 +360,8 @@ def test_doc_block(
         pytest.skip(f"{block.id}: nothing here runs without a real cluster or the registries")
     if _needs_data(block) and not HAS_FASHION_MNIST:
         pytest.skip("Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+    if _needs_ray(block) and not HAS_RAY:
+        pytest.skip("Ray is not installed (pip install 'accelflow[ray]')")
     url: str | None = None
     try:
         for command in runnable:

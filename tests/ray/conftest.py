@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray")
+if not hasattr(ray, "init"):  # without Ray, "ray" is this folder, imported as a namespace package
+    pytest.skip("Ray is not installed (pip install 'accelflow[ray]')", allow_module_level=True)
 
 for _dir in (Path(__file__).parent, Path(__file__).parent.parent / "runtime"):
     if str(_dir) not in sys.path:  # ray_jobs and runtime_jobs, imported by subtasks too

@@ -51,10 +51,25 @@ def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGPUs:
 
 @pytest.fixture
 def no_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A PATH on which no nvidia-smi can be found (but python and sh still run)."""
+    """A PATH on which no nvidia-smi can be found (but python and sh still run): /usr/bin and
+    /bin, or where the real nvidia-smi is in one of them (a GPU host), a folder of links to
+    everything there but nvidia-smi."""
     bin_dir = tmp_path / "empty-bin"
     bin_dir.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    path, seen = [bin_dir], set()
+    for folder in (Path("/usr/bin"), Path("/bin")):
+        if folder.resolve() in seen:  # /bin -> /usr/bin where /usr is merged
+            continue
+        seen.add(folder.resolve())
+        if (folder / "nvidia-smi").exists():
+            shadow = tmp_path / f"no-nvidia-smi{len(path)}"
+            shadow.mkdir()
+            for entry in os.scandir(folder):
+                if entry.name != "nvidia-smi":
+                    (shadow / entry.name).symlink_to(entry.path)
+            folder = shadow
+        path.append(folder)
+    monkeypatch.setenv("PATH", os.pathsep.join(map(str, path)))
 
 
 @pytest.fixture
