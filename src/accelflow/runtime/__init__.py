@@ -8,7 +8,8 @@
 - :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
 
 This module re-exports only what every process shares: the typed messages that cross process
-boundaries (:mod:`._messages`), process hygiene and the sink-file protocol.
+boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene and the
+sink-file protocol.
 See ``docs/architecture.md``.
 """
 
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
         TriggerSavepoint,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._pickle import dumps
     from accelflow.runtime._process import die_with_parent
     from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
 
@@ -86,6 +88,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
+    ),
+    "._pickle": (
+        "dumps",
     ),
     "._process": (
         "die_with_parent",
@@ -145,6 +150,7 @@ __all__ = [
     "commit_files",
     "create_part",
     "die_with_parent",
+    "dumps",
     "hold_sink_targets",
     "remove_stale_parts",
     "serve_forever",

@@ -22,7 +22,7 @@ from accelflow._warn import warn
 from accelflow.config import Configuration
 from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
-    CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob,
+    CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob, dumps,
 )
 from accelflow.runtime.client._client import _Waitable
 from accelflow.runtime.client._context import ExecutionContext
@@ -44,7 +44,7 @@ class RemoteJobClient(_Waitable):
         session = find_session(context.cluster_url)
         _pickle_by_value(context.script_dir)
         try:
-            blob = cloudpickle.dumps(self.graph)
+            blob = dumps(self.graph)
         except Exception as exc:
             raise JobError(f"the job cannot be sent to the session cluster: {type(exc).__name__}: {exc}") from exc
         self.url = session.url

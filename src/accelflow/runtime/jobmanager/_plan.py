@@ -18,7 +18,7 @@ from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import Chain, JobGraph
-from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey
+from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount
 
@@ -56,7 +56,7 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
         nodes.append(n)
     try:
         checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
-        return bytes(cloudpickle.dumps(ChainPlan(chain.name, nodes, outputs, rolling, checkpointing)))
+        return dumps(ChainPlan(chain.name, nodes, outputs, rolling, checkpointing))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
