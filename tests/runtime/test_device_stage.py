@@ -19,7 +19,167 @@ from accelflow import ConfigError, Environment, RuntimeContext
 from accelflow.runtime.subtask._device import DeviceStage, PlainStage, open_stage
 from accelflow.runtime.subtask._operators import MapBatchesOp
 
-FAKE_CUPY = '"""A fake CuPy (NumPy underneath) that models asynchronous copies honestly: a copy made by\n``ndarray.set(host, stream=s)`` happens only when an event recorded on ``s`` after it is\nwaited for or synchronized, so a computation that does not wait, or a pinned buffer reused\ntoo early, gives wrong numbers or an error. Every call is appended to $FAKE_CUPY_LOG."""\nimport os\n\nimport numpy\n\n_pinned_ids = set()\n\n\ndef _log(line):\n    path = os.environ.get("FAKE_CUPY_LOG")\n    if path:\n        with open(path, "a") as f:\n            f.write(f"{os.getpid()} {line}\\n")\n\n\nclass _Pinned(bytearray):\n    pass\n\n\nclass ndarray:\n    def __init__(self, shape, dtype, data=None):\n        self.shape, self.dtype = tuple(shape), numpy.dtype(dtype)\n        self._data = data\n        self._host = None\n\n    def set(self, host, stream=None):\n        base = host\n        while getattr(base, "base", None) is not None:\n            base = base.base\n        base = getattr(base, "obj", base)  # a memoryview of the buffer\n        _log(f"set {self.shape} pinned={isinstance(base, _Pinned)}")\n        self._host = host  # copied when an event recorded after this completes\n        stream._pending.append(self)\n\n    def _ready(self):\n        if self._data is None:\n            raise RuntimeError("a device array used before its copy was waited for")\n        return self._data\n\n    def __len__(self):\n        return self.shape[0]\n\n    def _op(self, other, fn):\n        _log("use")\n        other = other._ready() if isinstance(other, ndarray) else other\n        out = fn(self._ready(), other)\n        return ndarray(out.shape, out.dtype, out)\n\n    def __mul__(self, other):\n        return self._op(other, numpy.multiply)\n\n    def __matmul__(self, other):\n        return self._op(other, numpy.matmul)\n\n    def __add__(self, other):\n        return self._op(other, numpy.add)\n\n    def get(self, stream=None):\n        _log("get")\n        return numpy.array(self._ready())\n\n\ndef empty(shape, dtype):\n    return ndarray(shape, dtype)\n\n\ndef asarray(x):\n    if isinstance(x, ndarray):\n        return x\n    x = numpy.asarray(x)\n    return ndarray(x.shape, x.dtype, x.copy())\n\n\ndef argmax(x, axis):\n    _log("use")\n    out = numpy.argmax(x._ready(), axis=axis)\n    return ndarray(out.shape, out.dtype, out)\n\n\nclass Event:\n    def __init__(self, arrays):\n        self._arrays = arrays\n\n    def _complete(self):\n        for a in self._arrays:\n            if a._data is None:\n                a._data = numpy.array(a._host)  # the copy, from the pinned buffer as it is now\n\n    def synchronize(self):\n        _log("synchronize")\n        self._complete()\n\n\nclass Stream:\n    def __init__(self, non_blocking=False):\n        _log(f"stream non_blocking={non_blocking}")\n        self._pending = []\n\n    def record(self):\n        _log("record")\n        event, self._pending = Event(self._pending), []\n        return event\n\n    def wait_event(self, event):\n        _log("wait_event")\n        event._complete()\n\n    def __enter__(self):\n        return self\n\n    def __exit__(self, *exc):\n        return False\n\n\nclass cuda:\n    Stream = Stream\n    Event = Event\n\n    class runtime:\n        @staticmethod\n        def getDeviceCount():\n            return int(os.environ.get("FAKE_CUPY_DEVICES", "1"))\n\n    class Device:\n        def __init__(self, i):\n            self.id = i\n\n        def use(self):\n            pass\n\n    @staticmethod\n    def alloc_pinned_memory(nbytes):\n        _log(f"pinned {nbytes}")\n        return _Pinned(nbytes)\n'
+FAKE_CUPY = r'''"""A fake CuPy (NumPy underneath) that models asynchronous copies honestly: a copy made by
+``ndarray.set(host, stream=s)`` or ``ndarray.get(stream=s, out=host, blocking=False)``
+happens only when an event recorded on ``s`` after it is waited for or synchronized, so a
+computation that does not wait, a pinned buffer reused too early, or outputs read before
+their copy gives wrong numbers or an error. Every call is appended to $FAKE_CUPY_LOG."""
+import os
+
+import numpy
+
+_pinned_ids = set()
+
+
+def _log(line):
+    path = os.environ.get("FAKE_CUPY_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()} {line}\n")
+
+
+class _Pinned(bytearray):
+    pass
+
+
+class ndarray:
+    def __init__(self, shape, dtype, data=None):
+        self.shape, self.dtype = tuple(shape), numpy.dtype(dtype)
+        self._data = data
+        self._host = None
+
+    def set(self, host, stream=None):
+        base = host
+        while getattr(base, "base", None) is not None:
+            base = base.base
+        base = getattr(base, "obj", base)  # a memoryview of the buffer
+        _log(f"set {self.shape} pinned={isinstance(base, _Pinned)} buffer={id(base)}")
+        self._host = host  # copied when an event recorded after this completes
+        stream._pending.append(self._arrive)
+
+    def _arrive(self):
+        if self._data is None:
+            self._data = numpy.array(self._host)  # the copy, from the pinned buffer as it is now
+
+    @property
+    def nbytes(self):
+        return int(numpy.prod(self.shape)) * self.dtype.itemsize
+
+    def _ready(self):
+        if self._data is None:
+            raise RuntimeError("a device array used before its copy was waited for")
+        return self._data
+
+    def __len__(self):
+        return self.shape[0]
+
+    def _op(self, other, fn):
+        _log("use")
+        other = other._ready() if isinstance(other, ndarray) else other
+        out = fn(self._ready(), other)
+        return ndarray(out.shape, out.dtype, out)
+
+    def __mul__(self, other):
+        return self._op(other, numpy.multiply)
+
+    def __matmul__(self, other):
+        return self._op(other, numpy.matmul)
+
+    def __add__(self, other):
+        return self._op(other, numpy.add)
+
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        _log(f"get blocking={blocking}")
+        if blocking:
+            data = numpy.array(self._ready())
+            if out is None:
+                return data
+            out[...] = data
+            return out
+        def arrive():
+            out[...] = self._ready()
+        stream._pending.append(arrive)  # out is written when an event recorded after this completes
+        return out
+
+
+def empty(shape, dtype):
+    return ndarray(shape, dtype)
+
+
+def ascontiguousarray(x):
+    return x
+
+
+def asarray(x):
+    if isinstance(x, ndarray):
+        return x
+    x = numpy.asarray(x)
+    return ndarray(x.shape, x.dtype, x.copy())
+
+
+def argmax(x, axis):
+    _log("use")
+    out = numpy.argmax(x._ready(), axis=axis)
+    return ndarray(out.shape, out.dtype, out)
+
+
+class Event:
+    def __init__(self, copies):
+        self._copies = copies
+
+    def _complete(self):
+        for copy in self._copies:
+            copy()
+        self._copies = []
+
+    def synchronize(self):
+        _log("synchronize")
+        self._complete()
+
+
+class Stream:
+    def __init__(self, non_blocking=False):
+        _log(f"stream non_blocking={non_blocking}")
+        self._pending = []
+
+    def record(self):
+        _log("record")
+        event, self._pending = Event(self._pending), []
+        return event
+
+    def wait_event(self, event):
+        _log("wait_event")
+        event._complete()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class cuda:
+    Stream = Stream
+    Event = Event
+
+    class runtime:
+        @staticmethod
+        def getDeviceCount():
+            return int(os.environ.get("FAKE_CUPY_DEVICES", "1"))
+
+    class Device:
+        def __init__(self, i):
+            self.id = i
+
+        def use(self):
+            pass
+
+    @staticmethod
+    def alloc_pinned_memory(nbytes):
+        _log(f"pinned {nbytes}")
+        return _Pinned(nbytes)
+'''
+
 
 @pytest.fixture
 def fake_cupy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -69,13 +229,17 @@ def test_batches_go_through_pinned_buffers_with_at_most_prefetch_in_flight(fake_
     for start in range(0, 40, 5):  # chunks of 5 into batches of 4: partial batches carried over
         out.extend(int(x) for x in op.process(np.arange(start, start + 5)))
         assert len(op.stage.in_flight) <= 2  # the third is computed as it arrives
-    assert out == [x * 10 for x in range(len(out))] and len(out) == 40 - 2 * 4
+        assert len(op.stage.computing) <= 1  # and its outputs are waited for after the next one's
+    # 2 batches copied ahead and 1 computed whose outputs are on their way back
+    assert out == [x * 10 for x in range(len(out))] and len(out) == 40 - 3 * 4
+    assert list(op.finish()) == [x * 10 for x in range(len(out), 40)]
     lines = _log_lines(fake_cupy)
     assert _most_in_flight(lines) == 3
     sets = [line for line in lines if line.startswith("set ")]
-    assert len(sets) == 10 and all(line.endswith("pinned=True") for line in sets)
-    assert sum(line.startswith("pinned ") for line in lines) == 3  # one buffer per ring slot, reused
-    assert lines.count("wait_event") == 8  # the compute stream waits for each batch's copy
+    assert len(sets) == 10 and all("pinned=True" in line for line in sets)
+    assert len({line.rsplit("buffer=", 1)[1] for line in sets}) == 3  # one per ring slot, reused
+    assert lines.count("wait_event") == 10  # the compute stream waits for each batch's copy
+    assert lines.count("get blocking=False") == 10  # outputs come back without a host wait
     assert lines.count("stream non_blocking=True") == 2  # a copy and a compute stream
 
 
@@ -101,8 +265,39 @@ def test_columns_move_only_numeric_arrays_and_come_back_as_columns(fake_cupy: Pa
     from accelflow.dataflow import Columns, iter_records
 
     out = op.process(Columns([np.arange(4), np.array(["a", "b", "c", "d"])]))
-    assert list(iter_records(out)) == [(0, "a"), (2, "b"), (4, "c"), (6, "d")]
-    assert isinstance(op.process(Columns([np.arange(2), np.array(["e", "f"])])), Columns)
+    assert list(iter_records(out)) == [(0, "a"), (2, "b")]  # the second batch's are on their way
+    out = op.process(Columns([np.arange(4, 6), np.array(["e", "f"])]))
+    assert isinstance(out, Columns)
+    assert list(iter_records(out)) + list(iter_records(op.finish())) == [
+        (4, "c"), (6, "d"), (8, "e"), (10, "f")]
+
+
+def test_chunks_are_gathered_straight_into_the_pinned_buffer(fake_cupy: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """No batch is assembled on the host first: the chunks are concatenated into the ring
+    slot's pinned buffer (``np.concatenate(out=...)``), which is what goes to the device."""
+    seen: list[Any] = []
+    op = _operator(lambda b: seen.append(b._host) or b * 1, batch_size=6, device="cuda", prefetch=1)
+    chunks = [np.arange(0, 2), np.arange(2, 5), np.arange(5, 6)]
+    concatenate, outs = np.concatenate, []
+    monkeypatch.setattr(np, "concatenate", lambda *a, **kw: outs.append(kw.get("out")) or concatenate(*a, **kw))
+    for chunk in chunks:
+        op.process(chunk)
+    assert [int(x) for x in op.finish()] == list(range(6))
+    assert len(outs) == 1 and outs[0] is not None  # one concatenation, into the buffer
+    (host,) = seen
+    assert host.base is not None and all(not np.shares_memory(host, c) for c in chunks)
+    pinned = op.stage.ring[0].buffers[0]
+    assert np.shares_memory(host, pinned)  # the pinned buffer itself, filled from the chunks
+
+
+def test_outputs_are_read_only_after_their_copy_back(fake_cupy: Path) -> None:
+    """The fake writes an asynchronous ``get`` into its pinned output only when an event after
+    it has happened: a stage that read outputs without waiting would see zeros."""
+    op = _operator(lambda b: b * 1 + 7, batch_size=3, device="cuda", prefetch=1)
+    got = [int(x) for start in range(0, 30, 3) for x in op.process(np.arange(start, start + 3))]
+    got += [int(x) for x in op.finish()]
+    assert got == [x + 7 for x in range(30)]
 
 
 def test_a_stage_that_skipped_the_copy_event_would_fail(fake_cupy: Path) -> None:
@@ -111,7 +306,7 @@ def test_a_stage_that_skipped_the_copy_event_would_fail(fake_cupy: Path) -> None
 
     stage = open_stage(_times_ten, {"device": "cuda", "prefetch": 2}, "op")
     assert isinstance(stage, DeviceStage)
-    moved = stage._upload(np.arange(3), stage.ring[0])
+    moved = stage._upload([np.arange(3)], stage.ring[0])
     with pytest.raises(RuntimeError, match="before its copy was waited for"):
         moved * 10
     assert isinstance(moved, cupy.ndarray)

@@ -1,13 +1,18 @@
 """The device stage of ``map_batches(device=...)``: batches go to the GPU through pinned
 host buffers and a copy stream, overlapped with the compute of the batch before.
 
-Per batch: its numeric arrays are copied into one of ``prefetch`` pinned host buffers (a
-ring), copied to the device asynchronously on the copy stream, and an event is recorded. A
-batch is computed (on the compute stream, after waiting for its event) once ``prefetch``
-batches are in flight, so batch ``i + 1`` is being copied while batch ``i`` computes; its
-outputs come back to the host as NumPy. :meth:`DeviceStage.drain` computes every batch still
+Per batch: the chunks of each numeric column are gathered straight into one of ``prefetch``
+pinned host buffers (a ring; no batch is assembled on the host first), copied to the device
+asynchronously on the copy stream, and an event is recorded. A batch is computed (on the
+compute stream, after waiting for its event) once ``prefetch`` batches are in flight, so batch
+``i + 1`` is being copied while batch ``i`` computes. Its outputs are copied back into pinned
+host memory on the compute stream without waiting; the host waits for them only after it has
+started the next batch's compute, so the GPU computes batch ``i + 1`` while the host reads and
+copies the batches after it. :meth:`DeviceStage.drain` computes and returns every batch still
 in flight (the operator calls it at a checkpoint barrier, at the end of the input and when
-the pipeline has stood still for :data:`DRAIN_AFTER_S`). Outputs keep the batches' order.
+the pipeline has stood still for :data:`DRAIN_AFTER_S`). Outputs keep the batches' order and
+come back as NumPy arrays (in pinned memory, which the library's pinned pool reuses once the
+arrays are gone).
 
 Backends (one class each, behind :class:`DeviceBackend`): CuPy, then PyTorch. Without one,
 ``device="auto"`` falls back to :class:`PlainStage` (plain calls on NumPy batches) and says
@@ -26,6 +31,7 @@ from typing import Any, ContextManager
 import numpy as np
 
 from accelflow._errors import ConfigError
+from accelflow.dataflow import Columns, to_batch
 
 _log = logging.getLogger("accelflow.runtime")
 
@@ -79,8 +85,14 @@ class DeviceBackend(ABC):
         """Make ``stream`` the current one for the block."""
 
     @abstractmethod
-    def to_host(self, value: Any) -> Any:
-        """A device array as NumPy (waiting for it); anything else unchanged."""
+    def download(self, value: Any, stream: Any) -> Any:
+        """Start copying a device array to pinned host memory on ``stream`` (without waiting);
+        anything else unchanged. :meth:`host` turns the result into NumPy once an event
+        recorded on ``stream`` afterwards has happened."""
+
+    def host(self, value: Any) -> Any:
+        """What :meth:`download` returned, as NumPy where it was a device array."""
+        return value
 
 
 class CupyBackend(DeviceBackend):
@@ -119,8 +131,13 @@ class CupyBackend(DeviceBackend):
     def computing(self, stream: Any) -> ContextManager[Any]:
         return stream  # type: ignore[no-any-return]
 
-    def to_host(self, value: Any) -> Any:
-        return value.get() if isinstance(value, self.cupy.ndarray) else value
+    def download(self, value: Any, stream: Any) -> Any:
+        if not isinstance(value, self.cupy.ndarray):
+            return value
+        value = self.cupy.ascontiguousarray(value)
+        host = self.pinned(max(value.nbytes, 1))[:value.nbytes].view(value.dtype).reshape(value.shape)
+        value.get(stream=stream, out=host, blocking=False)
+        return host
 
 
 class TorchBackend(DeviceBackend):
@@ -166,10 +183,16 @@ class TorchBackend(DeviceBackend):
     def computing(self, stream: Any) -> ContextManager[Any]:
         return self.torch.cuda.stream(stream)  # type: ignore[no-any-return]
 
-    def to_host(self, value: Any) -> Any:
-        if isinstance(value, self.torch.Tensor):
-            return value.detach().cpu().numpy()
-        return value
+    def download(self, value: Any, stream: Any) -> Any:
+        if not isinstance(value, self.torch.Tensor) or not value.is_cuda:
+            return value
+        host = self.torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+        with self.torch.cuda.stream(stream):
+            host.copy_(value.detach(), non_blocking=True)
+        return host
+
+    def host(self, value: Any) -> Any:
+        return value.detach().numpy() if isinstance(value, self.torch.Tensor) else value
 
 
 BACKENDS: dict[str, type[DeviceBackend]] = {"cupy": CupyBackend, "torch": TorchBackend}
@@ -183,8 +206,8 @@ class PlainStage:
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
 
-    def submit(self, batch: Any) -> list[Any]:
-        return [self.fn(batch)]
+    def submit(self, chunks: list[Any]) -> list[Any]:
+        return [self.fn(to_batch(chunks))]
 
     def drain(self) -> list[Any]:
         return []
@@ -202,7 +225,8 @@ class _Slot:
 
 
 class DeviceStage:
-    """At most ``prefetch`` batches in flight between the host and ``fn`` on the device."""
+    """At most ``prefetch`` batches copied to the device ahead of their compute, and one
+    computed batch whose outputs are still on their way back."""
 
     def __init__(self, backend: DeviceBackend, fn: Callable[[Any], Any], prefetch: int) -> None:
         self.backend, self.fn, self.prefetch = backend, fn, prefetch
@@ -210,56 +234,87 @@ class DeviceStage:
         self.next_slot = 0
         self.copy_stream, self.compute_stream = backend.stream(), backend.stream()
         self.in_flight: deque[tuple[Any, Any]] = deque()  # (device batch, its copy event)
+        self.computing: deque[tuple[Any, Any]] = deque()  # (outputs on their way, their event)
         self.last_activity = 0.0
 
-    def submit(self, batch: Any) -> list[Any]:
-        """Start moving ``batch`` to the device; the outputs of batches computed meanwhile."""
+    def submit(self, chunks: list[Any]) -> list[Any]:
+        """Start moving the batch of ``chunks`` to the device; the outputs of batches done
+        meanwhile."""
         slot = self.ring[self.next_slot]
         self.next_slot = (self.next_slot + 1) % len(self.ring)
         if slot.copied is not None:  # the buffer's last copy must be over before it is reused
             self.backend.synchronize(slot.copied)
-        moved = self._upload(batch, slot)
+        moved = self._upload(chunks, slot)
         slot.copied = self.backend.record(self.copy_stream)
         self.in_flight.append((moved, slot.copied))
-        outputs = [self._compute()] if len(self.in_flight) >= self.prefetch else []
+        if len(self.in_flight) >= self.prefetch:
+            self._compute()
+        outputs = [self._finish() for _ in range(len(self.computing) - 1)]  # all but the newest
         self.last_activity = time.monotonic()
         return outputs
 
     def drain(self) -> list[Any]:
-        """Compute every batch in flight, oldest first."""
-        return [self._compute() for _ in range(len(self.in_flight))]
+        """Compute every batch in flight; the outputs of all, oldest first."""
+        while self.in_flight:
+            self._compute()
+        return [self._finish() for _ in range(len(self.computing))]
 
     def deadline(self) -> float | None:
-        return self.last_activity + DRAIN_AFTER_S if self.in_flight else None
+        return self.last_activity + DRAIN_AFTER_S if self.in_flight or self.computing else None
 
-    def _upload(self, batch: Any, slot: _Slot) -> Any:
+    def _upload(self, chunks: list[Any], slot: _Slot) -> Any:
+        if all(isinstance(c, np.ndarray) for c in chunks):
+            return self._column(chunks, slot, 0)
+        if all(isinstance(c, Columns) for c in chunks):
+            columns = zip(*(c.columns() for c in chunks))
+            return tuple(self._column(list(parts), slot, i) for i, parts in enumerate(columns))
+        batch = to_batch(chunks)  # records: lists of numbers or of tuples
         if isinstance(batch, np.ndarray):
-            return self._column(batch, slot, 0)
+            return self._column([batch], slot, 0)
         if isinstance(batch, tuple):
-            return tuple(self._column(c, slot, i) if isinstance(c, np.ndarray) else c
+            return tuple(self._column([c], slot, i) if isinstance(c, np.ndarray) else c
                          for i, c in enumerate(batch))
         return batch  # a list of records: nothing numeric to move
 
-    def _column(self, array: np.ndarray[Any, Any], slot: _Slot, i: int) -> Any:
-        if array.dtype.kind not in _NUMERIC:
-            return array  # strings, objects: stay on the host
+    def _column(self, parts: list[np.ndarray[Any, Any]], slot: _Slot, i: int) -> Any:
+        """One column of the batch, gathered from its ``parts`` into pinned buffer ``i`` of
+        ``slot`` and on its way to the device; non-numeric columns stay on the host."""
+        dtype = np.result_type(*parts)
+        if dtype.kind not in _NUMERIC:
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)  # strings, objects
+        shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
+        nbytes = int(np.prod(shape)) * dtype.itemsize
         while len(slot.buffers) <= i:
             slot.buffers.append(np.empty(0, dtype=np.uint8))
-        if len(slot.buffers[i]) < array.nbytes:
-            slot.buffers[i] = self.backend.pinned(max(array.nbytes, 1))
-        host = slot.buffers[i][:array.nbytes].view(array.dtype).reshape(array.shape)
-        np.copyto(host, array)
+        if len(slot.buffers[i]) < nbytes:
+            slot.buffers[i] = self.backend.pinned(max(nbytes, 1))
+        host = slot.buffers[i][:nbytes].view(dtype).reshape(shape)
+        if len(parts) == 1:
+            np.copyto(host, parts[0])
+        else:
+            np.concatenate(parts, out=host)
         return self.backend.upload(host, self.copy_stream, self.compute_stream)
 
-    def _compute(self) -> Any:
+    def _compute(self) -> None:
+        """Compute the oldest batch in flight and start copying its outputs back."""
         moved, copied = self.in_flight.popleft()
-        backend = self.backend
-        backend.wait(self.compute_stream, copied)
-        with backend.computing(self.compute_stream):
+        backend, stream = self.backend, self.compute_stream
+        backend.wait(stream, copied)
+        with backend.computing(stream):
             result = self.fn(moved)
             if isinstance(result, tuple):
-                return tuple(backend.to_host(c) for c in result)
-            return backend.to_host(result)
+                result = tuple(backend.download(c, stream) for c in result)
+            else:
+                result = backend.download(result, stream)
+        self.computing.append((result, backend.record(stream)))
+
+    def _finish(self) -> Any:
+        """The outputs of the oldest computed batch, once they are on the host."""
+        result, done = self.computing.popleft()
+        self.backend.synchronize(done)
+        if isinstance(result, tuple):
+            return tuple(self.backend.host(c) for c in result)
+        return self.backend.host(result)
 
 
 def open_stage(fn: Callable[[Any], Any], options: dict[str, Any], operator: str) -> DeviceStage | PlainStage:

@@ -186,7 +186,7 @@ class MapBatchesOp(MapOp):
 
     def _call(self, chunks: list[Any]) -> Any:
         if self.stage is not None:
-            return self._joined(self.stage.submit(to_batch(chunks)))
+            return self._joined(self.stage.submit(chunks))
         return from_batch(self.fn(to_batch(chunks)), self.node.name)
 
     def _drained(self, out: Any) -> Any:
