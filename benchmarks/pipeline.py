@@ -9,8 +9,9 @@
 * accelflow, ``map_batches`` at parallelism 1 and 2 (batches of ``pipeline.batch-size``);
 * accelflow, a per-record ``map`` at parallelism 2.
 
-Every accelflow job feeds the array with ``env.from_collection(array)`` (copied once per
-job into anonymous shared memory that the source subtasks map and split), collects the predictions
+Every accelflow job feeds the array with ``env.from_collection(array)`` (read by the source
+subtasks chunk by chunk straight out of this process's memory, ``pipeline.array-sharing:
+auto``; see ``benchmarks/dataplane.py`` for ``copy``), collects the predictions
 with ``execute_and_collect_batch`` (one array) and is checked against NumPy's predictions. Each job starts a
 fresh embedded cluster (one TaskExecutor with one slot per subtask), as ``accelflow run``
 does. For each job the script prints:
