@@ -18,6 +18,7 @@ class RuntimeContext:
     TaskExecutor's whole set otherwise (Flink's behaviour).
 
     Example:
+        >>> from accelflow import RichMapFunction
         >>> class Classify(RichMapFunction):
         ...     def open(self, ctx):
         ...         gpu = min(ctx.get_external_resource_infos("gpu"))
