@@ -140,6 +140,19 @@ def start_session(tmp: Path, gpus: int = 2, **extra: Any) -> Session:
     return Session(_environment(tmp, gpus), tmp, gpu_definitions(tmp, **extra))
 
 
+def start_session_hiding(tmp: Path, *modules: str) -> Session:
+    """A session whose processes cannot import ``modules``, as on an install without them:
+    a directory first on ``PYTHONPATH`` holds a package of each name that raises ImportError."""
+    env = _environment(tmp, 2)
+    hidden = tmp / "hidden-modules"
+    for name in modules:
+        (hidden / name).mkdir(parents=True)
+        (hidden / name / "__init__.py").write_text(
+            f"raise ImportError({name + ' is not installed (hidden by the test)'!r})\n", encoding="utf-8")
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden), env["PYTHONPATH"]])
+    return Session(env, tmp, gpu_definitions(tmp))
+
+
 def start_session_with(tmp: Path, preexec: Callable[[], None]) -> Session:
     """A session whose ``accelflow cluster start`` runs ``preexec`` first (e.g. a lower limit)."""
     return Session(_environment(tmp, 2), tmp, gpu_definitions(tmp), preexec)

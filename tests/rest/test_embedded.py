@@ -1,10 +1,9 @@
 """The embedded cluster serves the REST API and UI for the life of its job (``rest.enabled``);
-``/metrics`` without ``prometheus-client`` says which extra to install."""
+its 401 says where that job's token is (not ``accelflow cluster ...``: issue 25, item 12)."""
 
 from __future__ import annotations
 
 import json
-import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -13,7 +12,8 @@ import pytest
 from rest_support import wait_until
 from rest_jobs import Slowly, discard, identity
 
-from accelflow import Environment, JobCancelledError, MissingDependencyError
+from accelflow import Environment, JobCancelledError
+from accelflow.runtime.service._rest import UNAUTHORIZED_CONFIGURED, UNAUTHORIZED_EMBEDDED
 
 FPGA = {
     "external-resources": "fpga",
@@ -31,6 +31,15 @@ def _get(url: str, token: str = "") -> Any:
         return json.loads(resp.read())
 
 
+def _unauthorized(url: str) -> str:
+    """The error text of a request without the token (a 401)."""
+    with pytest.raises(urllib.error.HTTPError) as info:
+        _get(url)
+    with info.value as err:
+        assert err.code == 401
+        return str(json.loads(err.read())["error"])
+
+
 def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.CaptureFixture[str]) -> None:
     env = Environment(FPGA)
     env.from_source(Slowly()).map(identity, name="infer", resources={"fpga": 1}).add_sink(discard)
@@ -38,8 +47,10 @@ def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.Capt
     try:
         wait_until(lambda: client.rest is not None and client.status() == "RUNNING", "the REST server")
         url, token = client.rest.url, client.rest.token
-        with pytest.raises(urllib.error.HTTPError, match="401"):  # a token even when none is configured
-            _get(url + "v1/jobs")
+        error = _unauthorized(url + "v1/jobs")  # a token even when none is configured
+        assert error == UNAUTHORIZED_EMBEDDED.format(url=url)
+        assert "the link the job printed on its standard error" in error and f"at {url}?token=...'" in error
+        assert "cluster start" not in error and "cluster status" not in error
         held = wait_until(lambda: [
             (d["address"], h["subtask"], h["share"]["exact"])
             for te in _get(url + "v1/taskexecutors", token)["taskexecutors"]
@@ -56,13 +67,21 @@ def test_the_embedded_cluster_serves_rest_while_its_job_runs(capsys: pytest.Capt
         _get(url + "v1/overview")
 
 
-def test_metrics_without_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelflow.runtime.service._metrics import render_metrics
-
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # what "not installed" looks like
-    view = {"overview": {}, "taskexecutors": [], "jobs": []}
-    with pytest.raises(MissingDependencyError, match=r"GET /metrics needs an optional dependency: pip install 'accelflow\[rest\]'"):
-        render_metrics(view)
+def test_a_job_with_a_configured_token_names_rest_token_in_its_401() -> None:
+    env = Environment({**FPGA, "rest.token": "s3cret"})
+    env.from_source(Slowly()).map(identity, name="infer").add_sink(discard)
+    client = env.execute_async("embedded with a token")
+    try:
+        wait_until(lambda: client.rest is not None and client.status() == "RUNNING", "the REST server")
+        url = client.rest.url
+        error = _unauthorized(url + "metrics")
+        assert error == UNAUTHORIZED_CONFIGURED.format(url=url)
+        assert "the value of rest.token" in error and "cluster" not in error
+        assert _get(url + "v1/jobs", "s3cret")["jobs"][0]["name"] == "embedded with a token"
+    finally:
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(30)
 
 
 def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:

@@ -1,5 +1,6 @@
-"""The REST API and the session cluster under attack (issue 16, items 1, 6 and 11): a hostile
-web page, DNS rebinding, half-open connections, clients that vanish mid-response, a SIGKILLed
+"""The REST API and the session cluster under attack (issue 16, items 1, 6 and 11; issue 25,
+item 22): a hostile web page, DNS rebinding, idle and half-open connections, slow-loris
+requests, chunked and oversized requests, clients that vanish mid-response, a SIGKILLed
 cluster's leftovers."""
 
 from __future__ import annotations
@@ -7,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import struct
+import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -162,3 +165,89 @@ def test_the_sweep_leaves_a_live_cluster_alone(session: Session) -> None:
     assert out.returncode == 0 and "removed" not in out.stderr, out.stderr
     assert socket_dir.is_dir() and state.exists()
     assert os.stat(socket_dir).st_mode & 0o777 == 0o700
+
+
+def _exchange(port: int, data: bytes) -> tuple[int, bytes]:
+    """Send ``data`` as is on a new connection; the response's status and everything after
+    its status line, read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        return _response(sock)
+
+
+def _response(sock: socket.socket) -> tuple[int, bytes]:
+    sock.settimeout(30)
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    assert received.startswith(b"HTTP/1.0 "), received
+    return int(received.split()[1]), received
+
+
+def _trickle(port: int, out: dict[str, Any]) -> None:
+    """Send a request one byte at a time, 0.2 s apart, until the server answers: a per-read
+    timeout never ends this; only a deadline on the whole request does."""
+    header = f"GET /v1/overview HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: {'a' * 200}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for i in range(len(header)):
+            try:
+                sock.sendall(header[i:i + 1])
+            except OSError:
+                break
+            if select.select([sock], [], [], 0.2)[0]:
+                break
+        out["sent"], out["whole"] = i + 1, len(header)
+        out["answer"] = _response(sock)
+
+
+def test_half_open_requests_cost_no_worker(session: Session) -> None:
+    """Issue 25, item 22: 40 connections that send a request line and one header (or headers
+    and part of a body) and then nothing, and one that trickles, stop no other client; each is
+    answered 408 and closed when its one deadline passes."""
+    port = urllib.parse.urlsplit(session.url).port
+    assert port is not None
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    trickled: dict[str, Any] = {}
+    trickler = threading.Thread(target=_trickle, args=(port, trickled))
+    trickler.start()
+    half_open = []
+    for i in range(40):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall((f"GET /v1/overview HTTP/1.1\r\n{host}" if i % 2 else
+                      f"POST /v1/jobs/job-1/cancel HTTP/1.1\r\n{host}Content-Length: 100\r\n\r\n{{").encode())
+        half_open.append(sock)
+    try:
+        assert session.get("/v1/overview")["taskexecutors"] == 1  # urllib gives up after 10 s
+        status, page = session.raw("/")
+        assert status == 200 and "<title>accelflow</title>" in page
+        for sock in half_open:
+            status, answer = _response(sock)
+            assert status == 408 and b"did not arrive whole within 10 s" in answer, answer
+        trickler.join(60)
+        assert trickled["answer"][0] == 408 and trickled["sent"] < trickled["whole"], trickled
+    finally:
+        for sock in half_open:
+            sock.close()
+
+
+def test_request_framing_chunked_bodies_and_oversized_headers(session: Session) -> None:
+    """A chunked body is refused with 411 (it ran as ``{}`` before), a bad Content-Length with
+    400, a body over 64 KiB with 413 (unread), headers over 32 KiB with 431."""
+    port = urllib.parse.urlsplit(session.url).port
+    assert port is not None
+    head = f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {session.token}\r\n"
+    body = b'{"target-directory": "/tmp/x"}'
+    chunked = (f"POST /v1/jobs/job-999/savepoints HTTP/1.1\r\n{head}Transfer-Encoding: chunked\r\n\r\n"
+               f"{len(body):x}\r\n").encode() + body + b"\r\n0\r\n\r\n"
+    status, answer = _exchange(port, chunked)
+    assert status == 411, answer
+    assert answer.endswith(b'"a request body must come with Content-Length (at most 65536 bytes), '
+                           b'not Transfer-Encoding: chunked"\n}'), answer
+    post = f"POST /v1/jobs/job-999/savepoints HTTP/1.1\r\n{head}"
+    assert _exchange(port, f"{post}Content-Length: 5_0\r\n\r\n{{}}".encode())[0] == 400
+    status, answer = _exchange(port, f"{post}Content-Length: 100000\r\n\r\n".encode())
+    assert status == 413 and b"at most 65536 bytes, not 100000" in answer
+    status, answer = _exchange(port, f"GET /v1/overview HTTP/1.1\r\n{head}X-Big: {'a' * 40000}\r\n\r\n".encode())
+    assert status == 431 and b"may have at most 32768 bytes" in answer, answer
+    status, answer = _exchange(port, f"{post}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert status == 404 and b"no such job: job-999" in answer  # the same request, framed: served

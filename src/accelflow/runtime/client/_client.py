@@ -95,7 +95,7 @@ class JobClient(_Waitable):
             if self.jobmanager.config.get(k.REST_ENABLED):
                 from accelflow.runtime.service import RestServer  # http.server only when asked
 
-                self.rest = RestServer(self.jobmanager, self.jobmanager.config)
+                self.rest = RestServer(self.jobmanager, self.jobmanager.config, embedded=True)
                 self.rest.start()
             self._status = "RUNNING"
             self._result = self.jobmanager.run(self.graph, self.submitted)

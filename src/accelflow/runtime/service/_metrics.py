@@ -1,4 +1,4 @@
-"""``GET /metrics``: the cluster view in the Prometheus text format (``prometheus-client``).
+"""``GET /metrics``: the cluster view in the Prometheus text exposition format (version 0.0.4).
 
 Metric families (labels in braces):
 
@@ -18,15 +18,17 @@ Metric families (labels in braces):
 - ``accelflow_jobs{state}``, ``accelflow_taskexecutors``, ``accelflow_slots_total``,
   ``accelflow_slots_free``.
 
-``prometheus-client`` is the ``rest`` extra; it is imported only when metrics are asked for.
+The text is written here, without ``prometheus-client``, so that every install serves metrics
+where it serves the UI: the format is a few lines per family (``# HELP``, ``# TYPE``, one line
+per sample, label values escaped), written as ``prometheus_client.generate_latest`` writes
+them; the tests parse it with ``prometheus_client``'s own parser.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import math
+from collections.abc import Iterator, Sequence
 
-from accelflow._errors import MissingDependencyError
 from accelflow.runtime.service._snapshot import View
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -35,17 +37,73 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def render_metrics(view: View) -> bytes:
     """The Prometheus text exposition of ``view`` (a :func:`cluster_view`).
 
-    Raises:
-        MissingDependencyError: ``prometheus-client`` is not installed (``accelflow[rest]``).
+    Example:
+        >>> view = {"overview": {"jobs": {"RUNNING": 1}, "taskexecutors": 1,
+        ...                      "slots": {"total": 4, "free": 3}}, "taskexecutors": [], "jobs": []}
+        >>> print(render_metrics(view).decode().splitlines()[-1])
+        accelflow_slots_free 3.0
     """
-    try:
-        from prometheus_client import CollectorRegistry, generate_latest
-    except ImportError as exc:
-        raise MissingDependencyError("GET /metrics", extra="rest") from exc
+    families = [*_devices(view), *_jobs(view), *_checkpoints(view), *_cluster(view)]
+    return "".join(line for family in families for line in family.lines()).encode()
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(view))  # type: ignore[arg-type]
-    return bytes(generate_latest(registry))
+
+class Family:
+    """One metric family: its ``# HELP`` and ``# TYPE`` lines and its samples.
+
+    A counter's name ends in ``_total`` (as ``prometheus-client`` writes it).
+
+    Example:
+        >>> f = Family("accelflow_jobs", "gauge", "Jobs by state.", ["state"])
+        >>> f.add(["RUNNING"], 2)
+        >>> print("".join(f.lines()), end="")
+        # HELP accelflow_jobs Jobs by state.
+        # TYPE accelflow_jobs gauge
+        accelflow_jobs{state="RUNNING"} 2.0
+    """
+
+    def __init__(self, name: str, kind: str, help_text: str, labels: Sequence[str] = ()) -> None:
+        self.name, self.kind, self.help, self.labels = name, kind, help_text, tuple(labels)
+        self.samples: list[tuple[tuple[str, ...], float]] = []
+
+    def add(self, values: Sequence[object], value: float) -> None:
+        if len(values) != len(self.labels):
+            raise ValueError(f"{self.name} has labels {self.labels}, got values {tuple(values)}")
+        self.samples.append((tuple(str(v) for v in values), value))
+
+    def lines(self) -> Iterator[str]:
+        help_text = self.help.replace("\\", "\\\\").replace("\n", "\\n")
+        yield f"# HELP {self.name} {help_text}\n"
+        yield f"# TYPE {self.name} {self.kind}\n"
+        for values, value in self.samples:
+            pairs = sorted(zip(self.labels, values))
+            labels = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
+            yield f"{self.name}{'{' + labels + '}' if labels else ''} {format_value(value)}\n"
+
+
+def escape_label_value(value: str) -> str:
+    """A label value as the text format quotes it: ``\\``, ``\\"`` and ``\\n`` escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """A sample value as Go (Prometheus) writes it: ``+Inf``, ``-Inf``, ``NaN``, else the
+    float's shortest repr, with Go's exponent from 1e7 up.
+
+    Example:
+        >>> [format_value(v) for v in (2, 0.5, 12345678.0, float("inf"))]
+        ['2.0', '0.5', '1.2345678e+07', '+Inf']
+    """
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:  # 12345678.0 -> 1.2345678e+07
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 def kafka_lag(job: View) -> dict[tuple[str, str], float]:
@@ -61,82 +119,75 @@ def kafka_lag(job: View) -> dict[tuple[str, str], float]:
     return out
 
 
-class _Collector:
-    def __init__(self, view: View) -> None:
-        self.view = view
+def _devices(view: View) -> Iterator[Family]:
+    device = ["taskexecutor", "resource", "address"]
+    allocated = Family("accelflow_device_allocated_share", "gauge", "Share of the device held by subtasks (0..1).", device)
+    free = Family("accelflow_device_free_share", "gauge", "Share of the device free (0..1).", device)
+    holder = Family("accelflow_device_holder_share", "gauge", "Share of the device one subtask holds.", [*device, "job", "subtask"])
+    failed = Family(
+        "accelflow_resource_discovery_failed", "gauge",
+        "1 when the resource's driver or discovery failed on the TaskExecutor (degraded, no-driver).",
+        ["taskexecutor", "resource", "status", "driver"],
+    )
+    for te in view["taskexecutors"]:
+        for r in te["resources"]:
+            failed.add([te["id"], r["name"], r["status"], r["driver"]], 0.0 if r["status"] == "ok" else 1.0)
+            for d in r["devices"]:
+                labels = [te["id"], r["name"], d["address"]]
+                free.add(labels, d["free"]["value"])
+                allocated.add(labels, 1.0 - d["free"]["value"])
+                for h in d["holders"]:
+                    holder.add([*labels, h["job"], h["subtask"]], h["share"]["value"])
+    yield from (allocated, free, holder, failed)
 
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
 
-        device = ["taskexecutor", "resource", "address"]
-        allocated = GaugeMetricFamily("accelflow_device_allocated_share", "Share of the device held by subtasks (0..1).", labels=device)
-        free = GaugeMetricFamily("accelflow_device_free_share", "Share of the device free (0..1).", labels=device)
-        holder = GaugeMetricFamily("accelflow_device_holder_share", "Share of the device one subtask holds.", labels=[*device, "job", "subtask"])
-        failed = GaugeMetricFamily(
-            "accelflow_resource_discovery_failed",
-            "1 when the resource's driver or discovery failed on the TaskExecutor (degraded, no-driver).",
-            labels=["taskexecutor", "resource", "status", "driver"],
-        )
-        for te in self.view["taskexecutors"]:
-            for r in te["resources"]:
-                failed.add_metric([te["id"], r["name"], r["status"], str(r["driver"])], 0.0 if r["status"] == "ok" else 1.0)
-                for d in r["devices"]:
-                    labels = [te["id"], r["name"], d["address"]]
-                    free.add_metric(labels, d["free"]["value"])
-                    allocated.add_metric(labels, 1.0 - d["free"]["value"])
-                    for h in d["holders"]:
-                        holder.add_metric([*labels, str(h["job"]), h["subtask"]], h["share"]["value"])
-        yield from (allocated, free, holder, failed)
-        yield from self._jobs()
-        yield from self._cluster()
+def _jobs(view: View) -> Iterator[Family]:
+    records_in = Family("accelflow_operator_records_in_total", "counter", "Records into the operator (current attempt).", ["job", "operator"])
+    records_out = Family("accelflow_operator_records_out_total", "counter", "Records out of the operator (current attempt).", ["job", "operator"])
+    subtasks = Family("accelflow_subtasks", "gauge", "Subtasks of the job's current attempt by state.", ["job", "state"])
+    for job in view["jobs"]:
+        for op in job["operators"]:
+            records_in.add([job["id"], op["name"]], op["records_in"])
+            records_out.add([job["id"], op["name"]], op["records_out"])
+        for state, n in job["subtasks_by_state"].items():
+            subtasks.add([job["id"], state], n)
+    yield from (records_in, records_out, subtasks)
 
-    def _jobs(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        records_in = CounterMetricFamily("accelflow_operator_records_in", "Records into the operator (current attempt).", labels=["job", "operator"])
-        records_out = CounterMetricFamily("accelflow_operator_records_out", "Records out of the operator (current attempt).", labels=["job", "operator"])
-        subtasks = GaugeMetricFamily("accelflow_subtasks", "Subtasks of the job's current attempt by state.", labels=["job", "state"])
-        for job in self.view["jobs"]:
-            for op in job["operators"]:
-                records_in.add_metric([job["id"], op["name"]], op["records_in"])
-                records_out.add_metric([job["id"], op["name"]], op["records_out"])
-            for state, n in job["subtasks_by_state"].items():
-                subtasks.add_metric([job["id"], state], n)
-        yield from (records_in, records_out, subtasks)
-        yield from self._checkpoints()
+def _checkpoints(view: View) -> Iterator[Family]:
+    job = ["job"]
+    completed = Family("accelflow_checkpoints_completed_total", "counter", "Checkpoints and savepoints completed.", job)
+    failed = Family("accelflow_checkpoints_failed_total", "counter", "Checkpoints and savepoints that failed.", job)
+    duration = Family("accelflow_checkpoint_duration_seconds", "gauge", "Duration of the last completed checkpoint.", job)
+    size = Family("accelflow_checkpoint_size_bytes", "gauge", "Size of the last completed checkpoint.", job)
+    restarts = Family("accelflow_job_restarts_total", "counter", "Restarts of the job.", job)
+    lag = Family("accelflow_kafka_lag", "gauge", "Records behind the end of the Kafka partition.", ["job", "topic", "partition"])
+    for j in view["jobs"]:
+        stats = j["checkpoints"]
+        completed.add([j["id"]], stats["counts"]["completed"])
+        failed.add([j["id"]], stats["counts"]["failed"])
+        restarts.add([j["id"]], j["restarts"])
+        last = stats["latest"]["completed"]
+        if last is not None and last["duration_s"] is not None:
+            duration.add([j["id"]], last["duration_s"])
+        if last is not None and last["size"] is not None:
+            size.add([j["id"]], last["size"])
+        for (topic, partition), value in sorted(kafka_lag(j).items()):
+            lag.add([j["id"], topic, partition], value)
+    yield from (completed, failed, duration, size, restarts, lag)
 
-    def _checkpoints(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        job = ["job"]
-        completed = CounterMetricFamily("accelflow_checkpoints_completed", "Checkpoints and savepoints completed.", labels=job)
-        failed = CounterMetricFamily("accelflow_checkpoints_failed", "Checkpoints and savepoints that failed.", labels=job)
-        duration = GaugeMetricFamily("accelflow_checkpoint_duration_seconds", "Duration of the last completed checkpoint.", labels=job)
-        size = GaugeMetricFamily("accelflow_checkpoint_size_bytes", "Size of the last completed checkpoint.", labels=job)
-        restarts = CounterMetricFamily("accelflow_job_restarts", "Restarts of the job.", labels=job)
-        lag = GaugeMetricFamily("accelflow_kafka_lag", "Records behind the end of the Kafka partition.", labels=["job", "topic", "partition"])
-        for j in self.view["jobs"]:
-            stats = j["checkpoints"]
-            completed.add_metric([j["id"]], stats["counts"]["completed"])
-            failed.add_metric([j["id"]], stats["counts"]["failed"])
-            restarts.add_metric([j["id"]], j["restarts"])
-            last = stats["latest"]["completed"]
-            if last is not None and last["duration_s"] is not None:
-                duration.add_metric([j["id"]], last["duration_s"])
-            if last is not None and last["size"] is not None:
-                size.add_metric([j["id"]], last["size"])
-            for (topic, partition), value in sorted(kafka_lag(j).items()):
-                lag.add_metric([j["id"], topic, partition], value)
-        yield from (completed, failed, duration, size, restarts, lag)
-
-    def _cluster(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        overview = self.view["overview"]
-        jobs = GaugeMetricFamily("accelflow_jobs", "Jobs by state.", labels=["state"])
-        for state, n in overview["jobs"].items():
-            jobs.add_metric([state], n)
-        yield jobs
-        yield GaugeMetricFamily("accelflow_taskexecutors", "Registered TaskExecutors.", value=overview["taskexecutors"])
-        yield GaugeMetricFamily("accelflow_slots_total", "Slots of all TaskExecutors.", value=overview["slots"]["total"])
-        yield GaugeMetricFamily("accelflow_slots_free", "Free slots.", value=overview["slots"]["free"])
+def _cluster(view: View) -> Iterator[Family]:
+    overview = view["overview"]
+    jobs = Family("accelflow_jobs", "gauge", "Jobs by state.", ["state"])
+    for state, n in overview["jobs"].items():
+        jobs.add([state], n)
+    yield jobs
+    for name, help_text, value in (
+        ("accelflow_taskexecutors", "Registered TaskExecutors.", overview["taskexecutors"]),
+        ("accelflow_slots_total", "Slots of all TaskExecutors.", overview["slots"]["total"]),
+        ("accelflow_slots_free", "Free slots.", overview["slots"]["free"]),
+    ):
+        family = Family(name, "gauge", help_text)
+        family.add([], value)
+        yield family

@@ -31,7 +31,8 @@ visits can reach a loopback port. So, in this order and before any route runs:
 3. every ``/v1`` and ``/metrics`` request needs ``Authorization: Bearer <token>`` (401). The
    token is ``rest.token`` or, when unset, a random one made at start; the session cluster
    keeps it in its 0600 state file (``accelflow cluster start|status`` print it and the UI
-   link ``/?token=...``). Job ids are sequential (``job-1``): the token, not the id, guards
+   link ``/?token=...``), an embedded job prints the link on its standard error (the 401's
+   text says where, :meth:`RestServer.unauthorized`). Job ids are sequential (``job-1``): the token, not the id, guards
    them, and job errors (user exception text, which may hold secrets) are only served with it.
 
 The UI's static files hold no cluster data and are served without the token; the UI takes it
@@ -55,15 +56,23 @@ import threading
 from collections.abc import Callable
 from email.message import Message
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from accelflow._errors import AccelflowError, ConfigError, MissingDependencyError
+from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow._errors import CheckpointError
-from accelflow.runtime.service._http import BoundedHTTPServer, BoundedHTTPServer6, log_dropped
+from accelflow.runtime.service._http import (
+    MAX_BODY,
+    SAFE_HEADERS,
+    BoundedHTTPServer,
+    BoundedHTTPServer6,
+    RequestHandler,
+    content_length,
+    log_dropped,
+)
+from accelflow.runtime.service._metrics import CONTENT_TYPE, render_metrics
 from accelflow.runtime.service._savepoints import JobNotRunning, Operations, UnknownJob
 from accelflow.runtime.service._snapshot import View, cluster_view, job_summary, pending_view
 
@@ -79,15 +88,26 @@ _STATIC = {
 _JOB = re.compile(r"^/v1/jobs/(?P<id>[^/]+)(?P<rest>/pending|/cancel|/checkpoints|/savepoints|/stop)?$")
 _SAVEPOINT = re.compile(r"^/v1/jobs/(?P<id>[^/]+)/savepoints/(?P<rid>[^/]+)$")
 _POSTS = ("/cancel", "/savepoints", "/stop")
-#: the largest request body read (a savepoint request is a few dozen bytes)
-MAX_BODY = 64 << 10
 _GET_ROUTES = ("/v1/overview", "/v1/taskexecutors", "/v1/jobs", "/metrics")
 _SAFE_METHODS = ("GET", "HEAD")
 _WILDCARDS = ("", "0.0.0.0", "::")
+#: the 401 text of a session cluster
 UNAUTHORIZED = (
     "this cluster requires its REST token: open the web UI with the link that 'accelflow cluster "
     "start' printed (.../?token=...), or send 'Authorization: Bearer <token>' ('accelflow cluster "
     "status' shows it; rest.token sets it)"
+)
+#: the 401 text of an embedded job's REST server (``rest.enabled``) with a token made at start
+UNAUTHORIZED_EMBEDDED = (
+    "this job requires its REST token: open the web UI with the link the job printed on its "
+    "standard error when its REST server started ('accelflow: REST API and web UI at "
+    "{url}?token=...'), or send 'Authorization: Bearer <token>' (the JobClient's rest.token "
+    "holds it in the job's script; set rest.token to choose one)"
+)
+#: the same with a configured ``rest.token``
+UNAUTHORIZED_CONFIGURED = (
+    "this job requires its REST token, the value of rest.token in the job's configuration: "
+    "open the web UI at {url}?token=<rest.token>, or send 'Authorization: Bearer <rest.token>'"
 )
 
 
@@ -98,7 +118,8 @@ class HttpError(Exception):
 
 
 class RestServer:
-    """Serves one JobManager until :meth:`stop`.
+    """Serves one JobManager until :meth:`stop`; ``embedded`` for a job's own cluster
+    (``rest.enabled``), whose 401 says where that job printed its token.
 
     Example (skipped in the doctest run: it needs a running JobManager; tests/rest runs one):
         >>> server = RestServer(jobmanager, config)  # doctest: +SKIP
@@ -111,8 +132,9 @@ class RestServer:
         ConfigError: ``rest.token`` is set but empty.
     """
 
-    def __init__(self, jobmanager: JobManager, config: Configuration) -> None:
+    def __init__(self, jobmanager: JobManager, config: Configuration, *, embedded: bool = False) -> None:
         self.jobmanager = jobmanager
+        self.embedded = embedded
         self.address = config.get(k.REST_ADDRESS)
         self.port = config.get(k.REST_PORT)
         configured = config.get_optional(k.REST_TOKEN)
@@ -139,6 +161,15 @@ class RestServer:
     def ui_url(self) -> str:
         """The web UI's link, with the token (as Jupyter prints it)."""
         return f"{self.url}?token={self.token}"
+
+    @property
+    def unauthorized(self) -> str:
+        """The 401's text: where this server's token is to be found (:data:`UNAUTHORIZED`,
+        :data:`UNAUTHORIZED_EMBEDDED` or :data:`UNAUTHORIZED_CONFIGURED`)."""
+        if not self.embedded:
+            return UNAUTHORIZED
+        text = UNAUTHORIZED_EMBEDDED if self.token_generated else UNAUTHORIZED_CONFIGURED
+        return text.format(url=self.url if self._httpd is not None else "http://HOST:PORT/")
 
     def start(self, *, announce: Callable[[str], None] | None = None) -> str:
         """Bind and serve in a daemon thread; returns (and announces) the URL.
@@ -198,7 +229,7 @@ class RestServer:
             return
         scheme, _, given = (headers.get("Authorization") or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-            raise HttpError(HTTPStatus.UNAUTHORIZED, UNAUTHORIZED,
+            raise HttpError(HTTPStatus.UNAUTHORIZED, self.unauthorized,
                             {"WWW-Authenticate": 'Bearer realm="accelflow"'})
 
     # -- routes --------------------------------------------------------------------------------
@@ -208,8 +239,6 @@ class RestServer:
             return resources.files(__package__).joinpath("ui", name).read_bytes(), ctype
         view = cluster_view(self.jobmanager)
         if path == "/metrics":
-            from accelflow.runtime.service._metrics import CONTENT_TYPE, render_metrics
-
             return render_metrics(view), CONTENT_TYPE
         if path == "/v1/overview":
             return _json(view["overview"])
@@ -300,7 +329,7 @@ def _savepoint_request(body: bytes, stop: bool) -> dict[str, Any]:
     return fields
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RequestHandler):
     server_ref: RestServer
     server_version = "accelflow"
     sys_version = ""
@@ -312,12 +341,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(lambda path: (*self.server_ref.post(path, self._body()), "application/json"))
 
     def _body(self) -> bytes:
-        """The request body (read after the checks), at most :data:`MAX_BODY` bytes."""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise HttpError(HTTPStatus.BAD_REQUEST, "Content-Length is not a number") from None
-        if length < 0 or length > MAX_BODY:
+        """The request body (read after the checks; the waiting room has it whole), at most
+        :data:`MAX_BODY` bytes, framed by ``Content-Length`` only."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise HttpError(HTTPStatus.LENGTH_REQUIRED, "a request body must come with "
+                            f"Content-Length (at most {MAX_BODY} bytes), not Transfer-Encoding: "
+                            f"{self.headers['Transfer-Encoding']}")
+        length = content_length(self.headers.get("Content-Length"))
+        if length is None:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "Content-Length is not a number")
+        if length > MAX_BODY:
             raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                             f"the body may have at most {MAX_BODY} bytes, not {length}")
         return self.rfile.read(length) if length else b""
@@ -338,8 +371,6 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, ctype = route(path)
         except HttpError as exc:
             status, (body, ctype), headers = exc.status, _json({"error": exc.message}), exc.headers
-        except MissingDependencyError as exc:
-            status, (body, ctype) = HTTPStatus.NOT_IMPLEMENTED, _json({"error": str(exc)})
         except AccelflowError as exc:
             status, (body, ctype) = HTTPStatus.INTERNAL_SERVER_ERROR, _json({"error": str(exc)})
         except Exception as exc:  # never take the server down; say what broke
@@ -348,11 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Referrer-Policy", "no-referrer")
-        for name, value in headers.items():
+        for name, value in {**SAFE_HEADERS, **headers}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)

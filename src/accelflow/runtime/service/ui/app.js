@@ -150,16 +150,23 @@ function checkpointsPanel(c) {
        el("tbody", {}, rows)));
 }
 
+// The header line, its parts joined by " · ": one part per external resource, none without
+// any (e.g. "1 TaskExecutors · slots 0/1 free · 1 active job(s)").
+function summary(overview) {
+  return [
+    `${overview.taskexecutors} TaskExecutors`,
+    `slots ${overview.slots.free}/${overview.slots.total} free`,
+    ...Object.entries(overview.resources).map(([n, r]) => `${n} ${r.free.exact}/${r.total.exact} free`),
+    `${overview.jobs.RUNNING + overview.jobs.PENDING} active job(s)`,
+  ].join(" · ");
+}
+
 function showError(e) { document.getElementById("status").textContent = e.message; }
 
 async function refresh() {
   try {
     const [overview, tes, jobs] = await Promise.all([api("/v1/overview"), api("/v1/taskexecutors"), api("/v1/jobs")]);
-    const running = overview.jobs.RUNNING + overview.jobs.PENDING;
-    document.getElementById("summary").textContent =
-      `${overview.taskexecutors} TaskExecutors · slots ${overview.slots.free}/${overview.slots.total} free · ` +
-      Object.entries(overview.resources).map(([n, r]) => `${n} ${r.free.exact}/${r.total.exact} free`).join(" · ") +
-      ` · ${running} active job(s)`;
+    document.getElementById("summary").textContent = summary(overview);
     document.getElementById("taskexecutors").replaceChildren(...tes.taskexecutors.map(taskexecutor));
     document.querySelector("#jobs tbody").replaceChildren(...jobs.jobs.slice().reverse().map(jobRow));
     await jobDetail();
