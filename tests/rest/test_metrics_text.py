@@ -4,6 +4,7 @@ format itself, so a session cluster that cannot import ``prometheus-client`` ser
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ def _samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
 def test_a_session_without_prometheus_client_serves_metrics(tmp_path: Path) -> None:
     session = start_session_hiding(tmp_path, "prometheus_client")
     try:
+        hidden = subprocess.run([sys.executable, "-c", "import prometheus_client"], env=session.env,
+                                capture_output=True, text=True, timeout=60)
+        assert hidden.returncode == 1 and "not installed (hidden by the test)" in hidden.stderr
         status, text = session.request("/metrics")
         assert status == 200, text  # was 501 naming the 'rest' extra
         metrics = _samples(text)

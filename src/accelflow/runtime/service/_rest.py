@@ -31,9 +31,10 @@ visits can reach a loopback port. So, in this order and before any route runs:
 3. every ``/v1`` and ``/metrics`` request needs ``Authorization: Bearer <token>`` (401). The
    token is ``rest.token`` or, when unset, a random one made at start; the session cluster
    keeps it in its 0600 state file (``accelflow cluster start|status`` print it and the UI
-   link ``/?token=...``), an embedded job prints the link on its standard error (the 401's
-   text says where, :meth:`RestServer.unauthorized`). Job ids are sequential (``job-1``): the token, not the id, guards
-   them, and job errors (user exception text, which may hold secrets) are only served with it.
+   link ``/?token=...``), an embedded job prints the link on its standard error (the 401
+   says where: :attr:`RestServer.unauthorized`). Job ids are sequential (``job-1``): the
+   token, not the id, guards them, and job errors (user exception text, which may hold
+   secrets) are only served with it.
 
 The UI's static files hold no cluster data and are served without the token; the UI takes it
 from ``?token=`` (kept in the tab's ``sessionStorage``, sent as the bearer header, so no
@@ -169,7 +170,7 @@ class RestServer:
         if not self.embedded:
             return UNAUTHORIZED
         text = UNAUTHORIZED_EMBEDDED if self.token_generated else UNAUTHORIZED_CONFIGURED
-        return text.format(url=self.url if self._httpd is not None else "http://HOST:PORT/")
+        return text.format(url=self.url)
 
     def start(self, *, announce: Callable[[str], None] | None = None) -> str:
         """Bind and serve in a daemon thread; returns (and announces) the URL.
