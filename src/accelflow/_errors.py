@@ -22,14 +22,21 @@ message and a non-zero exit code, without a traceback::
 Errors cross process boundaries (TaskExecutor → JobManager, subtask → JobManager, session
 cluster → client, Ray actor → client) through one codec, :func:`encode_error` and
 :func:`decode_error`: the receiving side raises the *same class* with the same attributes
-(e.g. ``DataFormatError.path``), whatever its constructor looks like.
+(e.g. ``DataFormatError.path``), whatever its constructor looks like. Any other exception of
+user code (a ``ValueError`` in a map) arrives as ``JobError(ValueError)``, a subclass of both
+(as Ray's ``RayTaskError``): ``except ValueError`` and ``except JobError`` both catch it. The
+traceback travels along; the CLI shows it with ``accelflow -v``.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import pickle
+import traceback
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import WrapperDescriptorType
 from typing import Any
 
 
@@ -189,63 +196,210 @@ class RemoteError:
         message: ``str(exc)``.
         attributes: the exception's own attributes that pickle (e.g. ``path``, ``reasons``).
         remote_traceback: the formatted traceback where it was raised, or ``None``.
+        user_traceback: the same without accelflow's own frames (see :func:`user_traceback`);
+            ``None`` without a traceback or when no frame is left.
+        args: the exception's ``args`` when they pickle, else ``None``.
+        context: what failed, e.g. ``subtask map (1/2) on taskexecutor-1 failed``: set where
+            :func:`decode_error` raised it, kept when it travels on (session cluster → client).
     """
 
     class_path: str
     message: str
     attributes: dict[str, Any] = field(default_factory=dict)
     remote_traceback: str | None = None
+    user_traceback: str | None = None
+    args: tuple[Any, ...] | None = None
+    context: str | None = None
 
     @property
     def class_name(self) -> str:
         return self.class_path.rpartition(":")[2]
 
 
-def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
-    """``exc`` as a :class:`RemoteError`, keeping its class and picklable attributes."""
-    import pickle
-    import traceback
+#: where :func:`decode_error` keeps the :class:`RemoteError` an exception was made from
+_REMOTE = "_remote"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-    attributes: dict[str, Any] = {}
-    for name, value in getattr(exc, "__dict__", {}).items():
-        try:
-            pickle.dumps(value)
-        except Exception:
-            continue
-        attributes[name] = value
+
+def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
+    """``exc`` as a :class:`RemoteError`, keeping its class, ``args`` and picklable attributes
+    (and with ``with_traceback``, where it was raised). An exception that :func:`decode_error`
+    made travels on as it came, with its context: a session cluster forwards a subtask's error
+    to the client unchanged."""
+    forwarded = vars(exc).get(_REMOTE)
+    if isinstance(forwarded, RemoteError):
+        return forwarded
+    args, state = _reduced(exc)
     cls = type(exc)
     return RemoteError(
-        f"{cls.__module__}:{cls.__qualname__}", str(exc), attributes,
+        f"{cls.__module__}:{cls.__qualname__}", str(exc),
+        {name: value for name, value in state.items() if _pickles(value)},
         "".join(traceback.format_exception(exc)) if with_traceback else None,
+        user_traceback(exc) if with_traceback else None,
+        args if _pickles(args) else None,
     )
 
 
-def decode_error(error: RemoteError, *, context: str | None = None) -> AccelflowError:
-    """The exception to raise for ``error`` on this side: the same :class:`AccelflowError`
-    subclass with the same attributes, its message prefixed by ``context`` (e.g. ``subtask
-    map (1/2) on taskexecutor-1 failed``). Any other exception (user code raised
-    ``ValueError``) becomes a :class:`JobError` carrying the remote traceback.
-    """
-    cls = _accelflow_class(error.class_path)
-    prefix = f"{context}: " if context else ""
-    if cls is None:
-        if error.remote_traceback:
-            return JobError(f"{context or 'remote error'}:\n{error.remote_traceback.rstrip()}")
-        return JobError(f"{prefix}{error.class_name}: {error.message}")
-    exc = cls.__new__(cls)
-    Exception.__init__(exc, prefix + error.message)
+def _reduced(exc: BaseException) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``exc``'s constructor arguments and attributes as pickle sees them: with what C keeps
+    outside ``args`` and ``__dict__`` (an ``OSError``'s ``filename``, an ``ImportError``'s
+    ``name``)."""
     try:
-        exc.__dict__.update(error.attributes)
-    except AttributeError:  # a __slots__ exception: attributes cannot travel
-        pass
-    if error.remote_traceback:
-        exc.add_note("remote traceback:\n" + error.remote_traceback.rstrip())
+        reduced = exc.__reduce__()
+    except Exception:
+        reduced = ()
+    if isinstance(reduced, tuple) and len(reduced) >= 2 and reduced[0] is type(exc) \
+            and isinstance(reduced[1], tuple):
+        state = reduced[2] if len(reduced) > 2 and isinstance(reduced[2], dict) else {}
+        return reduced[1], state
+    return exc.args, vars(exc)
+
+
+def decode_error(error: RemoteError, *, context: str | None = None) -> AccelflowError:
+    """The exception to raise for ``error`` on this side, ``context`` saying what failed (e.g.
+    ``subtask map (1/2) on taskexecutor-1 failed``):
+
+    - an :class:`AccelflowError` subclass: the same class with the same attributes, its message
+      prefixed by the context, the remote traceback in a note;
+    - any other :class:`Exception` whose class is importable here (user code raised
+      ``ValueError``): an instance of ``JobError(ValueError)``, a subclass of both
+      :class:`JobError` and that class (as Ray's ``RayTaskError``), so ``except ValueError``
+      and ``except JobError`` both catch it. It has the original's ``args`` and attributes,
+      its ``__cause__`` is the original made again, and its message is the context line
+      followed by the user's traceback (accelflow's own frames dropped);
+    - otherwise (the class cannot be imported or subclassed here, or is no ``Exception``, as
+      ``KeyboardInterrupt``): a :class:`JobError` with that message, its ``__cause__`` the
+      original made again where that works.
+
+    Example:
+        >>> try:
+        ...     raise KeyError("user-42")
+        ... except KeyError as exc:
+        ...     wire = encode_error(exc, with_traceback=True)
+        >>> error = decode_error(wire, context="subtask map (1/2) on taskexecutor-1 failed")
+        >>> isinstance(error, KeyError), isinstance(error, JobError), error.args
+        (True, True, ('user-42',))
+        >>> str(error).splitlines()[0], str(error).splitlines()[-1]
+        ('subtask map (1/2) on taskexecutor-1 failed', "KeyError: 'user-42'")
+    """
+    joined = ": ".join(c for c in (context, error.context) if c)
+    remote = replace(error, context=joined or None)
+    cls = _class_named(error.class_path)
+    if cls is not None and issubclass(cls, AccelflowError):
+        exc = _accelflow_error(cls, remote)
+    else:
+        exc = _job_error(cls, remote)
+    vars(exc)[_REMOTE] = remote
     return exc
 
 
-def _accelflow_class(class_path: str) -> type[AccelflowError] | None:
-    """The :class:`AccelflowError` subclass named ``module:qualname``; ``None`` for any
-    other class (or one that cannot be imported here)."""
+def remote_traceback(exc: BaseException) -> str | None:
+    """Where ``exc`` was raised, when :func:`decode_error` made it from another process's error
+    and that traceback travelled with it; else ``None``."""
+    remote = vars(exc).get(_REMOTE)
+    return remote.remote_traceback if isinstance(remote, RemoteError) else None
+
+
+def user_traceback(exc: BaseException) -> str | None:
+    """``exc``'s traceback (with what it chains) without the frames of files in the accelflow
+    package: what is left is the user's code and the libraries it called, first. ``None``
+    when no frame is left (accelflow itself raised it)."""
+    shown = traceback.TracebackException.from_exception(exc)
+    if not _drop_own_frames(shown):
+        return None
+    return "".join(shown.format()).rstrip()
+
+
+def _drop_own_frames(shown: traceback.TracebackException) -> int:
+    """Remove accelflow's frames from ``shown`` and what it chains; how many frames are left."""
+    shown.stack = traceback.StackSummary.from_list(
+        [frame for frame in shown.stack if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR)])
+    left = len(shown.stack)
+    for chained in (shown.__cause__, shown.__context__, *(shown.exceptions or ())):
+        if chained is not None:
+            left += _drop_own_frames(chained)
+    return left
+
+
+def _accelflow_error(cls: type[AccelflowError], remote: RemoteError) -> AccelflowError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, (f"{remote.context}: " if remote.context else "") + remote.message)
+    vars(exc).update(remote.attributes)
+    note = f"remote traceback:\n{remote.remote_traceback.rstrip()}" if remote.remote_traceback else None
+    if note and note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    return exc
+
+
+def _job_error(cls: type[BaseException] | None, remote: RemoteError) -> JobError:
+    original = _remade(cls, remote) if cls is not None else None
+    dual = _dual_class(cls) if cls is not None and original is not None else None
+    exc = _remade(dual, remote) if dual is not None else None
+    if not isinstance(exc, JobError):
+        exc = JobError(_job_message(remote))
+    exc.__cause__ = original
+    return exc
+
+
+def _job_message(remote: RemoteError) -> str:
+    """The context line, then the user's traceback; without one, ``context: Class: message``."""
+    head = f"{remote.class_name}: {remote.message}" if remote.message else remote.class_name
+    if remote.user_traceback:
+        return f"{remote.context or head}\n{remote.user_traceback}"
+    return f"{remote.context}: {head}" if remote.context else head
+
+
+def _remade(cls: type[BaseException], remote: RemoteError) -> BaseException | None:
+    """An instance of ``cls`` with the remote exception's ``args`` and attributes, made without
+    running an ``__init__`` written in Python (its signature need not fit ``args``); ``None``
+    when even that fails (e.g. a ``__new__`` that wants other arguments)."""
+    args = remote.args if remote.args is not None else (remote.message,)
+    try:
+        exc = cls.__new__(cls, *args)
+        init = cls.__init__
+        (init if isinstance(init, WrapperDescriptorType) else BaseException.__init__)(exc, *args)
+    except Exception:
+        return None
+    for name, value in remote.attributes.items():  # as unpickling does (BaseException.__setstate__)
+        try:
+            setattr(exc, name, value)
+        except Exception:
+            vars(exc)[name] = value
+    return exc if isinstance(exc, cls) else None
+
+
+_DUAL_CLASSES: dict[type[BaseException], type[JobError] | None] = {}
+
+
+def _dual_class(cls: type[BaseException]) -> type[JobError] | None:
+    """``JobError(ValueError)``: a subclass of both :class:`JobError` and ``cls``, made once per
+    class; ``None`` where ``cls`` is no :class:`Exception` or refuses to be subclassed."""
+    if cls not in _DUAL_CLASSES:
+        dual: type[JobError] | None = None
+        if issubclass(cls, Exception):
+            try:
+                dual = type(f"JobError({cls.__name__})", (JobError, cls), {
+                    "__module__": "accelflow", "__str__": _dual_str, "__reduce__": _dual_reduce,
+                    "__doc__": f"A job failed with {cls.__qualname__} (see decode_error).",
+                })
+            except Exception:  # an incompatible layout or metaclass, an __init_subclass__ that refuses
+                dual = None
+        _DUAL_CLASSES.setdefault(cls, dual)
+    return _DUAL_CLASSES[cls]
+
+
+def _dual_str(self: BaseException) -> str:
+    remote = vars(self).get(_REMOTE)
+    return _job_message(remote) if isinstance(remote, RemoteError) else BaseException.__str__(self)
+
+
+def _dual_reduce(self: BaseException) -> tuple[Any, ...]:
+    return decode_error, (vars(self)[_REMOTE],)
+
+
+def _class_named(class_path: str) -> type[BaseException] | None:
+    """The exception class named ``module:qualname``, importing its module; ``None`` where it
+    cannot be found here (or that name now means another class)."""
     module_name, _, qualname = class_path.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -253,9 +407,18 @@ def _accelflow_class(class_path: str) -> type[AccelflowError] | None:
             obj = getattr(obj, part)
     except Exception:
         return None
-    if isinstance(obj, type) and issubclass(obj, AccelflowError):
+    if isinstance(obj, type) and issubclass(obj, BaseException) \
+            and f"{obj.__module__}:{obj.__qualname__}" == class_path:
         return obj
     return None
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
 
 __all__ = [
@@ -277,4 +440,6 @@ __all__ = [
     "TransportError",
     "decode_error",
     "encode_error",
+    "remote_traceback",
+    "user_traceback",
 ]
