@@ -30,14 +30,12 @@ traceback travels along; the CLI shows it with ``accelflow -v``.
 
 from __future__ import annotations
 
-import importlib
-import os
-import pickle
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from types import WrapperDescriptorType
 from typing import Any
+
+from accelflow._exceptions import class_named, made_again, parts_of, pickles, user_traceback
 
 
 class AccelflowError(Exception):
@@ -155,7 +153,8 @@ class CheckpointError(AccelflowError):
 
 
 class JobError(AccelflowError):
-    """A job failed while running; the message says which subtask and why."""
+    """A job failed while running; the message says which subtask and why. User code's own
+    exception arrives as a subclass of both: ``JobError(ValueError)`` (see :func:`decode_error`)."""
 
 
 class JobCancelledError(JobError):
@@ -196,7 +195,7 @@ class RemoteError:
         message: ``str(exc)``.
         attributes: the exception's own attributes that pickle (e.g. ``path``, ``reasons``).
         remote_traceback: the formatted traceback where it was raised, or ``None``.
-        user_traceback: the same without accelflow's own frames (see :func:`user_traceback`);
+        user_traceback: the same without accelflow's own frames (the user's code first);
             ``None`` without a traceback or when no frame is left.
         args: the exception's ``args`` when they pickle, else ``None``.
         context: what failed, e.g. ``subtask map (1/2) on taskexecutor-1 failed``: set where
@@ -218,7 +217,6 @@ class RemoteError:
 
 #: where :func:`decode_error` keeps the :class:`RemoteError` an exception was made from
 _REMOTE = "_remote"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
@@ -229,30 +227,15 @@ def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteE
     forwarded = vars(exc).get(_REMOTE)
     if isinstance(forwarded, RemoteError):
         return forwarded
-    args, state = _reduced(exc)
+    args, state = parts_of(exc)
     cls = type(exc)
     return RemoteError(
         f"{cls.__module__}:{cls.__qualname__}", str(exc),
-        {name: value for name, value in state.items() if _pickles(value)},
+        {name: value for name, value in state.items() if pickles(value)},
         "".join(traceback.format_exception(exc)) if with_traceback else None,
         user_traceback(exc) if with_traceback else None,
-        args if _pickles(args) else None,
+        args if pickles(args) else None,
     )
-
-
-def _reduced(exc: BaseException) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``exc``'s constructor arguments and attributes as pickle sees them: with what C keeps
-    outside ``args`` and ``__dict__`` (an ``OSError``'s ``filename``, an ``ImportError``'s
-    ``name``)."""
-    try:
-        reduced = exc.__reduce__()
-    except Exception:
-        reduced = ()
-    if isinstance(reduced, tuple) and len(reduced) >= 2 and reduced[0] is type(exc) \
-            and isinstance(reduced[1], tuple):
-        state = reduced[2] if len(reduced) > 2 and isinstance(reduced[2], dict) else {}
-        return reduced[1], state
-    return exc.args, vars(exc)
 
 
 def decode_error(error: RemoteError, *, context: str | None = None) -> AccelflowError:
@@ -284,7 +267,7 @@ def decode_error(error: RemoteError, *, context: str | None = None) -> Accelflow
     """
     joined = ": ".join(c for c in (context, error.context) if c)
     remote = replace(error, context=joined or None)
-    cls = _class_named(error.class_path)
+    cls = class_named(error.class_path)
     if cls is not None and issubclass(cls, AccelflowError):
         exc = _accelflow_error(cls, remote)
     else:
@@ -300,27 +283,6 @@ def remote_traceback(exc: BaseException) -> str | None:
     return remote.remote_traceback if isinstance(remote, RemoteError) else None
 
 
-def user_traceback(exc: BaseException) -> str | None:
-    """``exc``'s traceback (with what it chains) without the frames of files in the accelflow
-    package: what is left is the user's code and the libraries it called, first. ``None``
-    when no frame is left (accelflow itself raised it)."""
-    shown = traceback.TracebackException.from_exception(exc)
-    if not _drop_own_frames(shown):
-        return None
-    return "".join(shown.format()).rstrip()
-
-
-def _drop_own_frames(shown: traceback.TracebackException) -> int:
-    """Remove accelflow's frames from ``shown`` and what it chains; how many frames are left."""
-    shown.stack = traceback.StackSummary.from_list(
-        [frame for frame in shown.stack if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR)])
-    left = len(shown.stack)
-    for chained in (shown.__cause__, shown.__context__, *(shown.exceptions or ())):
-        if chained is not None:
-            left += _drop_own_frames(chained)
-    return left
-
-
 def _accelflow_error(cls: type[AccelflowError], remote: RemoteError) -> AccelflowError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, (f"{remote.context}: " if remote.context else "") + remote.message)
@@ -332,9 +294,10 @@ def _accelflow_error(cls: type[AccelflowError], remote: RemoteError) -> Accelflo
 
 
 def _job_error(cls: type[BaseException] | None, remote: RemoteError) -> JobError:
-    original = _remade(cls, remote) if cls is not None else None
+    args = remote.args if remote.args is not None else (remote.message,)
+    original = made_again(cls, args, remote.attributes) if cls is not None else None
     dual = _dual_class(cls) if cls is not None and original is not None else None
-    exc = _remade(dual, remote) if dual is not None else None
+    exc = made_again(dual, args, remote.attributes) if dual is not None else None
     if not isinstance(exc, JobError):
         exc = JobError(_job_message(remote))
     exc.__cause__ = original
@@ -347,25 +310,6 @@ def _job_message(remote: RemoteError) -> str:
     if remote.user_traceback:
         return f"{remote.context or head}\n{remote.user_traceback}"
     return f"{remote.context}: {head}" if remote.context else head
-
-
-def _remade(cls: type[BaseException], remote: RemoteError) -> BaseException | None:
-    """An instance of ``cls`` with the remote exception's ``args`` and attributes, made without
-    running an ``__init__`` written in Python (its signature need not fit ``args``); ``None``
-    when even that fails (e.g. a ``__new__`` that wants other arguments)."""
-    args = remote.args if remote.args is not None else (remote.message,)
-    try:
-        exc = cls.__new__(cls, *args)
-        init = cls.__init__
-        (init if isinstance(init, WrapperDescriptorType) else BaseException.__init__)(exc, *args)
-    except Exception:
-        return None
-    for name, value in remote.attributes.items():  # as unpickling does (BaseException.__setstate__)
-        try:
-            setattr(exc, name, value)
-        except Exception:
-            vars(exc)[name] = value
-    return exc if isinstance(exc, cls) else None
 
 
 _DUAL_CLASSES: dict[type[BaseException], type[JobError] | None] = {}
@@ -397,30 +341,6 @@ def _dual_reduce(self: BaseException) -> tuple[Any, ...]:
     return decode_error, (vars(self)[_REMOTE],)
 
 
-def _class_named(class_path: str) -> type[BaseException] | None:
-    """The exception class named ``module:qualname``, importing its module; ``None`` where it
-    cannot be found here (or that name now means another class)."""
-    module_name, _, qualname = class_path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    if isinstance(obj, type) and issubclass(obj, BaseException) \
-            and f"{obj.__module__}:{obj.__qualname__}" == class_path:
-        return obj
-    return None
-
-
-def _pickles(value: Any) -> bool:
-    try:
-        pickle.dumps(value)
-    except Exception:
-        return False
-    return True
-
-
 __all__ = [
     "AccelflowError",
     "AccelflowInternalError",
@@ -441,5 +361,4 @@ __all__ = [
     "decode_error",
     "encode_error",
     "remote_traceback",
-    "user_traceback",
 ]
