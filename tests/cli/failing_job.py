@@ -59,6 +59,7 @@ def assert_users_frames_then_hint(done: subprocess.CompletedProcess[str], script
     assert done.returncode == 1, done.stderr
     assert "caught JobError(BadRecord) 3 True BadRecord" in done.stdout
     lines = done.stderr.splitlines()
+    assert first in lines, done.stderr
     start = lines.index(first)
     assert lines[start:] == [
         first,
