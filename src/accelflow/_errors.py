@@ -22,15 +22,20 @@ message and a non-zero exit code, without a traceback::
 Errors cross process boundaries (TaskExecutor → JobManager, subtask → JobManager, session
 cluster → client, Ray actor → client) through one codec, :func:`encode_error` and
 :func:`decode_error`: the receiving side raises the *same class* with the same attributes
-(e.g. ``DataFormatError.path``), whatever its constructor looks like.
+(e.g. ``DataFormatError.path``), whatever its constructor looks like. Any other exception of
+user code (a ``ValueError`` in a map) arrives as ``JobError(ValueError)``, a subclass of both
+(as Ray's ``RayTaskError``): ``except ValueError`` and ``except JobError`` both catch it. The
+traceback travels along; the CLI shows it with ``accelflow -v``.
 """
 
 from __future__ import annotations
 
-import importlib
+import traceback
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from accelflow._exceptions import class_named, made_again, parts_of, pickles, user_traceback
 
 
 class AccelflowError(Exception):
@@ -148,7 +153,8 @@ class CheckpointError(AccelflowError):
 
 
 class JobError(AccelflowError):
-    """A job failed while running; the message says which subtask and why."""
+    """A job failed while running; the message says which subtask and why. User code's own
+    exception arrives as a subclass of both: ``JobError(ValueError)`` (see :func:`decode_error`)."""
 
 
 class JobCancelledError(JobError):
@@ -189,73 +195,150 @@ class RemoteError:
         message: ``str(exc)``.
         attributes: the exception's own attributes that pickle (e.g. ``path``, ``reasons``).
         remote_traceback: the formatted traceback where it was raised, or ``None``.
+        user_traceback: the same without accelflow's own frames (the user's code first);
+            ``None`` without a traceback or when no frame is left.
+        args: the exception's ``args`` when they pickle, else ``None``.
+        context: what failed, e.g. ``subtask map (1/2) on taskexecutor-1 failed``: set where
+            :func:`decode_error` raised it, kept when it travels on (session cluster → client).
     """
 
     class_path: str
     message: str
     attributes: dict[str, Any] = field(default_factory=dict)
     remote_traceback: str | None = None
+    user_traceback: str | None = None
+    args: tuple[Any, ...] | None = None
+    context: str | None = None
 
     @property
     def class_name(self) -> str:
         return self.class_path.rpartition(":")[2]
 
 
-def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
-    """``exc`` as a :class:`RemoteError`, keeping its class and picklable attributes."""
-    import pickle
-    import traceback
+#: where :func:`decode_error` keeps the :class:`RemoteError` an exception was made from
+_REMOTE = "_remote"
 
-    attributes: dict[str, Any] = {}
-    for name, value in getattr(exc, "__dict__", {}).items():
-        try:
-            pickle.dumps(value)
-        except Exception:
-            continue
-        attributes[name] = value
+
+def encode_error(exc: BaseException, *, with_traceback: bool = False) -> RemoteError:
+    """``exc`` as a :class:`RemoteError`, keeping its class, ``args`` and picklable attributes
+    (and with ``with_traceback``, where it was raised). An exception that :func:`decode_error`
+    made travels on as it came, with its context: a session cluster forwards a subtask's error
+    to the client unchanged."""
+    forwarded = vars(exc).get(_REMOTE)
+    if isinstance(forwarded, RemoteError):
+        return forwarded
+    args, state = parts_of(exc)
     cls = type(exc)
     return RemoteError(
-        f"{cls.__module__}:{cls.__qualname__}", str(exc), attributes,
+        f"{cls.__module__}:{cls.__qualname__}", str(exc),
+        {name: value for name, value in state.items() if pickles(value)},
         "".join(traceback.format_exception(exc)) if with_traceback else None,
+        user_traceback(exc) if with_traceback else None,
+        args if pickles(args) else None,
     )
 
 
 def decode_error(error: RemoteError, *, context: str | None = None) -> AccelflowError:
-    """The exception to raise for ``error`` on this side: the same :class:`AccelflowError`
-    subclass with the same attributes, its message prefixed by ``context`` (e.g. ``subtask
-    map (1/2) on taskexecutor-1 failed``). Any other exception (user code raised
-    ``ValueError``) becomes a :class:`JobError` carrying the remote traceback.
+    """The exception to raise for ``error`` on this side, ``context`` saying what failed (e.g.
+    ``subtask map (1/2) on taskexecutor-1 failed``):
+
+    - an :class:`AccelflowError` subclass: the same class with the same attributes, its message
+      prefixed by the context, the remote traceback in a note;
+    - any other :class:`Exception` whose class is importable here (user code raised
+      ``ValueError``): an instance of ``JobError(ValueError)``, a subclass of both
+      :class:`JobError` and that class (as Ray's ``RayTaskError``), so ``except ValueError``
+      and ``except JobError`` both catch it. It has the original's ``args`` and attributes,
+      its ``__cause__`` is the original made again, and its message is the context line
+      followed by the user's traceback (accelflow's own frames dropped);
+    - otherwise (the class cannot be imported or subclassed here, or is no ``Exception``, as
+      ``KeyboardInterrupt``): a :class:`JobError` with that message, its ``__cause__`` the
+      original made again where that works.
+
+    Example:
+        >>> try:
+        ...     raise KeyError("user-42")
+        ... except KeyError as exc:
+        ...     wire = encode_error(exc, with_traceback=True)
+        >>> error = decode_error(wire, context="subtask map (1/2) on taskexecutor-1 failed")
+        >>> isinstance(error, KeyError), isinstance(error, JobError), error.args
+        (True, True, ('user-42',))
+        >>> str(error).splitlines()[0], str(error).splitlines()[-1]
+        ('subtask map (1/2) on taskexecutor-1 failed', "KeyError: 'user-42'")
     """
-    cls = _accelflow_class(error.class_path)
-    prefix = f"{context}: " if context else ""
-    if cls is None:
-        if error.remote_traceback:
-            return JobError(f"{context or 'remote error'}:\n{error.remote_traceback.rstrip()}")
-        return JobError(f"{prefix}{error.class_name}: {error.message}")
-    exc = cls.__new__(cls)
-    Exception.__init__(exc, prefix + error.message)
-    try:
-        exc.__dict__.update(error.attributes)
-    except AttributeError:  # a __slots__ exception: attributes cannot travel
-        pass
-    if error.remote_traceback:
-        exc.add_note("remote traceback:\n" + error.remote_traceback.rstrip())
+    joined = ": ".join(c for c in (context, error.context) if c)
+    remote = replace(error, context=joined or None)
+    cls = class_named(error.class_path)
+    if cls is not None and issubclass(cls, AccelflowError):
+        exc = _accelflow_error(cls, remote)
+    else:
+        exc = _job_error(cls, remote)
+    vars(exc)[_REMOTE] = remote
     return exc
 
 
-def _accelflow_class(class_path: str) -> type[AccelflowError] | None:
-    """The :class:`AccelflowError` subclass named ``module:qualname``; ``None`` for any
-    other class (or one that cannot be imported here)."""
-    module_name, _, qualname = class_path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    if isinstance(obj, type) and issubclass(obj, AccelflowError):
-        return obj
-    return None
+def remote_traceback(exc: BaseException) -> str | None:
+    """Where ``exc`` was raised, when :func:`decode_error` made it from another process's error
+    and that traceback travelled with it; else ``None``."""
+    remote = vars(exc).get(_REMOTE)
+    return remote.remote_traceback if isinstance(remote, RemoteError) else None
+
+
+def _accelflow_error(cls: type[AccelflowError], remote: RemoteError) -> AccelflowError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, (f"{remote.context}: " if remote.context else "") + remote.message)
+    vars(exc).update(remote.attributes)
+    note = f"remote traceback:\n{remote.remote_traceback.rstrip()}" if remote.remote_traceback else None
+    if note and note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    return exc
+
+
+def _job_error(cls: type[BaseException] | None, remote: RemoteError) -> JobError:
+    args = remote.args if remote.args is not None else (remote.message,)
+    original = made_again(cls, args, remote.attributes) if cls is not None else None
+    dual = _dual_class(cls) if cls is not None and original is not None else None
+    exc = made_again(dual, args, remote.attributes) if dual is not None else None
+    if not isinstance(exc, JobError):
+        exc = JobError(_job_message(remote))
+    exc.__cause__ = original
+    return exc
+
+
+def _job_message(remote: RemoteError) -> str:
+    """The context line, then the user's traceback; without one, ``context: Class: message``."""
+    head = f"{remote.class_name}: {remote.message}" if remote.message else remote.class_name
+    if remote.user_traceback:
+        return f"{remote.context or head}\n{remote.user_traceback}"
+    return f"{remote.context}: {head}" if remote.context else head
+
+
+_DUAL_CLASSES: dict[type[BaseException], type[JobError] | None] = {}
+
+
+def _dual_class(cls: type[BaseException]) -> type[JobError] | None:
+    """``JobError(ValueError)``: a subclass of both :class:`JobError` and ``cls``, made once per
+    class; ``None`` where ``cls`` is no :class:`Exception` or refuses to be subclassed."""
+    if cls not in _DUAL_CLASSES:
+        dual: type[JobError] | None = None
+        if issubclass(cls, Exception):
+            try:
+                dual = type(f"JobError({cls.__name__})", (JobError, cls), {
+                    "__module__": "accelflow", "__str__": _dual_str, "__reduce__": _dual_reduce,
+                    "__doc__": f"A job failed with {cls.__qualname__} (see decode_error).",
+                })
+            except Exception:  # an incompatible layout or metaclass, an __init_subclass__ that refuses
+                dual = None
+        _DUAL_CLASSES.setdefault(cls, dual)
+    return _DUAL_CLASSES[cls]
+
+
+def _dual_str(self: BaseException) -> str:
+    remote = vars(self).get(_REMOTE)
+    return _job_message(remote) if isinstance(remote, RemoteError) else BaseException.__str__(self)
+
+
+def _dual_reduce(self: BaseException) -> tuple[Any, ...]:
+    return decode_error, (vars(self)[_REMOTE],)
 
 
 __all__ = [
@@ -277,4 +360,5 @@ __all__ = [
     "TransportError",
     "decode_error",
     "encode_error",
+    "remote_traceback",
 ]

@@ -466,3 +466,45 @@ class OnItsGpu(RichMapFunction[Any, Any]):
         if self.delay:
             time.sleep(self.delay)
         return value
+
+
+class BadRecord(ValueError):
+    """A user's own exception: an attribute, and a keyword-only constructor pickle cannot call."""
+
+    def __init__(self, message: str, *, record: int) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def fail_with_bad_record(bad: int) -> Any:
+    def check(value: int) -> int:
+        if value == bad:
+            raise BadRecord(f"no label in record {value}", record=value)
+        return value
+
+    return check
+
+
+def fail_with_a_local_class(bad: int) -> Any:
+    """Raises an exception whose class no other process can import (it is local to ``check``)."""
+    def check(value: int) -> int:
+        class Unreachable(Exception):
+            pass
+
+        if value == bad:
+            raise Unreachable(f"record {value}")
+        return value
+
+    return check
+
+
+class KeyErrorThenValueError(RichMapFunction[int, int]):
+    """Raises ``KeyError`` on its first attempt, ``ValueError`` on the others."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.attempt = ctx.attempt_number
+
+    def map(self, value: int) -> int:
+        if self.attempt == 0:
+            raise KeyError(f"record {value}")
+        raise ValueError(f"record {value} on attempt {self.attempt}")

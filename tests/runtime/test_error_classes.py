@@ -1,5 +1,6 @@
 """Typed errors cross every process boundary (issue 12.4) on the embedded cluster: what a
-subtask or a TaskExecutor raises reaches an ``except`` around ``execute()`` as its own class."""
+subtask or a TaskExecutor raises reaches an ``except`` around ``execute()`` as its own class;
+a user's own exception (a ``ValueError``) as ``JobError(ValueError)`` (issue 25.3)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from accelflow import (
 )
 from accelflow.config import config_from
 from accelflow.dataflow import build_job_graph
-from runtime_jobs import Exit, RaiseTyped
+from runtime_jobs import (
+    BadRecord, Exit, KeyErrorThenValueError, RaiseTyped, fail_on, fail_with_a_local_class,
+    fail_with_bad_record,
+)
 
 
 def test_a_subtasks_data_format_error_keeps_its_class_and_path() -> None:
@@ -25,6 +29,51 @@ def test_a_subtasks_data_format_error_keeps_its_class_and_path() -> None:
     assert caught.value.path == "/data/part-3.idx"
     assert "decode" in str(caught.value) and "(1/1) on taskexecutor-1 failed" in str(caught.value)
     assert "record header is truncated" in str(caught.value)
+
+
+def test_a_users_value_error_reaches_except_value_error_with_the_users_frames_only() -> None:
+    env = Environment({"taskmanager.numberOfTaskSlots": 1})
+    env.from_sequence(1, 9).map(fail_on(7), name="check").print()
+    with pytest.raises(ValueError) as caught:
+        env.execute()
+    error = caught.value
+    assert isinstance(error, JobError)
+    assert type(error.__cause__) is ValueError and error.__cause__.args == ("bad record 7",)
+    lines = str(error).splitlines()
+    assert lines[0] == "subtask sequence -> check -> print (1/1) on taskexecutor-1 failed"
+    assert lines[1] == "Traceback (most recent call last):"
+    frames = [line for line in lines if line.startswith("  File ")]
+    assert len(frames) == 1 and 'runtime_jobs.py", line ' in frames[0] and frames[0].endswith("in check")
+    assert lines[lines.index(frames[0]) + 1].strip() == 'raise ValueError(f"bad record {value}")'
+    assert lines[-1] == "ValueError: bad record 7"
+
+
+def test_a_users_own_exception_class_keeps_its_attributes() -> None:
+    env = Environment({"taskmanager.numberOfTaskSlots": 1})
+    env.from_sequence(1, 9).map(fail_with_bad_record(4), name="label").print()
+    with pytest.raises(BadRecord) as caught:
+        env.execute()
+    assert caught.value.record == 4 and isinstance(caught.value, JobError)
+    assert isinstance(caught.value.__cause__, BadRecord) and caught.value.__cause__.record == 4
+    assert str(caught.value).endswith("runtime_jobs.BadRecord: no label in record 4")
+
+
+def test_a_class_no_other_process_can_import_is_a_job_error_naming_it() -> None:
+    env = Environment({"taskmanager.numberOfTaskSlots": 1})
+    env.from_sequence(1, 9).map(fail_with_a_local_class(2), name="odd").print()
+    with pytest.raises(JobError) as caught:
+        env.execute()
+    assert type(caught.value) is JobError and caught.value.__cause__ is None
+    assert str(caught.value).endswith("Unreachable: record 2")
+
+
+def test_after_restarts_the_last_attempts_error_is_raised_as_its_class() -> None:
+    env = Environment({"taskmanager.numberOfTaskSlots": 1, "restart-strategy": "fixed-delay",
+                       "restart-strategy.fixed-delay.attempts": 1, "restart-strategy.fixed-delay.delay": "10 ms"})
+    env.from_sequence(1, 3).map(KeyErrorThenValueError(), name="flaky").print()
+    with pytest.raises(ValueError, match="record 1 on attempt 1") as caught:
+        env.execute()
+    assert not isinstance(caught.value, KeyError)
 
 
 def test_a_taskexecutors_driver_load_error_keeps_its_class() -> None:

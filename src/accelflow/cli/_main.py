@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
 
 from accelflow import __version__
-from accelflow._errors import AccelflowError, ConfigError
+from accelflow._errors import AccelflowError, ConfigError, remote_traceback
 from accelflow._warn import configure_logging
 
 # name -> module; each module defines register(subparsers)
@@ -46,10 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except ConfigError as exc:
-        _print_error("config error", exc)
+        _print_error("config error", exc, verbose=args.verbose)
         return 2
     except AccelflowError as exc:
-        _print_error("error", exc)
+        _print_error("error", exc, verbose=args.verbose)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -57,13 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _print_error(kind: str, exc: AccelflowError) -> None:
+def _print_error(kind: str, exc: AccelflowError, *, verbose: bool = False) -> None:
+    """``accelflow: error: ...``, the message's further lines indented. With ``-v`` the
+    traceback comes first: where the error was raised (in a subtask or a session cluster, for
+    the error of a job that ran there), else here; without ``-v``, an error from another
+    process says how to see it."""
+    where = remote_traceback(exc)
+    if verbose:
+        print(f"accelflow: traceback{' where it was raised' if where else ''}:", file=sys.stderr)
+        print((where or "".join(traceback.format_exception(exc))).rstrip(), file=sys.stderr)
     lines = str(exc).splitlines() or [type(exc).__name__]
     if isinstance(exc, ConfigError) and len(exc.problems) > 1:
         print(f"accelflow: {kind}: {len(exc.problems)} problems", file=sys.stderr)
-        for line in lines:
-            print(f"  {line}", file=sys.stderr)
-        return
-    print(f"accelflow: {kind}: {lines[0]}", file=sys.stderr)
-    for line in lines[1:]:
+    else:
+        print(f"accelflow: {kind}: {lines[0]}", file=sys.stderr)
+        lines = lines[1:]
+    for line in lines:
         print(f"  {line}", file=sys.stderr)
+    if where and not verbose:
+        print("accelflow: run with -v for the traceback", file=sys.stderr)

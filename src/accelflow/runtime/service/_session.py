@@ -20,7 +20,7 @@ Messages on the submission channel are the typed messages of
 :mod:`accelflow.runtime._messages` (the job graph inside with cloudpickle):
 
 - ``SubmitJob`` → ``JobAccepted``, then ``JobProgress``... and finally ``JobSucceeded`` or
-  ``JobFailed`` (the error keeps its class through :func:`accelflow._errors.encode_error`);
+  ``JobFailed`` (the error keeps its class and traceback through ``encode_error``);
   the client may send ``CancelJob``. A client that disconnects leaves its job running (cancel
   it in the UI or with the REST API).
 - ``StatusRequest`` → ``StatusReply``; ``StopRequest`` → ``Stopping``; ``ConfigRequest`` →
@@ -398,7 +398,7 @@ class SessionCluster:
         if "result" in outcome:
             conn.send(JobSucceeded(outcome["result"]))
         else:
-            conn.send(JobFailed(encode_error(outcome["error"])))
+            conn.send(JobFailed(encode_error(outcome["error"], with_traceback=True)))  # for -v
 
 
 def _write_private(path: Path, text: str) -> None:
