@@ -19,6 +19,8 @@ from accelflow.runtime.jobmanager._state import ClusterState
 _RAY_MARGIN_S = 30.0
 #: a session's first and longest wait before it tries again to replace a lost TaskExecutor
 _RETRY_FIRST_S, _RETRY_MAX_S = 5.0, 60.0
+#: how long a TaskExecutor that ended during start-up may still send why it could not start
+_LAST_WORDS_S = 1.0
 _log = logging.getLogger("accelflow.runtime")
 
 
@@ -100,11 +102,20 @@ class Membership:
                 timeout, which = placement, f"ray.placement-timeout + {_RAY_MARGIN_S:g} s"
         deadline = time.monotonic() + timeout
         waiting = set(ids)
+        #: TaskExecutors whose end was seen during start-up: (why, until when their own
+        #: ``RegistrationFailed`` may still come). Its process end and its last message
+        #: travel on different channels, so the end is often seen first.
+        ended: dict[str, tuple[str, float]] = {}
         while waiting:
-            left = deadline - time.monotonic()
-            event = self.pump.next_event(self.pump.membership, min(POLL_S, max(0.0, left)))
+            now = time.monotonic()
+            for te_id, (how, until) in ended.items():
+                if until <= now:
+                    raise JobError(f"{te_id} {how} during start-up; see its output above")
+            left = deadline - now
+            wait_s = min([POLL_S, max(0.0, left), *(until - now for _, until in ended.values())])
+            event = self.pump.next_event(self.pump.membership, max(0.0, wait_s))
             if event is None:
-                if left > 0:
+                if left > 0 or ended:
                     continue
                 raise JobError(
                     f"TaskExecutor(s) {sorted(waiting)} did not register within {timeout:g} s "
@@ -113,10 +124,11 @@ class Membership:
             te_id, msg = event
             if isinstance(msg, Registration):
                 waiting.discard(te_id)
+                ended.pop(te_id, None)
             elif isinstance(msg, RegistrationFailed):
                 raise decode_error(msg.error, context=f"{te_id} could not start")
             elif (isinstance(msg, TaskExecutorExited | TaskExecutorLost) and te_id in waiting
-                  and msg.pid not in self.state.lost_pids):
+                  and msg.pid not in self.state.lost_pids and te_id not in ended):
                 how = (f"exited (exit code {msg.exitcode})" if isinstance(msg, TaskExecutorExited)
                        else "disconnected")
-                raise JobError(f"{te_id} {how} during start-up; see its output above")
+                ended[te_id] = (how, time.monotonic() + _LAST_WORDS_S)
