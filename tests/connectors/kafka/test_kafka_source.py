@@ -17,6 +17,7 @@ from accelflow.connectors.kafka import (
     KafkaRecord,
     KafkaSource,
     KafkaSplit,
+    PartitionPosition,
 )
 from kafka_helpers import ck, context, produce, read_all
 
@@ -232,6 +233,24 @@ def test_unreachable_broker_is_a_clear_error_within_the_timeout() -> None:
     with pytest.raises(KafkaConnectorError, match=r"127\.0\.0\.1:1.*accelflow\.timeout\.ms") as info:
         source.create_splits(2)
     assert info.value.bootstrap_servers == "127.0.0.1:1"
+
+
+@pytest.mark.timeout(60)
+def test_a_source_that_reaches_no_broker_fails_naming_broker_and_partitions() -> None:
+    source = KafkaSource("127.0.0.1:1", "t", group_id="g", properties={"accelflow.unreachable.timeout.ms": 500})
+    chunks = source.read_chunks(KafkaSplit((PartitionPosition("t", 0, 0), PartitionPosition("t", 1, 0))), context())
+    with pytest.raises(KafkaConnectorError, match=r"no Kafka broker of 127\.0\.0\.1:1 reachable for \d+ s while "
+                       r"reading t\[0\], t\[1\] \(last error: .*Connection refused.*accelflow\.unreachable") as info:
+        for _ in range(600):  # 100 ms each: a minute at most
+            next(chunks)
+    assert (info.value.bootstrap_servers, info.value.topic) == ("127.0.0.1:1", "t")
+
+
+def test_unreachable_timeout_0_waits_for_the_brokers_for_ever() -> None:
+    source = KafkaSource("127.0.0.1:1", "t", group_id="g", properties={"accelflow.unreachable.timeout.ms": 0})
+    chunks = source.read_chunks(KafkaSplit((PartitionPosition("t", 0, 0),)), context())
+    assert [next(chunks) for _ in range(20)] == [[]] * 20  # 2 s: four times the bound of the test above
+    chunks.close()
 
 
 def test_missing_topic_is_named(broker: EmbeddedKafkaBroker) -> None:

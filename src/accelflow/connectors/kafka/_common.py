@@ -107,6 +107,6 @@ def consumer_conf(conf: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """``conf`` for a consumer of the connector: librdkafka's log rate-limited and, unless the
     user set it, ``session.timeout.ms`` = the call timeout. The connector's consumers never join
     a group (``assign``), so the session timeout only bounds how long an offset commit waits
-    for the group's coordinator, and closing a consumer for such a commit (librdkafka's
-    default, 45 s, is what a checkpoint waited for once a broker was gone)."""
+    for the group's coordinator, and how long closing a consumer waits for such a commit in
+    flight (librdkafka's default, 45 s, is what a checkpoint waited once a broker was gone)."""
     return with_logger({"session.timeout.ms": max(1, int(timeout_s * 1000)), **conf})

@@ -243,8 +243,8 @@ class KafkaSource(Source[Any]):
             return
         self._commit_failures += 1
         if self._commit_failures == 1:  # one line per run of failures, not one per checkpoint
-            _log.warning("KafkaSource: committing offsets for group %r to %s failed (%s); the job goes on (the "
-                         "checkpoints hold the positions), this is logged again once commits work",
+            _log.warning("KafkaSource: committing offsets for group %r to %s failed (%s); the job goes on (its "
+                         "checkpoints hold the positions); further failures are counted until a commit works",
                          self.group_id, self.bootstrap_servers, error or "; ".join(failed))
 
     def lag(self) -> dict[TopicPartitionKey, int]:
