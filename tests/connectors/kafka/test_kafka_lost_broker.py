@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from accelflow.connectors.kafka import KafkaSink, KafkaConnectorError
+from accelflow.connectors.kafka import KafkaConnectorError, KafkaSink
 from kafka_cli import ACCELFLOW, kafka_broker
 from kafka_helpers import context, produce
-
-pytestmark = pytest.mark.slow
 
 JOB = textwrap.dedent("""
     import os, signal, sys, time
@@ -48,6 +46,7 @@ JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_lost_broker_fails_the_job_within_the_bound_quietly(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(JOB, encoding="utf-8")
     with kafka_broker("--topic", "events:2") as (broker, bootstrap):
