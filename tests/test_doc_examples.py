@@ -79,6 +79,12 @@ NOT_RUN_COMMANDS = {
         "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
     "accelflow run --allow-non-restored-state -s ckpts/5c1f0e2a9b7d4e0f8a6b3c2d1e0f9a8b/chk-42 job.py":
         "needs the checkpoints of a cancelled job (tests/runtime/test_checkpointing.py resumes one)",
+    "accelflow kafka-broker --topic orders":
+        "runs until Ctrl-C (tests/connectors/kafka/test_kafka_broker_cli.py runs it and this flow)",
+    "accelflow run -D execution.checkpointing.dir=ckpts -D execution.checkpointing.externalized-checkpoint-"
+    "retention=RETAIN_ON_CANCELLATION examples/kafka_orders.py --bootstrap-servers 127.0.0.1:PORT --produce 1000":
+        "an unbounded job stopped with Ctrl-C, against the broker of another terminal "
+        "(tests/connectors/kafka/test_kafka_broker_cli.py runs this flow)",
 }
 
 #: Doctests marked ``+SKIP`` (test name: why). Every other doctest runs.

@@ -46,6 +46,19 @@ def test_the_stream_is_classified_exactly_once_with_the_batch_jobs_accuracy() ->
     assert float(out["accuracy"]) >= 0.80
     assert re.fullmatch(r"p50 [0-9.]+ ms, p99 [0-9.]+ ms", out["latency to sink"])
     assert "embedded test broker" in proc.stdout
+    # the images are paced: what it measures is the offered rate, and it says so
+    assert re.fullmatch(r"[0-9,]+ images/s offered \(--rate 3000 paces the input; .*--rate 0 measures its limit\) "
+                        r"\(job [0-9.]+ s incl\. cluster start-up\)", out["throughput"]), out["throughput"]
+    assert "rdkafka" not in proc.stderr  # no client outlives the embedded broker
+
+
+def test_rate_0_offers_every_image_at_once_and_says_it_measures_the_jobs_limit() -> None:
+    proc = run_streaming("--limit", "2000", "--rate", "0")
+    assert proc.returncode == 0, proc.stderr
+    out = figures(proc.stdout)
+    assert out["images"].startswith("2000 through Kafka")
+    assert re.fullmatch(r"[0-9,]+ images/s unpaced \(--rate 0: every image offered at once, so this is the most "
+                        r"the job takes here\) \(job [0-9.]+ s incl\. cluster start-up\)", out["throughput"])
 
 
 def test_on_fake_gpus_each_classifier_subtask_uses_its_own_device(tmp_path: Path) -> None:

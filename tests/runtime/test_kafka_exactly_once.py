@@ -24,9 +24,9 @@ pytestmark = pytest.mark.slow
 N = 20_000
 
 
-def _slowly(record: Any) -> int:
+def _slowly(value: bytes) -> int:
     time.sleep(0.0005)
-    return int(record.value)
+    return int(value)
 
 
 def _produce(bootstrap: str, topic: str, n: int) -> None:

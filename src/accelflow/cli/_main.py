@@ -17,7 +17,7 @@ from accelflow._errors import AccelflowError, ConfigError, remote_traceback
 from accelflow._warn import configure_logging
 
 # name -> module; each module defines register(subparsers)
-_COMMANDS = ("resources", "run", "render", "cluster", "savepoints")
+_COMMANDS = ("resources", "run", "render", "cluster", "savepoints", "kafka")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -113,6 +113,7 @@ def test_each_subtask_has_its_own_marker(broker: EmbeddedKafkaBroker, topic: str
     ({"delivery_guarantee": "twice"}, "delivery_guarantee"),
     ({"topic": " "}, "topic"),
     ({"properties": {"transactional.id": "x"}}, "properties['transactional.id']"),
+    ({"properties": {"accelflow.unreachable.timeout.ms": 5}}, "properties['accelflow.unreachable.timeout.ms']"),
 ])
 def test_bad_arguments_are_config_errors(kwargs: dict[str, object], key: str) -> None:
     args: dict[str, object] = {"bootstrap_servers": "b:9092", "topic": "t", **kwargs}

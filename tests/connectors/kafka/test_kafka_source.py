@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -15,6 +17,7 @@ from accelflow.connectors.kafka import (
     KafkaRecord,
     KafkaSource,
     KafkaSplit,
+    PartitionPosition,
 )
 from kafka_helpers import ck, context, produce, read_all
 
@@ -126,8 +129,8 @@ def test_notify_checkpoint_complete_commits_the_snapshotted_offsets(
     checker = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": f"{topic}-group"})
     tp = ck.TopicPartition(topic, 1)
     assert checker.committed([tp], timeout=10)[0].offset < 0  # nothing until the checkpoint completes
-    source.notify_checkpoint_complete(7)
-    assert checker.committed([tp], timeout=10)[0].offset == 10
+    source.notify_checkpoint_complete(7)  # asynchronous: the commit lands a little later
+    assert _eventually(lambda: checker.committed([tp], timeout=10)[0].offset) == 10
     assert source.lag()[(topic, 1)] == 0
     assert source.metrics()[f"kafka_lag:{topic}:1"] == 0.0
     chunks.close()
@@ -150,21 +153,78 @@ def test_unbounded_yields_empty_chunks_and_stops_when_cancelled(broker: Embedded
     assert list(chunks) == []
 
 
-def test_deserializer_gets_records_and_its_error_names_the_record(broker: EmbeddedKafkaBroker, topic: str) -> None:
-    produce(broker.bootstrap_servers, topic, [b"1", b"2", b"oops"], partition=2)
+def _eventually(read: Callable[[], int], want: int = 10, tries: int = 200) -> int:
+    """``read()`` once it returns ``want`` (or its last value after ``tries`` reads 50 ms apart)."""
+    for _ in range(tries):
+        got = read()
+        if got == want:
+            return got
+        time.sleep(0.05)
+    return got
+
+
+def _produce_keyed(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
+    producer = ck.Producer({"bootstrap.servers": bootstrap})
+    for key, value in records:
+        producer.produce(topic, value, key, partition=2, headers=[("source", b"test")])
+    assert producer.flush(10) == 0
+
+
+def test_value_and_key_deserializers_get_bytes_as_in_kafka_python(broker: EmbeddedKafkaBroker, topic: str) -> None:
+    _produce_keyed(broker.bootstrap_servers, topic, [(b"a", b"1"), (b"b", b"2"), (None, None)])
+    values = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True,
+                         value_deserializer=lambda v: None if v is None else int(v))
+    assert read_all(values, values.create_splits(1)[0]) == [1, 2, None]
+    pairs = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True,
+                        key_deserializer=lambda k: k and k.decode(), value_deserializer=lambda v: v and int(v))
+    assert read_all(pairs, pairs.create_splits(1)[0]) == [("a", 1), ("b", 2), (None, None)]
+    keys_only = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True, key_deserializer=lambda k: k)
+    assert read_all(keys_only, keys_only.create_splits(1)[0])[0] == (b"a", b"1")
+
+
+def test_deserializer_gets_the_whole_record_and_its_error_names_the_record(
+    broker: EmbeddedKafkaBroker, topic: str
+) -> None:
+    _produce_keyed(broker.bootstrap_servers, topic, [(b"k", b"1"), (None, b"2"), (None, b"oops")])
     seen: list[KafkaRecord] = []
 
     def parse(record: KafkaRecord) -> int:
         seen.append(record)
         return int(record.value or b"")
 
-    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True, value_deserializer=parse)
-    with pytest.raises(KafkaConnectorError, match=rf"{topic}\[2\] offset 2.*ValueError") as info:
+    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True, deserializer=parse)
+    with pytest.raises(KafkaConnectorError, match=rf"deserializer failed .*{topic}\[2\] offset 2.*ValueError") as info:
         read_all(source, source.create_splits(1)[0])
     assert (info.value.topic, info.value.partition, info.value.offset) == (topic, 2, 2)
     assert isinstance(info.value.__cause__, ValueError)
-    assert [(r.partition, r.offset, r.value) for r in seen] == [(2, 0, b"1"), (2, 1, b"2"), (2, 2, b"oops")]
+    assert [(r.key, r.partition, r.offset, r.value) for r in seen] == [
+        (b"k", 2, 0, b"1"), (None, 2, 1, b"2"), (None, 2, 2, b"oops")]
     assert seen[0].timestamp is not None and seen[0].timestamp > 0
+    assert seen[0].headers == (("source", b"test"),)
+
+
+def test_a_value_deserializer_written_for_records_works_with_a_deprecation_warning(
+    broker: EmbeddedKafkaBroker, topic: str
+) -> None:
+    _produce_keyed(broker.bootstrap_servers, topic, [(b"k", b"1"), (None, b"2")])
+
+    def old_style(record):  # type: ignore[no-untyped-def]  # as accelflow 0.1.0 called it
+        return record.offset, int(record.value)
+
+    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True, value_deserializer=old_style)
+    with pytest.deprecated_call(match=r"old_style reads \.offset .*expects a KafkaRecord.*deserializer=old_style") as caught:
+        assert read_all(source, source.create_splits(1)[0]) == [(0, 1), (1, 2)]
+    assert [w.filename for w in caught] == [__file__]  # points at the function
+
+
+def test_a_value_deserializer_failing_on_bytes_is_not_taken_for_an_old_one(
+    broker: EmbeddedKafkaBroker, topic: str
+) -> None:
+    _produce_keyed(broker.bootstrap_servers, topic, [(None, b"1")])
+    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True,
+                         value_deserializer=lambda v: v.decode().nope)
+    with pytest.raises(KafkaConnectorError, match=r"value_deserializer failed .*AttributeError.*'nope'"):
+        read_all(source, source.create_splits(1)[0])
 
 
 @pytest.mark.timeout(60)  # a hang fails here instead of after the suite's 300 s
@@ -173,6 +233,24 @@ def test_unreachable_broker_is_a_clear_error_within_the_timeout() -> None:
     with pytest.raises(KafkaConnectorError, match=r"127\.0\.0\.1:1.*accelflow\.timeout\.ms") as info:
         source.create_splits(2)
     assert info.value.bootstrap_servers == "127.0.0.1:1"
+
+
+@pytest.mark.timeout(60)
+def test_a_source_that_reaches_no_broker_fails_naming_broker_and_partitions() -> None:
+    source = KafkaSource("127.0.0.1:1", "t", group_id="g", properties={"accelflow.unreachable.timeout.ms": 500})
+    chunks = source.read_chunks(KafkaSplit((PartitionPosition("t", 0, 0), PartitionPosition("t", 1, 0))), context())
+    with pytest.raises(KafkaConnectorError, match=r"no Kafka broker of 127\.0\.0\.1:1 reachable for \d+ s while "
+                       r"reading t\[0\], t\[1\] \(last error: .*Connection refused.*accelflow\.unreachable") as info:
+        for _ in range(600):  # 100 ms each: a minute at most
+            next(chunks)
+    assert (info.value.bootstrap_servers, info.value.topic) == ("127.0.0.1:1", "t")
+
+
+def test_unreachable_timeout_0_waits_for_the_brokers_for_ever() -> None:
+    source = KafkaSource("127.0.0.1:1", "t", group_id="g", properties={"accelflow.unreachable.timeout.ms": 0})
+    chunks = source.read_chunks(KafkaSplit((PartitionPosition("t", 0, 0),)), context())
+    assert [next(chunks) for _ in range(20)] == [[]] * 20  # 2 s: four times the bound of the test above
+    chunks.close()
 
 
 def test_missing_topic_is_named(broker: EmbeddedKafkaBroker) -> None:
@@ -187,6 +265,10 @@ def test_missing_topic_is_named(broker: EmbeddedKafkaBroker) -> None:
     ({"group_id": ""}, "group_id"),
     ({"properties": {"enable.auto.commit": True}}, "properties['enable.auto.commit']"),
     ({"properties": {"accelflow.timeout.ms": "soon"}}, "properties['accelflow.timeout.ms']"),
+    ({"properties": {"accelflow.unreachable.timeout.ms": -1}}, "properties['accelflow.unreachable.timeout.ms']"),
+    ({"properties": {"accelflow.timout.ms": 5}}, "properties['accelflow.timout.ms']"),
+    ({"deserializer": repr, "value_deserializer": repr}, "deserializer"),
+    ({"key_deserializer": 42}, "key_deserializer"),
 ])
 def test_bad_arguments_are_config_errors(kwargs: dict[str, object], key: str) -> None:
     args: dict[str, object] = {"bootstrap_servers": "b:9092", "topics": "t", "group_id": "g", **kwargs}

@@ -30,7 +30,8 @@ DEFAULT_STARTUP_TIMEOUT_S = 30.0
 
 
 class EmbeddedKafkaBroker:
-    """A throw-away Kafka cluster in a child process (librdkafka's mock cluster).
+    """A throw-away Kafka cluster in a child process (librdkafka's mock cluster); the same
+    broker in a terminal, living across job runs: ``accelflow kafka-broker``.
 
     Example:
         >>> from accelflow.connectors.kafka import KafkaSource
@@ -92,10 +93,7 @@ class EmbeddedKafkaBroker:
 
     def create_topic(self, name: str, partitions: int = AUTO_CREATED_PARTITIONS) -> None:
         """Create topic ``name`` with ``partitions`` partitions (replication: 1)."""
-        if not name or any(c.isspace() for c in name):
-            raise ValueError(f"topic name: expected a non-empty name without spaces, got {name!r}")
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f"partitions: expected a positive integer, got {partitions!r}")
+        _check_topic(name, partitions)
         proc = self._running()
         assert proc.stdin is not None
         proc.stdin.write(f"create {name} {partitions}\n")
@@ -150,7 +148,71 @@ class EmbeddedKafkaBroker:
                                    bootstrap_servers=self._bootstrap or "(not started)")
 
 
-# -- the holder process -------------------------------------------------------------------------
+def _check_topic(name: str, partitions: int) -> None:
+    if not name or any(c.isspace() for c in name):
+        raise ValueError(f"topic name: expected a non-empty name without spaces, got {name!r}")
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ValueError(f"partitions: expected a positive integer, got {partitions!r}")
+
+
+# -- the cluster, in the process that holds it ---------------------------------------------------
+
+
+class MockKafkaCluster:
+    """librdkafka's mock cluster, held by this process: what :class:`EmbeddedKafkaBroker`'s
+    child process and ``accelflow kafka-broker`` run. It serves Kafka on loopback ports that
+    librdkafka picks, keeps records in memory (about the last 5 MiB of each partition), and
+    goes away with the process.
+
+    Example:
+        >>> cluster = MockKafkaCluster()
+        >>> cluster.create_topic("orders", partitions=2)
+        >>> cluster.bootstrap_servers.startswith("127.0.0.1:")
+        True
+        >>> cluster.close()
+
+    Args:
+        num_brokers: brokers in the cluster.
+    """
+
+    def __init__(self, num_brokers: int = 1) -> None:
+        if isinstance(num_brokers, bool) or not isinstance(num_brokers, int) or num_brokers < 1:
+            raise ValueError(f"num_brokers: expected a positive integer, got {num_brokers!r}")
+        self._lib = lib = _librdkafka()
+        conf = lib.rd_kafka_conf_new()
+        errstr = ctypes.create_string_buffer(512)
+        # the handle only hosts the cluster: no bootstrap.servers, so it never connects anywhere
+        lib.rd_kafka_conf_set(conf, b"log_level", b"3", errstr, len(errstr))
+        self._handle = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # 0: RD_KAFKA_PRODUCER
+        if not self._handle:
+            raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode()}")
+        self._cluster: Any = lib.rd_kafka_mock_cluster_new(self._handle, num_brokers)
+        if not self._cluster:
+            raise RuntimeError("rd_kafka_mock_cluster_new failed")
+        #: ``host:port[,host:port...]`` of the cluster's brokers
+        self.bootstrap_servers: str = lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+
+    def create_topic(self, name: str, partitions: int = AUTO_CREATED_PARTITIONS) -> None:
+        """Create topic ``name`` (replication 1).
+
+        Raises:
+            ValueError: a bad name or partition count.
+            KafkaConnectorError: the cluster refused (e.g. the topic exists).
+        """
+        _check_topic(name, partitions)
+        if self._cluster is None:
+            raise RuntimeError("the mock cluster is closed")
+        rc = self._lib.rd_kafka_mock_topic_create(self._cluster, name.encode(), partitions, 1)
+        if rc != 0:
+            raise KafkaConnectorError(f"cannot create topic {name!r}: {self._lib.rd_kafka_err2str(rc).decode()}",
+                                      bootstrap_servers=self.bootstrap_servers, topic=name)
+
+    def close(self) -> None:
+        """Stop serving: the brokers' connections close, their records are gone (idempotent)."""
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            self._lib.rd_kafka_mock_cluster_destroy(cluster)
+            self._lib.rd_kafka_destroy(self._handle)
 
 
 def _librdkafka() -> Any:
@@ -171,10 +233,15 @@ def _librdkafka() -> Any:
         ("rd_kafka_mock_cluster_bootstraps", cp, [vp]),
         ("rd_kafka_mock_topic_create", ctypes.c_int, [vp, cp, ctypes.c_int, ctypes.c_int]),
         ("rd_kafka_err2str", cp, [ctypes.c_int]),
+        ("rd_kafka_mock_cluster_destroy", None, [vp]),
+        ("rd_kafka_destroy", None, [vp]),
     ]:
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib
+
+
+# -- the holder process of EmbeddedKafkaBroker ---------------------------------------------------
 
 
 def _die_with_parent() -> None:
@@ -187,27 +254,19 @@ def _die_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     _die_with_parent()
-    num_brokers = int(argv[0]) if argv else 1
-    lib = _librdkafka()
-    conf = lib.rd_kafka_conf_new()
-    errstr = ctypes.create_string_buffer(512)
-    for key, value in [("log_level", "3"), ("bootstrap.servers", "127.0.0.1:9")]:
-        lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, len(errstr))
-    handle = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # 0: RD_KAFKA_PRODUCER
-    if not handle:
-        raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode()}")
-    cluster = lib.rd_kafka_mock_cluster_new(handle, num_brokers)
-    if not cluster:
-        raise RuntimeError("rd_kafka_mock_cluster_new failed")
-    print("BOOTSTRAP", lib.rd_kafka_mock_cluster_bootstraps(cluster).decode(), flush=True)
+    cluster = MockKafkaCluster(int(argv[0]) if argv else 1)
+    print("BOOTSTRAP", cluster.bootstrap_servers, flush=True)
     for line in sys.stdin:  # EOF: the parent closed us (or died)
         parts = line.split()
         if len(parts) == 3 and parts[0] == "create" and parts[2].isdigit():
-            rc = lib.rd_kafka_mock_topic_create(cluster, parts[1].encode(), int(parts[2]), 1)
-            print("OK" if rc == 0 else f"ERROR {lib.rd_kafka_err2str(rc).decode()}", flush=True)
+            try:
+                cluster.create_topic(parts[1], int(parts[2]))
+                print("OK", flush=True)
+            except (ValueError, KafkaConnectorError) as e:
+                print(f"ERROR {str(e).removeprefix(f'cannot create topic {parts[1]!r}: ')}", flush=True)
         else:
             print(f"ERROR unknown command {line.strip()!r}", flush=True)
-    return 0  # the cluster and its handle die with the process
+    return 0
 
 
 if __name__ == "__main__":

@@ -3,38 +3,27 @@
 Invariants: ``next_offset`` of a partition is the offset after the last record handed out
 (or a position the consumer reached past transaction markers), never beyond ``stop_offset``;
 a partition whose ``next_offset`` reached its ``stop_offset`` is paused and yields nothing.
+
+A reader whose consumer sees no broker up (librdkafka's statistics, every
+:data:`STATS_INTERVAL_MS`) for longer than ``accelflow.unreachable.timeout.ms`` fails, so the
+job's restart strategy acts instead of the job idling on without a word.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accelflow.connectors.kafka._common import KafkaConnectorError, kafka
+from accelflow.connectors.kafka._common import UNREACHABLE_KEY, KafkaConnectorError, consumer_conf, kafka
+from accelflow.connectors.kafka._decode import Deserializers, RecordDecoder, TopicPartitionKey
 
 #: at most this many records per chunk, and how long one poll waits for them
 POLL_RECORDS = 1024
 POLL_TIMEOUT_S = 0.1
-
-TopicPartitionKey = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
-    """One Kafka record, as a ``value_deserializer`` receives it.
-
-    Attributes:
-        timestamp: milliseconds since the epoch, or None when the record has none.
-    """
-
-    key: bytes | None
-    value: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int | None
+#: how often librdkafka reports its brokers' states (at most; a quarter of a short bound)
+STATS_INTERVAL_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +55,16 @@ class SplitReader:
         self,
         split: KafkaSplit,
         conf: dict[str, Any],
-        deserialize: Callable[[KafkaRecord], Any] | None,
+        functions: Deserializers,
+        *,
+        timeout_s: float,
+        unreachable_s: float,
     ) -> None:
         self._bootstrap = str(conf["bootstrap.servers"])
-        self._deserialize = deserialize
+        self._decoder = None if functions.none else RecordDecoder(functions, self._bootstrap)
+        self._unreachable_s = unreachable_s
+        self._last_up = time.monotonic()  # a broker was last seen up (or the reader started)
+        self._last_error = ""
         self._next = {(p.topic, p.partition): p.next_offset for p in split.positions}
         self._stop = {(p.topic, p.partition): p.stop_offset for p in split.positions}
         #: partitions not (or no longer) fetched: those that reached their stop offset
@@ -78,7 +73,7 @@ class SplitReader:
         todo = [k for k in self._next if k not in self._paused]
         if todo:
             ck = kafka()
-            self._consumer = ck.Consumer(conf)
+            self._consumer = ck.Consumer(self._watching(consumer_conf(conf, timeout_s)))
             self._consumer.assign([ck.TopicPartition(t, p, self._next[(t, p)]) for t, p in todo])
 
     def finished(self) -> bool:
@@ -105,10 +100,13 @@ class SplitReader:
             first = self._consumer.poll(POLL_TIMEOUT_S)
             if first is not None:
                 messages = [first, *self._consumer.consume(num_messages=POLL_RECORDS - 1, timeout=0)]
+        if messages:
+            self._last_up = time.monotonic()
         for msg in messages:
             self._take(msg, out)
         self._follow_positions()
         self._pause_done()
+        self._check_reachable()
         return out
 
     def lag(self) -> dict[TopicPartitionKey, int]:
@@ -156,19 +154,45 @@ class SplitReader:
         self._next[key] = offset + 1
 
     def _value(self, msg: Any, key: TopicPartitionKey, offset: int) -> Any:
-        if self._deserialize is None:
-            return msg.value()
-        kind, ts = msg.timestamp()
-        record = KafkaRecord(msg.key(), msg.value(), key[0], key[1], offset,
-                             None if kind == kafka().TIMESTAMP_NOT_AVAILABLE else ts)
-        try:
-            return self._deserialize(record)
-        except Exception as e:
-            raise KafkaConnectorError(
-                f"value_deserializer failed on the record at {key[0]}[{key[1]}] offset {offset}: "
-                f"{type(e).__name__}: {e}",
-                bootstrap_servers=self._bootstrap, topic=key[0], partition=key[1], offset=offset,
-            ) from e
+        return msg.value() if self._decoder is None else self._decoder.decode(msg, key, offset)
+
+    # -- is a broker reachable? ------------------------------------------------------------------
+
+    def _watching(self, conf: dict[str, Any]) -> dict[str, Any]:
+        """``conf`` with statistics and errors reported to this reader (the user's own
+        ``stats_cb`` and ``error_cb`` still get theirs)."""
+        theirs_stats, theirs_error = conf.get("stats_cb"), conf.get("error_cb")
+        interval = STATS_INTERVAL_MS
+        if self._unreachable_s:
+            interval = min(interval, max(100, int(self._unreachable_s * 250)))
+        user_interval = int(conf.get("statistics.interval.ms", 0) or 0)
+
+        def on_stats(stats: str) -> None:
+            brokers = json.loads(stats).get("brokers", {})
+            if any(b.get("state") == "UP" for b in brokers.values()):
+                self._last_up = time.monotonic()
+            if theirs_stats is not None:
+                theirs_stats(stats)
+
+        def on_error(error: Any) -> None:
+            self._last_error = error.str()
+            if theirs_error is not None:
+                theirs_error(error)
+
+        return {**conf, "stats_cb": on_stats, "error_cb": on_error,
+                "statistics.interval.ms": min(interval, user_interval) if user_interval > 0 else interval}
+
+    def _check_reachable(self) -> None:
+        down = time.monotonic() - self._last_up
+        if not self._unreachable_s or down <= self._unreachable_s:
+            return
+        partitions = ", ".join(f"{t}[{p}]" for t, p in self._next if (t, p) not in self._paused)
+        raise KafkaConnectorError(
+            f"no Kafka broker of {self._bootstrap} reachable for {down:.0f} s while reading {partitions}"
+            + (f" (last error: {self._last_error})" if self._last_error else "")
+            + f": the source fails so that the restart strategy acts. Check that the brokers run, or set "
+            f"properties[{UNREACHABLE_KEY!r}] (now {self._unreachable_s * 1000:.0f}; 0: wait for ever)",
+            bootstrap_servers=self._bootstrap, topic=next(iter(self._next))[0])
 
     def _follow_positions(self) -> None:
         """Move past transaction markers: the consumer's position is after the last record it

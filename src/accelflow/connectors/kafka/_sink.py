@@ -12,12 +12,22 @@ aborts whatever transaction an earlier process left open.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accelflow._errors import ConfigError
-from accelflow.connectors.kafka._common import KafkaConnectorError, check_text, kafka, split_properties
+from accelflow.connectors.kafka._common import (
+    DEFAULT_TIMEOUT_MS,
+    TIMEOUT_KEY,
+    KafkaConnectorError,
+    check_text,
+    consumer_conf,
+    kafka,
+    split_properties,
+)
+from accelflow.connectors.kafka._log import with_logger
 from accelflow.dataflow import RuntimeContext, Sink, iter_records
 
 DELIVERY_GUARANTEES = ("none", "at-least-once", "exactly-once")
@@ -65,8 +75,9 @@ class KafkaSink(Sink[Any]):
             subtask ``i`` uses ``transactional.id = f"{prefix}-{i}"``.
         value_serializer: record -> bytes; the default takes bytes as they are and str as UTF-8.
         key_serializer: record -> bytes (or None); no key by default.
-        properties: librdkafka producer settings, plus ``accelflow.timeout.ms`` (flush and
-            transaction steps, default 30000).
+        properties: librdkafka producer settings, plus ``accelflow.timeout.ms`` (flush,
+            transaction steps, offset commits, and how long a full local queue may stay full,
+            default 30000).
 
     Raises:
         ConfigError: an argument is invalid.
@@ -99,7 +110,9 @@ class KafkaSink(Sink[Any]):
                 raise ConfigError(f"expected a callable, got {fn!r}", key=name)
         self.value_serializer = value_serializer or _default_value_serializer
         self.key_serializer = key_serializer
-        self.properties, self.timeout_s = split_properties(properties, reserved=_RESERVED)
+        self.properties, own = split_properties(properties, reserved=_RESERVED,
+                                                own={TIMEOUT_KEY: DEFAULT_TIMEOUT_MS})
+        self.timeout_s = own[TIMEOUT_KEY]
         self._reset_runtime()
 
     def __repr__(self) -> str:
@@ -185,7 +198,7 @@ class KafkaSink(Sink[Any]):
     # -- helpers ----------------------------------------------------------------------------------
 
     def _conf(self) -> dict[str, Any]:
-        return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
+        return with_logger({**self.properties, "bootstrap.servers": self.bootstrap_servers})
 
     def _plain(self) -> Any:
         if self._producer is None:
@@ -207,11 +220,20 @@ class KafkaSink(Sink[Any]):
         return key, value
 
     def _produce(self, producer: Any, entry: Record, on_delivery: Any = None) -> None:
+        deadline = None
         while True:
             try:
                 producer.produce(self.topic, entry[1], entry[0], on_delivery=on_delivery)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
+                now = time.monotonic()
+                deadline = deadline or now + self.timeout_s
+                if now > deadline:
+                    raise KafkaConnectorError(
+                        f"writing to topic {self.topic!r}: the producer's local queue stayed full for "
+                        f"{self.timeout_s:g} s, {self.bootstrap_servers} takes no records. Check that the "
+                        f"brokers run (or raise properties[{TIMEOUT_KEY!r}])",
+                        bootstrap_servers=self.bootstrap_servers, topic=self.topic) from None
                 producer.poll(0.1)
 
     def _on_delivery(self, error: Any, msg: Any) -> None:
@@ -243,8 +265,9 @@ class KafkaSink(Sink[Any]):
     def _marker_consumer(self, subtask: int) -> Any:
         consumer = self._marker_consumers.get(subtask)
         if consumer is None:
-            consumer = kafka().Consumer({**self.properties, "bootstrap.servers": self.bootstrap_servers,
-                                         "group.id": self._marker_group(subtask), "enable.auto.commit": False})
+            consumer = kafka().Consumer(consumer_conf(
+                {**self.properties, "bootstrap.servers": self.bootstrap_servers,
+                 "group.id": self._marker_group(subtask), "enable.auto.commit": False}, self.timeout_s))
             self._marker_consumers[subtask] = consumer
         return consumer
 
@@ -274,7 +297,8 @@ class KafkaSink(Sink[Any]):
             self._abort_open()
             raise
         # Brokers that ignore offsets sent in a transaction (librdkafka's mock cluster) see the
-        # marker through this plain commit; on Kafka it repeats the same value.
+        # marker through this plain commit; on Kafka it repeats the same value. It waits for the
+        # group's coordinator at most session.timeout.ms (= accelflow.timeout.ms, see consumer_conf).
         self._call("commit the marker", lambda: consumer.commit(offsets=marker, asynchronous=False))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:

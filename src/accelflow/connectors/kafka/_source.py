@@ -7,14 +7,19 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from accelflow._errors import ConfigError
-from accelflow.connectors.kafka._common import KafkaConnectorError, check_text, kafka, split_properties
-from accelflow.connectors.kafka._reader import (
-    KafkaRecord,
-    KafkaSplit,
-    PartitionPosition,
-    SplitReader,
-    TopicPartitionKey,
+from accelflow.connectors.kafka._common import (
+    DEFAULT_TIMEOUT_MS,
+    DEFAULT_UNREACHABLE_MS,
+    TIMEOUT_KEY,
+    UNREACHABLE_KEY,
+    KafkaConnectorError,
+    check_text,
+    consumer_conf,
+    kafka,
+    split_properties,
 )
+from accelflow.connectors.kafka._decode import Deserializers, KafkaRecord, TopicPartitionKey
+from accelflow.connectors.kafka._reader import KafkaSplit, PartitionPosition, SplitReader
 from accelflow.dataflow import RuntimeContext, Source
 
 STARTING_OFFSETS = ("earliest", "latest", "committed")
@@ -44,10 +49,19 @@ class KafkaSource(Source[Any]):
         starting_offsets: ``earliest``, ``latest`` or ``committed`` (the group's committed
             offsets, ``earliest`` for partitions without one).
         bounded: stop at the high watermarks found when the job started.
-        value_deserializer: gets a :class:`KafkaRecord`, returns the record to emit; the
-            default emits the value bytes.
+        value_deserializer: value bytes (or None) -> the record to emit, as in kafka-python;
+            the default emits the value bytes. (A function written for a :class:`KafkaRecord`, as
+            accelflow 0.1.0 gave it, still works until the next release, with a
+            ``DeprecationWarning``: pass it as ``deserializer``.)
         properties: librdkafka consumer settings, plus ``accelflow.timeout.ms`` (how long a
-            blocking broker call may take, default 30000).
+            blocking broker call may take, default 30000) and
+            ``accelflow.unreachable.timeout.ms`` (how long no broker may be reachable before
+            the source fails, default 60000; 0: never).
+        key_deserializer: key bytes (or None) -> key; when given, the source emits
+            ``(key, value)`` pairs.
+        deserializer: :class:`KafkaRecord` -> the record to emit (key, value, topic,
+            partition, offset, timestamp, headers), as Flink's
+            ``KafkaRecordDeserializationSchema``; not together with the other two.
 
     Raises:
         ConfigError: an argument is invalid.
@@ -60,8 +74,11 @@ class KafkaSource(Source[Any]):
         group_id: str,
         starting_offsets: str = "earliest",
         bounded: bool = False,
-        value_deserializer: Callable[[KafkaRecord], Any] | None = None,
+        value_deserializer: Callable[[bytes | None], Any] | None = None,
         properties: Mapping[str, object] | None = None,
+        *,
+        key_deserializer: Callable[[bytes | None], Any] | None = None,
+        deserializer: Callable[[KafkaRecord], Any] | None = None,
     ) -> None:
         self.bootstrap_servers = check_text("bootstrap_servers", bootstrap_servers)
         names = [topics] if isinstance(topics, str) else list(topics)
@@ -74,10 +91,10 @@ class KafkaSource(Source[Any]):
                               key="starting_offsets")
         self.starting_offsets = starting_offsets
         self.bounded = bool(bounded)
-        if value_deserializer is not None and not callable(value_deserializer):
-            raise ConfigError(f"expected a callable, got {value_deserializer!r}", key="value_deserializer")
-        self.value_deserializer = value_deserializer
-        self.properties, self.timeout_s = split_properties(properties, reserved=_RESERVED)
+        self.deserializers = _deserializers(deserializer, value_deserializer, key_deserializer)
+        self.properties, own = split_properties(
+            properties, reserved=_RESERVED, own={TIMEOUT_KEY: DEFAULT_TIMEOUT_MS, UNREACHABLE_KEY: DEFAULT_UNREACHABLE_MS})
+        self.timeout_s, self.unreachable_s = own[TIMEOUT_KEY], own[UNREACHABLE_KEY]
         self._reset_runtime()
 
     def __repr__(self) -> str:
@@ -90,10 +107,11 @@ class KafkaSource(Source[Any]):
         self._readers: dict[KafkaSplit, SplitReader] = {}
         self._pending: dict[int, dict[TopicPartitionKey, int]] = {}
         self._committer: Any = None
+        self._commit_failures = 0  # failed offset commits in a row
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_readers", "_pending", "_committer"):
+        for name in ("_readers", "_pending", "_committer", "_commit_failures"):
             state.pop(name, None)
         return state
 
@@ -117,7 +135,7 @@ class KafkaSource(Source[Any]):
         """
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
             raise ConfigError(f"expected a positive integer, got {parallelism!r}", key="parallelism")
-        consumer = kafka().Consumer(self._conf())
+        consumer = kafka().Consumer(consumer_conf(self._conf(), self.timeout_s))
         try:
             positions = self._positions(consumer)
         finally:
@@ -177,7 +195,8 @@ class KafkaSource(Source[Any]):
         if not isinstance(split, KafkaSplit):
             raise KafkaConnectorError(f"KafkaSource cannot read split {split!r} (expected a KafkaSplit)",
                                       bootstrap_servers=self.bootstrap_servers)
-        reader = SplitReader(split, self._conf(), self.value_deserializer)
+        reader = SplitReader(split, self._conf(), self.deserializers, timeout_s=self.timeout_s,
+                             unreachable_s=self.unreachable_s)
         self._readers[split] = reader
         try:
             while not ctx.is_cancelled() and not (self.bounded and reader.finished()):
@@ -195,8 +214,9 @@ class KafkaSource(Source[Any]):
         return KafkaSplit(reader.positions())
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Commit the offsets snapshotted in ``checkpoint_id`` for ``group_id`` (best effort:
-        for monitoring and ``starting_offsets="committed"``; recovery uses the checkpoint)."""
+        """Commit the offsets snapshotted in ``checkpoint_id`` for ``group_id``, asynchronously
+        (as Flink, for monitoring and ``starting_offsets="committed"``: recovery uses the
+        checkpoint). Never waits for a broker; a failed commit is logged at the next one."""
         offsets: dict[TopicPartitionKey, int] = {}
         for cid in sorted(c for c in self._pending if c <= checkpoint_id):
             offsets.update(self._pending.pop(cid))
@@ -205,12 +225,27 @@ class KafkaSource(Source[Any]):
         ck = kafka()
         try:
             if self._committer is None:
-                self._committer = ck.Consumer(self._conf())
+                self._committer = ck.Consumer(consumer_conf({**self._conf(), "on_commit": self._on_commit},
+                                                            self.timeout_s))
+            self._committer.poll(0)  # the outcome of earlier commits
             self._committer.commit(offsets=[ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                                   asynchronous=False)
+                                   asynchronous=True)
         except ck.KafkaException as e:
-            _log.warning("KafkaSource: committing offsets of checkpoint %d for group %r failed: %s",
-                         checkpoint_id, self.group_id, e)
+            self._on_commit(e.args[0] if e.args else e, [])
+
+    def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in partitions or () if tp.error]
+        if error is None and not failed:
+            if self._commit_failures:
+                _log.warning("KafkaSource: offsets are committed again for group %r (after %d failed commits)",
+                             self.group_id, self._commit_failures)
+            self._commit_failures = 0
+            return
+        self._commit_failures += 1
+        if self._commit_failures == 1:  # one line per run of failures, not one per checkpoint
+            _log.warning("KafkaSource: committing offsets for group %r to %s failed (%s); the job goes on (its "
+                         "checkpoints hold the positions); further failures are counted until a commit works",
+                         self.group_id, self.bootstrap_servers, error or "; ".join(failed))
 
     def lag(self) -> dict[TopicPartitionKey, int]:
         """``{(topic, partition): high watermark - next offset}`` for every partition this
@@ -229,3 +264,14 @@ class KafkaSource(Source[Any]):
         committer, self._committer = self._committer, None
         if committer is not None:
             committer.close()
+
+
+def _deserializers(deserializer: Any, value_deserializer: Any, key_deserializer: Any) -> Deserializers:
+    for name, fn in (("deserializer", deserializer), ("value_deserializer", value_deserializer),
+                     ("key_deserializer", key_deserializer)):
+        if fn is not None and not callable(fn):
+            raise ConfigError(f"expected a callable, got {fn!r}", key=name)
+    if deserializer is not None and (value_deserializer is not None or key_deserializer is not None):
+        raise ConfigError("deserializer gets the whole KafkaRecord (key and value included): pass either it "
+                          "or value_deserializer/key_deserializer, not both", key="deserializer")
+    return Deserializers(deserializer, value_deserializer, key_deserializer)
