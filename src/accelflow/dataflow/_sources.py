@@ -209,16 +209,26 @@ class ArraySource(Source[Any]):
         this process's memory (:class:`ProcessArray`) unless ``copy`` or the system forbids
         it, else copied into shared memory; without ``memfd`` (not Linux), written as
         ``.npy`` files in ``directory``. With ``put`` (the Ray target: subtasks on other
-        machines), each array goes to the object store instead, as an :class:`ObjectArray`."""
+        machines), each array goes to the object store instead, as an :class:`ObjectArray`.
+
+        Raises:
+            OSError, MemoryError...: as sharing one array raised them; nothing stays shared
+            (the JobManager names the source, see ``JobManager.prepare_sources``).
+        """
         if self._originals is not None:
             return
-        self._originals = list(self.arrays)
-        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
-        if put is not None:
-            self.arrays = [self._put_one(a, put) for a in self.arrays]
-            return
-        copy = copy or unreadable_because() is not None
-        self.arrays = [self._share_one(a, i, directory, copy) for i, a in enumerate(self.arrays)]
+        if self._finalizer is None:
+            self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+        copy = copy or (put is None and unreadable_because() is not None)
+        try:
+            shared = [self._put_one(a, put) if put is not None else self._share_one(a, i, directory, copy)
+                      for i, a in enumerate(self.arrays)]
+        except BaseException:  # nothing stays shared: the caller's arrays, as before
+            self._held.clear()
+            _close_fds(self._fds)
+            self.handles = {}
+            raise
+        self._originals, self.arrays = list(self.arrays), shared
 
     def release(self, wait: bool = True) -> None:
         """Give the shared memory back and hold the caller's arrays again (idempotent).
@@ -322,10 +332,8 @@ def _rows_reader(array: Any) -> Callable[[int, int], Any]:
 
 def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     """The file and offset of a C-contiguous array that is a view of an ``np.memmap``'s
-    mapping (slices included), or None."""
-    base: Any = array
-    while base is not None and not isinstance(base, np.memmap):
-        base = base.base
+    mapping (slices included, also through a ``memoryview``), or None."""
+    base = _memmap_below(array)
     if base is None or not array.flags.c_contiguous or getattr(base, "filename", None) is None:
         return None
     region = getattr(base, "_mmap", None)
@@ -336,3 +344,31 @@ def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     region_address = np.frombuffer(region, dtype=np.uint8, count=1).ctypes.data
     offset = start + array.ctypes.data - region_address
     return SharedArray(str(base.filename), offset, array.dtype, array.shape)
+
+
+def _memmap_below(array: np.ndarray[Any, Any]) -> np.memmap[Any, Any] | None:
+    """The ``np.memmap`` whose memory ``array`` views, or None: walks the owners of the
+    memory, an array's ``base`` and a ``memoryview``'s ``obj`` (an array unpickled with
+    protocol 5, or made with ``np.frombuffer(memoryview(...))``, ends in one), and stops at
+    anything else (``bytes``, ``bytearray``, an ``mmap.mmap`` with no file name, a ctypes
+    buffer...).
+
+    Example:
+        >>> _memmap_below(np.frombuffer(memoryview(b"12345678"))) is None
+        True
+    """
+    owner: Any = array
+    for _ in range(_MAX_OWNERS):
+        if isinstance(owner, np.memmap):
+            return owner
+        if isinstance(owner, np.ndarray):
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            return None
+    return None
+
+
+#: how many owners :func:`_memmap_below` walks at most (a chain of views is a few long)
+_MAX_OWNERS = 64
