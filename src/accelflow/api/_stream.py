@@ -242,7 +242,9 @@ class DataStream:
                           max_wait=None if max_wait is None else float(max_wait), **on_device)
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
-        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``."""
+        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``. Keys compare as
+        in Flink: every NaN (``float("nan")``, NumPy's, also inside a tuple key) is one key,
+        although ``nan != nan`` in Python."""
         _check_callable(key_fn, "key_by", None)
         return KeyedStream(self._env, self._id, "hash", key_fn)
 

@@ -19,6 +19,7 @@ from accelflow.dataflow import RuntimeContext
 from accelflow.dataflow import Columns, from_batch, iter_records, to_batch
 from accelflow.dataflow import Transformation
 from accelflow.runtime import create_part
+from accelflow.runtime.subtask._partition import canonical_key, stable_hash
 
 if TYPE_CHECKING:
     from accelflow.runtime.subtask._device import DeviceStage, PlainStage
@@ -211,7 +212,7 @@ class ReduceOp(MapOp):
         state, key_fn, fn = self.state, self.key_fn, self.fn
         out = []
         for r in iter_records(chunk):
-            key = key_fn(r)
+            key = canonical_key(key_fn(r))  # NaN keys are one key, as in Flink
             value = fn(state[key], r) if key in state else r
             state[key] = value
             if self.rolling:
@@ -227,12 +228,10 @@ class ReduceOp(MapOp):
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
         # key groups as in Flink: each key goes back to the subtask its hash routes it to,
         # whatever the parallelism the checkpoint was taken with
-        from accelflow.runtime.subtask._partition import stable_hash
-
         for state in states:
             for key, value in (state or {}).items():
                 if stable_hash(key) % parallelism == index:
-                    self.state[key] = value
+                    self.state[canonical_key(key)] = value  # an unpickled NaN is a new object
 
 
 class PrintSink(Operator):
