@@ -45,6 +45,11 @@ class Environment:
         #: how this environment's jobs run (``accelflow run`` installs one; see
         #: :class:`accelflow.runtime.client.ExecutionContext`)
         self._context: ExecutionContext = current_context()
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(
+                f"needs a mapping of config keys to values, e.g. {{\"parallelism.default\": 2}}, "
+                f"got {_shown(config)}; for a YAML file use Environment.from_yaml(path)",
+                key="Environment(config)")
         self._values = dict(config or {})
         self.config: Configuration = self._merged_config()
         for warning in self.config.warnings:  # about the merged layers, once per environment
@@ -74,17 +79,31 @@ class Environment:
         client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
         not change it while the job runs), or a copy in shared memory (see
         ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
+        where = f"operator {name!r}"
         if isinstance(items, np.ndarray):
             if items.ndim == 0:
-                raise ConfigError("from_collection needs at least one dimension", key=name)
+                raise ConfigError("from_collection needs an array of at least one dimension (its "
+                                  f"rows are the records), got the 0-d array {items!r}", key=where)
             source: Source[Any] = ArraySource([items])
         else:
-            source = CollectionSource(list(items))
+            try:
+                records = iter(items)
+            except TypeError:
+                raise ConfigError(
+                    "from_collection needs the records as an iterable (a list, a tuple, a generator...) "
+                    f"or a NumPy array, got {_shown(items)}; for one record pass a list: [record]",
+                    key=where) from None
+            source = CollectionSource(list(records))
         return self._add("source", name, source, 1 if parallelism is None else parallelism, None)
 
     def from_sequence(self, start: int, end: int, *, name: str = "sequence",
                       parallelism: int | None = None) -> DataStream:
         """The integers ``start..end`` inclusive, split across the source's subtasks."""
+        for what, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ConfigError(f"from_sequence needs integers (start and end, inclusive), got "
+                                  f"{_shown(value)} for {what}", key=f"operator {name!r}")
+        start, end = int(start), int(end)
         if end < start:
             raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
         return self._add("source", name, SequenceSource(start, end), parallelism, None)
@@ -128,6 +147,8 @@ class Environment:
 
     def _job_graph(self, name: str) -> JobGraph:
         """Check the job built so far and turn it into its graph (the environment is emptied)."""
+        if not isinstance(name, str):
+            raise ConfigError(f"a job's name must be a string, got {_shown(name)}", key="execute(name)")
         if not self._transformations:
             raise AccelflowError("the job has no operators: add a source and a sink first")
         if not any(t.is_sink for t in self._transformations):
@@ -144,6 +165,9 @@ class Environment:
              upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None,
              partitioning: Partitioning = "forward", key_fn: Any = None,
              **options: Any) -> DataStream:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an operator's name must be a non-empty string, got {_shown(name)}",
+                              key=f"{kind}(name=)")
         if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=f"operator {name!r}")
         if parallelism is None:
@@ -262,6 +286,9 @@ class DataStream:
                      parallelism: int | None = None) -> None:
         """Write one line per record (``str(record)``) to ``path``, atomically: the file is
         complete when the job succeeds and absent (or unchanged) when it fails."""
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"needs a file path (a str or os.PathLike), got {_shown(path)}",
+                              key="sink_to_file(path)")
         target = Path(path).absolute()
         if not target.parent.is_dir():
             raise ConfigError(f"directory {str(target.parent)!r} does not exist",
@@ -322,6 +349,9 @@ class KeyedStream(DataStream):
             parallelism: int | None = None) -> DataStream:
         """Sum records (numbers), or field ``field`` of tuple records keeping the others
         from the first record of the key."""
+        if field is not None and (isinstance(field, bool) or not isinstance(field, int) or field < 0):
+            raise ConfigError(f"sum(field) needs the index of a tuple field (an integer >= 0) or None "
+                              f"to sum whole records, got {_shown(field)}", key=f"operator {name or 'sum'!r}")
         return self._then("reduce", _Sum(field), name or "sum", parallelism, None)
 
 
@@ -335,6 +365,12 @@ class _Sum:
         out = list(a)
         out[self.field] = a[self.field] + b[self.field]
         return tuple(out)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: its type and a short repr, e.g. ``int (42)``."""
+    text = repr(value)
+    return f"{type(value).__name__} ({text if len(text) <= 60 else text[:57] + '...'})"
 
 
 def _check_callable(fn: Any, kind: str, name: str | None) -> None:
