@@ -21,8 +21,9 @@ from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import (
     ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Sink, Source,
-    Transformation, build_job_graph,
+    Transformation, build_job_graph, in_order,
 )
+from accelflow.api._ordered import keep_order
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
 from accelflow.scheduling import Amount, ResourceProfile
 
@@ -316,21 +317,45 @@ class DataStream:
         self._env._add("sink_user", name, sink, parallelism, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
 
-    def execute_and_collect(self, job_name: str = "accelflow job") -> list[Any]:
-        """Run the job and return this stream's records (in subtask order)."""
-        return list(self._collect(job_name).collected)
+    def execute_and_collect(self, job_name: str = "accelflow job", *, ordered: bool = False) -> list[Any]:
+        """Run the job and return this stream's records, in subtask order: each collecting
+        subtask's records as they reached it, subtask 1's first.
 
-    def execute_and_collect_batch(self, job_name: str = "accelflow job") -> Any:
-        """Run the job and return this stream's records as one batch, in subtask order, as a
+        With ``ordered=True`` they come in the order of the input, as Spark's ``collect()``
+        after a ``map``, whatever the parallelism and however ``rebalance`` spread them:
+        the source is a collection, a sequence, a NumPy array or an ``IdxSource`` (each
+        record's position in it is known), and every operator after it is a ``map``,
+        ``filter`` (the records kept, in order), ``flat_map`` (each record's outputs in the
+        order it gave them) or ``map_batches`` (one output per record). After ``key_by``
+        there is no input order to keep, and a ``ConfigError`` says so.
+
+        Example:
+            >>> env = Environment({"parallelism.default": 4})
+            >>> env.from_sequence(1, 8, parallelism=1).rebalance().map(lambda x: x * 10) \\
+            ...     .execute_and_collect(ordered=True)
+            [10, 20, 30, 40, 50, 60, 70, 80]
+        """
+        return list(self._collect(job_name, ordered).collected)
+
+    def execute_and_collect_batch(self, job_name: str = "accelflow job", *, ordered: bool = False) -> Any:
+        """Run the job and return this stream's records as one batch, in subtask order (or,
+        with ``ordered=True``, in the input's order, see :meth:`execute_and_collect`), as a
         ``map_batches`` function over the whole stream would receive it: one NumPy array
         for array rows and numbers (batches are joined, no Python object per record), a
         tuple of column arrays for tuples, else a list."""
-        return self._collect(job_name).collected_batch()
+        return self._collect(job_name, ordered).collected_batch()
 
-    def _collect(self, job_name: str) -> Any:
+    def _collect(self, job_name: str, ordered: bool) -> Any:
+        if not isinstance(ordered, bool):
+            raise ConfigError(f"ordered must be True or False, got {_shown(ordered)}",
+                              key="execute_and_collect(ordered=)")
+        positioned = ordered and keep_order(self._env._transformations, self._id, self._partitioning)
         self._env._add("sink_collect", "collect", None, None, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
-        return self._env.execute(job_name)
+        result = self._env.execute(job_name)
+        if positioned:
+            result.chunks = in_order(result.chunks)
+        return result
 
 
 class KeyedStream(DataStream):
