@@ -41,8 +41,8 @@ def keep_order(transformations: list[Transformation], last: int, partitioning: P
                           "record's position in its input: ordered=True needs from_collection, "
                           "from_sequence or an IdxSource", key=where)
     moved = partitioning == "rebalance" or any(
-        t.partitioning == "rebalance" or t.parallelism != transformations[t.input].parallelism
-        for t in operators if t.input is not None)
+        t.partitioning == "rebalance" or t.parallelism != up.parallelism
+        for t, up in zip(operators, lineage[1:]))
     if not moved:
         return False
     ids = {t.id for t in lineage}
