@@ -21,8 +21,9 @@ from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import (
     ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Sink, Source,
-    Transformation, build_job_graph,
+    Transformation, build_job_graph, in_order,
 )
+from accelflow.api._ordered import keep_order
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
 from accelflow.scheduling import Amount, ResourceProfile
 
@@ -45,6 +46,11 @@ class Environment:
         #: how this environment's jobs run (``accelflow run`` installs one; see
         #: :class:`accelflow.runtime.client.ExecutionContext`)
         self._context: ExecutionContext = current_context()
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(
+                f"needs a mapping of config keys to values, e.g. {{\"parallelism.default\": 2}}, "
+                f"got {_shown(config)}; for a YAML file use Environment.from_yaml(path)",
+                key="Environment(config)")
         self._values = dict(config or {})
         self.config: Configuration = self._merged_config()
         for warning in self.config.warnings:  # about the merged layers, once per environment
@@ -74,17 +80,31 @@ class Environment:
         client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
         not change it while the job runs), or a copy in shared memory (see
         ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
+        where = f"operator {name!r}"
         if isinstance(items, np.ndarray):
             if items.ndim == 0:
-                raise ConfigError("from_collection needs at least one dimension", key=name)
+                raise ConfigError("from_collection needs an array of at least one dimension (its "
+                                  f"rows are the records), got the 0-d array {items!r}", key=where)
             source: Source[Any] = ArraySource([items])
         else:
-            source = CollectionSource(list(items))
+            try:
+                records = iter(items)
+            except TypeError:
+                raise ConfigError(
+                    "from_collection needs the records as an iterable (a list, a tuple, a generator...) "
+                    f"or a NumPy array, got {_shown(items)}; for one record pass a list: [record]",
+                    key=where) from None
+            source = CollectionSource(list(records))
         return self._add("source", name, source, 1 if parallelism is None else parallelism, None)
 
     def from_sequence(self, start: int, end: int, *, name: str = "sequence",
                       parallelism: int | None = None) -> DataStream:
         """The integers ``start..end`` inclusive, split across the source's subtasks."""
+        for what, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ConfigError(f"from_sequence needs integers (start and end, inclusive), got "
+                                  f"{_shown(value)} for {what}", key=f"operator {name!r}")
+        start, end = int(start), int(end)
         if end < start:
             raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
         return self._add("source", name, SequenceSource(start, end), parallelism, None)
@@ -128,6 +148,8 @@ class Environment:
 
     def _job_graph(self, name: str) -> JobGraph:
         """Check the job built so far and turn it into its graph (the environment is emptied)."""
+        if not isinstance(name, str):
+            raise ConfigError(f"a job's name must be a string, got {_shown(name)}", key="execute(name)")
         if not self._transformations:
             raise AccelflowError("the job has no operators: add a source and a sink first")
         if not any(t.is_sink for t in self._transformations):
@@ -144,6 +166,9 @@ class Environment:
              upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None,
              partitioning: Partitioning = "forward", key_fn: Any = None,
              **options: Any) -> DataStream:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an operator's name must be a non-empty string, got {_shown(name)}",
+                              key=f"{kind}(name=)")
         if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=f"operator {name!r}")
         if parallelism is None:
@@ -242,7 +267,9 @@ class DataStream:
                           max_wait=None if max_wait is None else float(max_wait), **on_device)
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
-        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``."""
+        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``. Keys compare as
+        in Flink: every NaN (``float("nan")``, NumPy's, also inside a tuple key) is one key,
+        although ``nan != nan`` in Python."""
         _check_callable(key_fn, "key_by", None)
         return KeyedStream(self._env, self._id, "hash", key_fn)
 
@@ -260,6 +287,9 @@ class DataStream:
                      parallelism: int | None = None) -> None:
         """Write one line per record (``str(record)``) to ``path``, atomically: the file is
         complete when the job succeeds and absent (or unchanged) when it fails."""
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"needs a file path (a str or os.PathLike), got {_shown(path)}",
+                              key="sink_to_file(path)")
         target = Path(path).absolute()
         if not target.parent.is_dir():
             raise ConfigError(f"directory {str(target.parent)!r} does not exist",
@@ -287,21 +317,45 @@ class DataStream:
         self._env._add("sink_user", name, sink, parallelism, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
 
-    def execute_and_collect(self, job_name: str = "accelflow job") -> list[Any]:
-        """Run the job and return this stream's records (in subtask order)."""
-        return list(self._collect(job_name).collected)
+    def execute_and_collect(self, job_name: str = "accelflow job", *, ordered: bool = False) -> list[Any]:
+        """Run the job and return this stream's records, in subtask order: each collecting
+        subtask's records as they reached it, subtask 1's first.
 
-    def execute_and_collect_batch(self, job_name: str = "accelflow job") -> Any:
-        """Run the job and return this stream's records as one batch, in subtask order, as a
+        With ``ordered=True`` they come in the order of the input, as Spark's ``collect()``
+        after a ``map``, whatever the parallelism and however ``rebalance`` spread them:
+        the source is a collection, a sequence, a NumPy array or an ``IdxSource`` (each
+        record's position in it is known), and every operator after it is a ``map``,
+        ``filter`` (the records kept, in order), ``flat_map`` (each record's outputs in the
+        order it gave them) or ``map_batches`` (one output per record). After ``key_by``
+        there is no input order to keep, and a ``ConfigError`` says so.
+
+        Example:
+            >>> env = Environment({"parallelism.default": 4})
+            >>> env.from_sequence(1, 8, parallelism=1).rebalance().map(lambda x: x * 10) \\
+            ...     .execute_and_collect(ordered=True)
+            [10, 20, 30, 40, 50, 60, 70, 80]
+        """
+        return list(self._collect(job_name, ordered).collected)
+
+    def execute_and_collect_batch(self, job_name: str = "accelflow job", *, ordered: bool = False) -> Any:
+        """Run the job and return this stream's records as one batch, in subtask order (or,
+        with ``ordered=True``, in the input's order, see :meth:`execute_and_collect`), as a
         ``map_batches`` function over the whole stream would receive it: one NumPy array
         for array rows and numbers (batches are joined, no Python object per record), a
         tuple of column arrays for tuples, else a list."""
-        return self._collect(job_name).collected_batch()
+        return self._collect(job_name, ordered).collected_batch()
 
-    def _collect(self, job_name: str) -> Any:
+    def _collect(self, job_name: str, ordered: bool) -> Any:
+        if not isinstance(ordered, bool):
+            raise ConfigError(f"ordered must be True or False, got {_shown(ordered)}",
+                              key="execute_and_collect(ordered=)")
+        positioned = ordered and keep_order(self._env._transformations, self._id, self._partitioning)
         self._env._add("sink_collect", "collect", None, None, self,
                        partitioning=self._partitioning, key_fn=self._key_fn)
-        return self._env.execute(job_name)
+        result = self._env.execute(job_name)
+        if positioned:
+            result.chunks = in_order(result.chunks)
+        return result
 
 
 class KeyedStream(DataStream):
@@ -320,6 +374,9 @@ class KeyedStream(DataStream):
             parallelism: int | None = None) -> DataStream:
         """Sum records (numbers), or field ``field`` of tuple records keeping the others
         from the first record of the key."""
+        if field is not None and (isinstance(field, bool) or not isinstance(field, int) or field < 0):
+            raise ConfigError(f"sum(field) needs the index of a tuple field (an integer >= 0) or None "
+                              f"to sum whole records, got {_shown(field)}", key=f"operator {name or 'sum'!r}")
         return self._then("reduce", _Sum(field), name or "sum", parallelism, None)
 
 
@@ -333,6 +390,12 @@ class _Sum:
         out = list(a)
         out[self.field] = a[self.field] + b[self.field]
         return tuple(out)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: its type and a short repr, e.g. ``int (42)``."""
+    text = repr(value)
+    return f"{type(value).__name__} ({text if len(text) <= 60 else text[:57] + '...'})"
 
 
 def _check_callable(fn: Any, kind: str, name: str | None) -> None:

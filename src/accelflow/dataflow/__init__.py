@@ -15,6 +15,7 @@ if TYPE_CHECKING:
         CHUNK_LATENCY_S,
         CHUNK_RECORDS,
         Columns,
+        Positioned,
         chunk_len,
         from_batch,
         group_records,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         strided,
         to_batch,
     )
+    from accelflow.dataflow._positions import Positions, in_order, with_positions
     from accelflow.dataflow._context import RuntimeContext
     from accelflow.dataflow._functions import (
         RichFilterFunction,
@@ -46,8 +48,11 @@ if TYPE_CHECKING:
 #: needs only the graph's types (a TaskExecutor) does not import NumPy
 _LAZY: dict[str, tuple[str, ...]] = {
     "._chunks": (
-        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Columns", "chunk_len", "from_batch", "group_records",
-        "iter_records", "strided", "to_batch",
+        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Columns", "Positioned", "chunk_len", "from_batch",
+        "group_records", "iter_records", "strided", "to_batch",
+    ),
+    "._positions": (
+        "Positions", "in_order", "with_positions",
     ),
     "._context": (
         "RuntimeContext",
@@ -83,6 +88,8 @@ __all__ = [
     "Kind",
     "ObjectArray",
     "Partitioning",
+    "Positioned",
+    "Positions",
     "RichFilterFunction",
     "RichFlatMapFunction",
     "RichFunction",
@@ -104,10 +111,12 @@ __all__ = [
     "even_ranges",
     "from_batch",
     "group_records",
+    "in_order",
     "iter_records",
     "register_arrays",
     "strided",
     "to_batch",
+    "with_positions",
 ]
 
 

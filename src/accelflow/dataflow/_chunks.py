@@ -44,18 +44,75 @@ class Columns(tuple):  # type: ignore[type-arg]
         return (Columns, (self.columns(),))
 
 
+class Positioned:
+    """A chunk whose records carry their positions in the input, for
+    ``execute_and_collect(ordered=True)``: ``data`` is the chunk (a list, an array or
+    :class:`Columns`) and row *i* of ``positions`` (int64, one row per record) is record *i*'s
+    position. A source row's position is ``[index]``; each ``flat_map`` adds the index of
+    the output among its record's outputs (``[index, k]``), so comparing rows
+    lexicographically gives the input's order, whichever subtasks the records went through.
+
+    Operators call user functions with ``data`` only (a function never sees a position) and
+    keep each output's position; the collected chunks are put in order at the end
+    (:func:`in_order`).
+
+    Example:
+        >>> chunk = Positioned(np.array([[4], [5], [6]]), ["a", "b", "c"])
+        >>> len(chunk), chunk[1:].data, chunk.kept([True, False, True]).positions.ravel().tolist()
+        (3, ['b', 'c'], [4, 6])
+        >>> chunk.expanded([["a1", "a2"], [], ["c1"]]).positions.tolist()
+        [[4, 0], [4, 1], [6, 0]]
+    """
+
+    __slots__ = ("data", "positions")
+
+    def __init__(self, positions: np.ndarray[Any, Any], data: Any) -> None:
+        self.positions = positions
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, where: slice) -> Positioned:
+        start, stop, _ = where.indices(len(self))
+        data = self.data.slice(start, stop) if isinstance(self.data, Columns) else self.data[start:stop]
+        return Positioned(self.positions[start:stop], data)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Positioned, (self.positions, self.data))
+
+    def kept(self, keep: Sequence[bool]) -> Positioned:
+        """The records where ``keep`` is true (a filter's output: a list of records)."""
+        records = [r for r, k in zip(iter_records(self.data), keep) if k]
+        return Positioned(self.positions[np.fromiter(keep, bool, len(keep))], records)
+
+    def expanded(self, outputs: Sequence[Sequence[Any]]) -> Positioned:
+        """Each record's ``outputs`` (a flat_map's), each at its record's position followed
+        by its index among them."""
+        counts = np.fromiter((len(o) for o in outputs), np.int64, len(outputs))
+        starts = np.cumsum(counts) - counts
+        index = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+        positions = np.column_stack([np.repeat(self.positions, counts, axis=0), index])
+        return Positioned(positions, [out for o in outputs for out in o])
+
+
 def chunk_len(chunk: Any) -> int:
     return len(chunk)
 
 
 def strided(chunk: Any, start: int, step: int) -> Any:
     """Records ``start, start + step, ...`` of ``chunk``, as a chunk of the same kind."""
+    if isinstance(chunk, Positioned):
+        return Positioned(chunk.positions[start::step], strided(chunk.data, start, step))
     if isinstance(chunk, Columns):
         return Columns(c[start::step] for c in chunk.columns())
     return chunk[start::step]
 
 
 def iter_records(chunk: Any) -> Iterator[Any]:
+    """The records of ``chunk`` (of a :class:`Positioned` chunk, without their positions)."""
+    if isinstance(chunk, Positioned):
+        return iter_records(chunk.data)
     if isinstance(chunk, Columns):
         return chunk.rows()
     return iter(chunk)

@@ -10,9 +10,10 @@ from accelflow._errors import ConfigError
 from accelflow.dataflow._context import RuntimeContext
 from accelflow.dataflow._functions import Source
 from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
+from accelflow.dataflow._positions import Positions
 
 
-class IdxSource(Source[Any]):
+class IdxSource(Positions, Source[Any]):
     """Images (and optionally their labels) from IDX files, raw or gzip.
 
     Records are ``(image, label)`` tuples (or images alone), delivered as column chunks, so a
@@ -47,10 +48,16 @@ class IdxSource(Source[Any]):
         return split_ranges(self.count, parallelism)
 
     def read(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        for chunk in self.read_chunks(split, ctx):
+        for chunk in self._chunks(split):
             yield from chunk.rows() if isinstance(chunk, Columns) else chunk
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        return self._positioned(split, self._chunks(split))
+
+    def first_position(self, split: Any) -> int:
+        return int(split[0])
+
+    def _chunks(self, split: Any) -> Iterator[Any]:
         from accelflow.io import open_idx, open_labeled_pair
 
         first, stop = split

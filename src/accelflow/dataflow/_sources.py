@@ -19,6 +19,7 @@ from accelflow._errors import JobError
 from accelflow.dataflow._context import RuntimeContext
 from accelflow.dataflow._functions import Source
 from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
+from accelflow.dataflow._positions import Positions
 from accelflow.dataflow._process_memory import read_memory, unreadable_because
 
 
@@ -28,30 +29,45 @@ def even_ranges(total: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-class CollectionSource(Source[Any]):
-    """The records of a list, split into contiguous ranges."""
+class CollectionSource(Positions, Source[Any]):
+    """The records of a list, split into contiguous ranges ``(start, stop)`` of it."""
 
     def __init__(self, items: Sequence[Any]) -> None:
         self.items = list(items)
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
-        return [self.items[a:b] for a, b in even_ranges(len(self.items), parallelism)]
+        return even_ranges(len(self.items), parallelism)
 
     def read(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        return iter(split)
+        return iter(self._records(split))
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        for start in range(0, len(split), CHUNK_RECORDS):
-            yield split[start : start + CHUNK_RECORDS]
+        records = self._records(split)
+        chunks = (records[start : start + CHUNK_RECORDS] for start in range(0, len(records), CHUNK_RECORDS))
+        return self._positioned(split, chunks)
+
+    def _records(self, split: Any) -> list[Any]:
+        # a list: the records themselves, as splits were before accelflow kept ranges
+        # (a checkpoint taken then still restores)
+        return split if isinstance(split, list) else self.items[split[0] : split[1]]
+
+    def first_position(self, split: Any) -> int:
+        if isinstance(split, list):
+            raise JobError("a collection source restored from a checkpoint that holds its records, "
+                           "not their positions, cannot keep their order: run the job without "
+                           "ordered=True, or start it afresh")
+        return int(split[0])
 
     def size_hint(self) -> int:
         return len(self.items)
 
     def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
-        return split[records_read:]
+        if isinstance(split, list):
+            return split[records_read:]
+        return (split[0] + records_read, split[1])
 
 
-class SequenceSource(Source[int]):
+class SequenceSource(Positions, Source[int]):
     """The integers ``start..end`` inclusive (as Flink's ``fromSequence``)."""
 
     def __init__(self, start: int, end: int) -> None:
@@ -68,8 +84,12 @@ class SequenceSource(Source[int]):
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
         first, stop = split
-        for start in range(first, stop, CHUNK_RECORDS):
-            yield list(range(start, min(start + CHUNK_RECORDS, stop)))
+        chunks = (list(range(start, min(start + CHUNK_RECORDS, stop)))
+                  for start in range(first, stop, CHUNK_RECORDS))
+        return self._positioned(split, chunks)
+
+    def first_position(self, split: Any) -> int:
+        return int(split[0] - self.start)
 
     def size_hint(self) -> int:
         return max(0, self.end - self.start + 1)
@@ -167,7 +187,7 @@ def _close_fds(fds: list[int]) -> None:
         os.close(fds.pop())
 
 
-class ArraySource(Source[Any]):
+class ArraySource(Positions, Source[Any]):
     """Rows of NumPy arrays (one array, or several as columns).
 
     :meth:`share` (the JobManager, before deploying) hands large arrays to the subtasks without
@@ -194,7 +214,8 @@ class ArraySource(Source[Any]):
 
     def __getstate__(self) -> dict[str, Any]:
         # what subtasks get: the shared arrays' locations, never the originals or the fds
-        return {"arrays": self.arrays, "length": self.length, "chunk_records": self.chunk_records}
+        return {"arrays": self.arrays, "length": self.length, "chunk_records": self.chunk_records,
+                "positions": self.positions}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -209,16 +230,26 @@ class ArraySource(Source[Any]):
         this process's memory (:class:`ProcessArray`) unless ``copy`` or the system forbids
         it, else copied into shared memory; without ``memfd`` (not Linux), written as
         ``.npy`` files in ``directory``. With ``put`` (the Ray target: subtasks on other
-        machines), each array goes to the object store instead, as an :class:`ObjectArray`."""
+        machines), each array goes to the object store instead, as an :class:`ObjectArray`.
+
+        Raises:
+            OSError, MemoryError...: as sharing one array raised them; nothing stays shared
+            (the JobManager names the source, see ``JobManager.prepare_sources``).
+        """
         if self._originals is not None:
             return
-        self._originals = list(self.arrays)
-        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
-        if put is not None:
-            self.arrays = [self._put_one(a, put) for a in self.arrays]
-            return
-        copy = copy or unreadable_because() is not None
-        self.arrays = [self._share_one(a, i, directory, copy) for i, a in enumerate(self.arrays)]
+        if self._finalizer is None:
+            self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+        copy = copy or (put is None and unreadable_because() is not None)
+        try:
+            shared = [self._put_one(a, put) if put is not None else self._share_one(a, i, directory, copy)
+                      for i, a in enumerate(self.arrays)]
+        except BaseException:  # nothing stays shared: the caller's arrays, as before
+            self._held.clear()
+            _close_fds(self._fds)
+            self.handles = {}
+            raise
+        self._originals, self.arrays = list(self.arrays), shared
 
     def release(self, wait: bool = True) -> None:
         """Give the shared memory back and hold the caller's arrays again (idempotent).
@@ -266,16 +297,22 @@ class ArraySource(Source[Any]):
         return even_ranges(self.length, parallelism)
 
     def read(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        for chunk in self.read_chunks(split, ctx):
+        for chunk in self._chunks(split):
             yield from chunk if not isinstance(chunk, Columns) else chunk.rows()
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        return self._positioned(split, self._chunks(split))
+
+    def _chunks(self, split: Any) -> Iterator[Any]:
         readers = [_rows_reader(a) for a in self.arrays]
         first, stop = split
         for start in range(first, stop, self.chunk_records):
             end = min(start + self.chunk_records, stop)
             parts = [read(start, end) for read in readers]
             yield parts[0] if len(parts) == 1 else Columns(parts)
+
+    def first_position(self, split: Any) -> int:
+        return int(split[0])
 
     def size_hint(self) -> int:
         return self.length
@@ -322,10 +359,8 @@ def _rows_reader(array: Any) -> Callable[[int, int], Any]:
 
 def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     """The file and offset of a C-contiguous array that is a view of an ``np.memmap``'s
-    mapping (slices included), or None."""
-    base: Any = array
-    while base is not None and not isinstance(base, np.memmap):
-        base = base.base
+    mapping (slices included, also through a ``memoryview``), or None."""
+    base = _memmap_below(array)
     if base is None or not array.flags.c_contiguous or getattr(base, "filename", None) is None:
         return None
     region = getattr(base, "_mmap", None)
@@ -336,3 +371,31 @@ def _mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     region_address = np.frombuffer(region, dtype=np.uint8, count=1).ctypes.data
     offset = start + array.ctypes.data - region_address
     return SharedArray(str(base.filename), offset, array.dtype, array.shape)
+
+
+def _memmap_below(array: np.ndarray[Any, Any]) -> np.memmap[Any, Any] | None:
+    """The ``np.memmap`` whose memory ``array`` views, or None: walks the owners of the
+    memory, an array's ``base`` and a ``memoryview``'s ``obj`` (an array unpickled with
+    protocol 5, or made with ``np.frombuffer(memoryview(...))``, ends in one), and stops at
+    anything else (``bytes``, ``bytearray``, an ``mmap.mmap`` with no file name, a ctypes
+    buffer...).
+
+    Example:
+        >>> _memmap_below(np.frombuffer(memoryview(b"12345678"))) is None
+        True
+    """
+    owner: Any = array
+    for _ in range(_MAX_OWNERS):
+        if isinstance(owner, np.memmap):
+            return owner
+        if isinstance(owner, np.ndarray):
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        else:
+            return None
+    return None
+
+
+#: how many owners :func:`_memmap_below` walks at most (a chain of views is a few long)
+_MAX_OWNERS = 64

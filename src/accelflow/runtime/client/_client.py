@@ -86,12 +86,22 @@ class JobClient(_Waitable):
     def _run(self) -> None:
         try:
             self._status = "STARTING"
-            share = threading.Thread(target=self.jobmanager.prepare_sources, args=(self.graph,))
-            share.start()  # large arrays go to shared memory while TaskExecutors start
+            failed: list[BaseException] = []  # what sharing raised, for this thread to raise
+
+            def share() -> None:
+                try:
+                    self.jobmanager.prepare_sources(self.graph)
+                except BaseException as exc:
+                    failed.append(exc)
+
+            sharing = threading.Thread(target=share, name="accelflow-share-sources")
+            sharing.start()  # large arrays go to shared memory while TaskExecutors start
             try:
                 self.jobmanager.start_cluster()
             finally:
-                share.join()
+                sharing.join()
+            if failed:
+                raise failed[0]
             if self.jobmanager.config.get(k.REST_ENABLED):
                 from accelflow.runtime.service import RestServer  # http.server only when asked
 

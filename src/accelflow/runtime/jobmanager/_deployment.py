@@ -114,6 +114,7 @@ class Deployer:
     def _descriptor(self, job: Job, key: SubtaskKey, blobs: dict[int, bytes],
                     splits: dict[tuple[int, int], list[Any]]) -> tuple[str, SubtaskDescriptor]:
         st = self.state.subtasks[key]
+        assert st.taskexecutor is not None  # placed by _acquire
         te = self.state.taskexecutors[st.taskexecutor]
         chain = job.graph.chains[key.chain]
         return te.id, SubtaskDescriptor(

@@ -32,9 +32,11 @@ from accelflow.runtime import (
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
-from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState, TaskExecutorInfo
+from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, JobResult, SubtaskState, TaskExecutorInfo
 from accelflow.runtime.jobmanager._membership import Membership
-from accelflow.runtime.jobmanager._plan import job_config, progress_of, result_of, slot_requests
+from accelflow.runtime.jobmanager._plan import (
+    job_config, never_deployed, progress_of, result_of, slot_requests,
+)
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import DeviceLedger
@@ -136,12 +138,14 @@ class JobManager:
                 result = self._run_attempts(job, coordinator)
         except JobCancelledError as exc:
             with self.state.lock:
+                self._end_subtasks(job)
                 job.end("CANCELED", error=str(exc))
             if coordinator is not None:
                 coordinator.job_ended("CANCELED")
             raise
         except BaseException as exc:
             with self.state.lock:
+                self._end_subtasks(job)
                 job.end("FAILED", error=str(exc) or type(exc).__name__)
             if coordinator is not None:
                 coordinator.job_ended("FAILED")
@@ -153,6 +157,22 @@ class JobManager:
             job.end("FINISHED", result=result)
         coordinator.job_ended("FINISHED")
         return result
+
+    def _end_subtasks(self, job: Job) -> None:
+        """A job that failed or was cancelled ends every subtask of its current attempt
+        (under ``lock``): those still deploying or running (the attempt was not aborted)
+        give back what they held and end ``CANCELED``; those never placed (the job ended
+        before deploying them: a NumPy array that cannot be shared, user code that does not
+        pickle, a cancel while ``PENDING``) get a ``CANCELED`` record with no TaskExecutor,
+        as Flink cancels the tasks of a job that fails before they run. The REST API and
+        the UI then show no subtask waiting for a job that is over."""
+        for key, st in self.state.subtasks.items():
+            if key.job_id == job.id and key.attempt == job.attempt and st.state not in SUBTASK_ENDED:
+                self.state.release_devices(key)
+                st.state = "CANCELED"
+        for st in never_deployed(job, self.state.subtasks, "CANCELED"):
+            self.state.subtasks[st.key] = st
+        self.state.release_slots(job.id, job.attempt)
 
     def trigger_savepoint(self, job_id: str, target: str | None = None, *, stop: bool = False) -> Future[str]:
         """Ask a running job for a savepoint (in ``target``, or the configured
@@ -205,10 +225,22 @@ class JobManager:
         client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray
         target (``Launcher.put_array``) each array goes into Ray's object store once instead:
         subtasks on other machines cannot see this host's memory; each descriptor of a source
-        subtask carries the source's handles (``SubtaskDescriptor.arrays``)."""
+        subtask carries the source's handles (``SubtaskDescriptor.arrays``).
+
+        Raises:
+            JobError: an array could not be shared; names the source and what failed.
+        """
         copy = self.config.get(k.ARRAY_SHARING) == "copy"
-        for source in _array_sources(graph):
-            source.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
+        for t in graph.transformations:
+            if not isinstance(t.fn, ArraySource):
+                continue
+            try:
+                t.fn.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
+            except Exception as exc:
+                raise JobError(
+                    f"source {t.name!r}: cannot share its NumPy array with the subtasks "
+                    f"(pipeline.array-sharing: {self.config.get(k.ARRAY_SHARING)}): "
+                    f"{type(exc).__name__}: {exc}") from exc
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
         """After a job (or its cluster's start) failed: shared sources and stale parts go."""

@@ -24,6 +24,8 @@ JOB_STATES = ("CREATED", "PENDING", "RUNNING", "RESTARTING", "FINISHED", "FAILED
 JOB_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
 #: States of a subtask.
 SUBTASK_STATES = ("DEPLOYING", "RUNNING", "FINISHED", "FAILED", "CANCELED")
+#: States after which a subtask never changes again.
+SUBTASK_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
 
 
 @dataclass
@@ -46,7 +48,7 @@ class TaskExecutorInfo:
 class SubtaskState:
     key: SubtaskKey
     name: str
-    taskexecutor: str
+    taskexecutor: str | None  # None: never placed (its job ended first, see ``never_deployed``)
     devices: dict[str, list[tuple[str, Fraction]]]
     state: str = "DEPLOYING"
     counts: list[tuple[int, int]] = field(default_factory=list)

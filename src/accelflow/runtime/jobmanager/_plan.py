@@ -8,7 +8,7 @@ what it read under its lock.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from fractions import Fraction
 from typing import Any
 
@@ -130,6 +130,21 @@ def _unpicklable(chain: Chain) -> str:
             except Exception:
                 return f"the {what} of operator {node.name!r} ({node.kind})"
     return f"the operators of {chain.name!r}"
+
+
+def never_deployed(job: Job, known: Container[SubtaskKey], state: str) -> list[SubtaskState]:
+    """Records, in ``state``, of the subtasks of ``job``'s current attempt not in ``known``
+    (never placed): on no TaskExecutor, holding nothing.
+
+    Example: a job of one chain at parallelism 2 that failed before placement gives
+    ``[SubtaskState(SubtaskKey(job.id, 0, 0, 0), "collection -> map (1/2)", None, {},
+    "CANCELED"), ...(2/2)...]``.
+    """
+    return [
+        SubtaskState(key, subtask_name(c, i), None, {}, state)
+        for c in job.graph.chains for i in range(c.parallelism)
+        if (key := SubtaskKey(job.id, job.attempt, c.id, i)) not in known
+    ]
 
 
 def subtask_name(chain: Chain, index: int) -> str:

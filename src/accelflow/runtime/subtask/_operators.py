@@ -10,15 +10,18 @@ import inspect
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from accelflow._errors import JobError
 from accelflow.dataflow import RuntimeContext
-from accelflow.dataflow import Columns, from_batch, iter_records, to_batch
+from accelflow.dataflow import Columns, Positioned, from_batch, iter_records, to_batch
 from accelflow.dataflow import Transformation
 from accelflow.runtime import create_part
+from accelflow.runtime.subtask._partition import canonical_key, stable_hash
 
 if TYPE_CHECKING:
     from accelflow.runtime.subtask._device import DeviceStage, PlainStage
@@ -94,18 +97,24 @@ class MapOp(Operator):
 
     def process(self, chunk: Any) -> Any:
         fn = self.fn
+        if isinstance(chunk, Positioned):  # one output per record: at its record's position
+            return Positioned(chunk.positions, [fn(r) for r in iter_records(chunk.data)])
         return [fn(r) for r in iter_records(chunk)]
 
 
 class FlatMapOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
+        if isinstance(chunk, Positioned):
+            return chunk.expanded([list(fn(r)) for r in iter_records(chunk.data)])
         return [out for r in iter_records(chunk) for out in fn(r)]
 
 
 class FilterOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
+        if isinstance(chunk, Positioned):
+            return chunk.kept([bool(fn(r)) for r in iter_records(chunk.data)])
         if isinstance(chunk, list):
             return [r for r in chunk if fn(r)]
         return [r for r in iter_records(chunk) if fn(r)]
@@ -123,6 +132,8 @@ class MapBatchesOp(MapOp):
         self.pending_len = 0
         self.first_waiting = 0.0
         self.stage: DeviceStage | PlainStage | None = None  # set with ``device`` (PlainStage: NumPy)
+        #: the positions of each batch in the stage, oldest first (of :class:`Positioned` input)
+        self.staged_positions: deque[np.ndarray[Any, Any]] = deque()
 
     def open(self, ctx: RuntimeContext) -> None:
         super().open(ctx)
@@ -185,19 +196,42 @@ class MapBatchesOp(MapOp):
         return taken
 
     def _call(self, chunks: list[Any]) -> Any:
+        """The output chunk of the batch of ``chunks`` (with a stage: of the batches it has
+        finished meanwhile). ``fn`` gets the records only; :class:`Positioned` input gives
+        each output its record's position."""
+        positions = None
+        if isinstance(chunks[0], Positioned):
+            positions = np.concatenate([c.positions for c in chunks])
+            chunks = [c.data for c in chunks]
         if self.stage is not None:
+            if positions is not None:
+                self.staged_positions.append(positions)
             return self._joined(self.stage.submit(chunks))
-        return from_batch(self.fn(to_batch(chunks)), self.node.name)
+        return self._placed(positions, from_batch(self.fn(to_batch(chunks)), self.node.name))
 
     def _drained(self, out: Any) -> Any:
         assert self.stage is not None
-        return self._joined([out, *self.stage.drain()])
+        chunks = [c for c in (out, self._joined(self.stage.drain())) if len(c)]
+        return _join(chunks) if chunks else []
 
     def _joined(self, results: list[Any]) -> Any:
-        """The chunk of ``results`` (chunks, or what ``fn`` returned), in order."""
+        """The chunk of the stage's ``results`` (what ``fn`` returned per batch), in order."""
         chunks = [r if isinstance(r, list | Columns) else from_batch(r, self.node.name) for r in results]
+        if self.staged_positions:  # one result per batch submitted, oldest first
+            chunks = [self._placed(self.staged_positions.popleft(), c) for c in chunks]
         chunks = [c for c in chunks if len(c)]
         return _join(chunks) if chunks else []
+
+    def _placed(self, positions: np.ndarray[Any, Any] | None, chunk: Any) -> Any:
+        """``chunk`` with ``positions`` (None: as it is); one output per record is needed."""
+        if positions is None:
+            return chunk
+        if len(chunk) != len(positions):
+            raise JobError(
+                f"operator {self.node.name!r} (map_batches) returned {len(chunk)} outputs for a "
+                f"batch of {len(positions)} records: execute_and_collect(ordered=True) puts each "
+                "output at its record's position, so it needs one output per record")
+        return Positioned(positions, chunk)
 
 
 class ReduceOp(MapOp):
@@ -211,7 +245,7 @@ class ReduceOp(MapOp):
         state, key_fn, fn = self.state, self.key_fn, self.fn
         out = []
         for r in iter_records(chunk):
-            key = key_fn(r)
+            key = canonical_key(key_fn(r))  # NaN keys are one key, as in Flink
             value = fn(state[key], r) if key in state else r
             state[key] = value
             if self.rolling:
@@ -227,12 +261,10 @@ class ReduceOp(MapOp):
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
         # key groups as in Flink: each key goes back to the subtask its hash routes it to,
         # whatever the parallelism the checkpoint was taken with
-        from accelflow.runtime.subtask._partition import stable_hash
-
         for state in states:
             for key, value in (state or {}).items():
                 if stable_hash(key) % parallelism == index:
-                    self.state[key] = value
+                    self.state[canonical_key(key)] = value  # an unpickled NaN is a new object
 
 
 class PrintSink(Operator):
@@ -312,6 +344,8 @@ COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, COLLECT_MAX_BYTES = 0.05, 65536, 8 << 
 
 
 def _nbytes(chunk: Any) -> int:
+    if isinstance(chunk, Positioned):
+        return chunk.positions.nbytes + _nbytes(chunk.data)
     if isinstance(chunk, Columns):
         return sum(c.nbytes for c in chunk.columns())
     return chunk.nbytes if isinstance(chunk, np.ndarray) else 0
@@ -389,6 +423,8 @@ def _slice(chunk: Any, start: int, stop: int) -> Any:
 def _join(outputs: list[Any]) -> Any:
     if len(outputs) == 1:
         return outputs[0]
+    if outputs and all(isinstance(o, Positioned) for o in outputs):
+        return Positioned(np.concatenate([o.positions for o in outputs]), _join([o.data for o in outputs]))
     if outputs and all(isinstance(o, np.ndarray) for o in outputs):
         return np.concatenate(outputs)
     if outputs and all(isinstance(o, Columns) for o in outputs) and len({len(o.columns()) for o in outputs}) == 1:
