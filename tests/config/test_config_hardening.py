@@ -80,6 +80,16 @@ def test_a_duplicate_is_reported_with_every_other_problem_of_the_file_and_the_de
     ]
 
 
+def test_a_definition_without_a_value_is_not_also_reported_as_the_key_it_meant_to_set() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from(definitions=["external-resources=gpu", "external-resource.gpu.amount",
+                                 "rest.port=x"])
+    assert [str(p) for p in info.value.problems] == [
+        "-D external-resource.gpu.amount: expected -D key=value",
+        "rest.port (from -D): expected an integer, got 'x'",
+    ]  # not also "external-resource.gpu.amount: resource 'gpu' is listed but has no amount"
+
+
 def test_the_cli_reports_a_duplicate_with_the_other_problems(tmp_path: Path) -> None:
     conf = tmp_path / "job.yaml"
     conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n"

@@ -93,10 +93,22 @@ def config_from(
         layers.append((parsed, "-D"))
         problems += bad
     if unreadable is None:
-        return _load(layers, problems)
+        try:
+            return _load(layers, problems)
+        except ConfigError as exc:
+            raise _without_follow_ons(exc, definitions) from None
     if not problems:  # the keys cannot be checked while the file is unreadable
         raise unreadable
     raise ConfigError([*unreadable.problems, *problems]) from unreadable
+
+
+def _without_follow_ons(error: ConfigError, definitions: Sequence[str]) -> ConfigError:
+    """``error`` less the problems of a key being unset that a ``-D key`` without ``=`` meant
+    to set (e.g. "listed but has no amount" after ``-D external-resource.gpu.amount``): the
+    malformed ``-D`` is the problem to fix, and it is reported."""
+    meant = {d.strip() for d in definitions if "=" not in d}
+    kept = [p for p in error.problems if not (p.key in meant and p.source is None)]
+    return error if len(kept) == len(error.problems) else ConfigError(kept)
 
 
 class _Validator:
