@@ -62,6 +62,9 @@ NOT_RUN_PROGRAMS = {
     "scripts/test": "sets up .venv and runs this whole suite; it is what CI runs",
     "pip": "installs from the package registries (no network in tests)",
     ".venv/bin/pip": "installs from the package registries (no network in tests)",
+    "python": "builds accelflow's wheel for a container image (tests/deploy/test_deploy_docs.py "
+              "runs it)",
+    "docker": "needs a Docker daemon",
     "kubectl": "needs a Kubernetes cluster (the rendered manifests run; kubectl does not)",
     "curl": "posts to a YARN ResourceManager",
     "yarn": "needs a YARN cluster",

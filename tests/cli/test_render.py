@@ -25,10 +25,20 @@ K8S_KEY = "external-resource.gpu.kubernetes.config-key"
 YARN_KEY = "external-resource.gpu.yarn.config-key"
 
 
-def accelflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+# `accelflow` as installed, except that `import kubernetes` fails (the client is an extra)
+WITHOUT_KUBERNETES = (
+    "import sys; sys.modules['kubernetes'] = None\n"
+    "from accelflow.cli import main; sys.exit(main())"
+)
+
+
+def accelflow(
+    *args: str, cwd: Path | None = None, kubernetes: bool = True
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"}
+    command = ["-m", "accelflow"] if kubernetes else ["-c", WITHOUT_KUBERNETES]
     return subprocess.run(
-        [sys.executable, "-m", "accelflow", *args],
+        [sys.executable, *command, *args],
         capture_output=True, text=True, timeout=60, cwd=cwd, env=env, check=False,
     )
 
@@ -174,3 +184,52 @@ def test_a_resource_without_a_cluster_key_warns_in_the_one_warning_format() -> N
     (line,) = result.stderr.splitlines()
     assert line.startswith("accelflow: warning: external resource 'gpu' is not requested from YARN")
     assert "external-resource.gpu.yarn.config-key" in line
+
+
+# -- without the kubernetes client (issue 25, item 10) ----------------------------------------
+
+YARN_GPU = [
+    "-D", "external-resources=gpu",
+    "-D", "external-resource.gpu.amount=2",
+    "-D", f"{YARN_KEY}=yarn.io/gpu",
+    "-D", "local.number-taskmanager=3",
+    "-D", "taskmanager.memory.process.size=1.5Gi",
+]
+
+
+def test_render_yarn_needs_no_kubernetes_client() -> None:
+    without = accelflow("render", "yarn", *YARN_GPU, kubernetes=False)
+    assert without.returncode == 0, without.stderr
+    assert without.stdout == accelflow("render", "yarn", *YARN_GPU).stdout
+    (component,) = json.loads(without.stdout)["components"]
+    assert component["resource"]["memory"] == str(3 * 1536)
+    # the same harness does hide the client: rendering Kubernetes objects needs it
+    k8s = accelflow("render", "kubernetes", *DONE_WHEN, kubernetes=False)
+    assert k8s.returncode == 1
+    assert "pip install 'accelflow[kubernetes]'" in k8s.stderr
+
+
+@pytest.mark.parametrize(
+    ("manager", "arguments", "culprit"),
+    [
+        ("kubernetes", ["-D", "kubernetes.job-name=Bad_Name"], "kubernetes.job-name"),
+        ("kubernetes", ["-D", "kubernetes.namespace=Bad_"], "kubernetes.namespace"),
+        ("kubernetes", ["-D", "taskmanager.cpu.cores=0.0005"], "taskmanager.cpu.cores"),
+        ("kubernetes", ["-D", "kubernetes.pod-template-file=missing.yaml"],
+         "kubernetes.pod-template-file"),
+        ("kubernetes", ["-o", "missing/dir/job.yaml"], "--output"),
+        ("kubernetes", ["-D", "execution.target=ray", "-D", "kubernetes.job-name=Bad_Name"],
+         "kubernetes.job-name"),
+        ("yarn", ["-o", "missing/dir/service.json"], "--output"),
+        ("yarn", ["-D", "yarn.application.name=Bad_Name"], "yarn.application.name"),
+        ("yarn", ["-D", "taskmanager.cpu.cores=0.5"], "taskmanager.cpu.cores"),
+    ],
+)
+def test_bad_input_exits_2_naming_it_even_without_the_kubernetes_client(
+    manager: str, arguments: list[str], culprit: str, tmp_path: Path
+) -> None:
+    definitions = DONE_WHEN if manager == "kubernetes" else YARN_GPU
+    result = accelflow("render", manager, *definitions, *arguments, cwd=tmp_path, kubernetes=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"accelflow: config error: {culprit}")
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []

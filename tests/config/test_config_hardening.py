@@ -4,6 +4,8 @@ ConfigError naming the key (or the file), and what starts processes is bounded."
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 from accelflow import ConfigError
 from accelflow.cli._main import main
 from accelflow.config import config_from, keys as k, parse_definitions, read_yaml
-from accelflow.config._load import MAX_CONFIG_FILE_BYTES
+from accelflow.config._read import MAX_CONFIG_FILE_BYTES
 
 
 def refused(**layers: Any) -> dict[str, str]:
@@ -45,10 +47,65 @@ def test_every_duplicate_in_a_file_is_reported_even_with_the_same_value(tmp_path
     conf.write_text("a.b: 1\nc.d: x\na.b: 1\nc.d: y\nsel: {k: 1, k: 2}\n")
     with pytest.raises(ConfigError) as info:
         config_from(conf_file=conf)
-    assert [(p.key, p.message) for p in info.value.problems] == [
+    assert [(p.key, p.message) for p in info.value.problems if "twice" in p.message] == [
         ("a.b", "set twice, at lines 1 and 3; keep one"),
         ("c.d", "set twice, at lines 2 and 4; keep one"),
         ("k", "set twice on line 5; keep one"),
+    ]
+
+
+def test_a_duplicate_is_reported_with_every_other_problem_of_the_file_and_the_definitions(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "job.yaml"
+    conf.write_text(
+        "external-resources: gpu\n"
+        "taskmanager.numberOfTaskSlots: 2\n"
+        "external-resource.gpu.amount: 1.5\n"
+        "taskmanager.numberOfTaskSlots: many\n"
+        "rest.prot: 8081\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from(conf_file=conf, definitions=["parallelism.default=0", "oops",
+                                                 "rest.port=1", "rest.port=2"])
+    src = f"(from {conf})"
+    assert str(info.value).splitlines() == [
+        "-D oops: expected -D key=value",
+        f"external-resource.gpu.amount {src}: expected a positive integer, got 1.5 (float)",
+        "parallelism.default (from -D): expected a positive integer up to 32768, got '0'",
+        "rest.port (from -D): given twice with different values ('1' and '2'); give it once",
+        f"rest.prot {src}: unknown key; did you mean 'rest.port'?",
+        f"taskmanager.numberOfTaskSlots {src}: set twice, at lines 2 and 4; keep one",
+        f"taskmanager.numberOfTaskSlots {src}: expected a positive integer up to 1024, got 'many'",
+    ]
+
+
+def test_a_definition_without_a_value_is_not_also_reported_as_the_key_it_meant_to_set() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from(definitions=["external-resources=gpu", "external-resource.gpu.amount",
+                                 "rest.port=x"])
+    assert [str(p) for p in info.value.problems] == [
+        "-D external-resource.gpu.amount: expected -D key=value",
+        "rest.port (from -D): expected an integer, got 'x'",
+    ]  # not also "external-resource.gpu.amount: resource 'gpu' is listed but has no amount"
+
+
+def test_the_cli_reports_a_duplicate_with_the_other_problems(tmp_path: Path) -> None:
+    conf = tmp_path / "job.yaml"
+    conf.write_text("external-resources: gpu\nexternal-resource.gpu.amount: 1\n"
+                    "external-resources: gpu;fpga\n")
+    accelflow = Path(sys.executable).parent / "accelflow"
+    result = subprocess.run(
+        [str(accelflow), "resources", "--conf", str(conf), "-D", "taskmanager.numberOfTaskSlots=0"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"},
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "accelflow: config error: 3 problems",
+        "  external-resource.fpga.amount: resource 'fpga' is listed but has no amount",
+        f"  external-resources (from {conf}): set twice, at lines 1 and 3; keep one",
+        "  taskmanager.numberOfTaskSlots (from -D): expected a positive integer up to 1024, got '0'",
     ]
 
 

@@ -6,12 +6,16 @@ import doctest
 import importlib
 import re
 import shlex
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from accelflow.cli._main import main
 from accelflow.cli._run import misplaced_options
+from accelflow.deploy import DEFAULT_JOB_PATH
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
@@ -52,6 +56,49 @@ def test_each_example_is_the_commands_current_output(
     monkeypatch.delenv("ACCELFLOW_CONF", raising=False)
     assert main(shlex.split(command)[1:]) == 0
     assert capsys.readouterr().out == expected
+
+
+# -- the container image (issue 25, item 10) ---------------------------------------------------
+
+_DOCKERFILE = next(body for lang, body in _BLOCK.findall(DOC.read_text(encoding="utf-8"))
+                   if lang == "dockerfile")
+_COPIES = dict(reversed(line.split()[1:3]) for line in _DOCKERFILE.splitlines()
+               if line.startswith("COPY "))  # destination -> source
+
+
+def _doc_commands(program: str) -> list[list[str]]:
+    """Every ``$ <program> ...`` command of the doc's shell blocks, split, pipes cut off."""
+    text = re.sub(r"\\\n\s*", "", DOC.read_text(encoding="utf-8"))
+    return [shlex.split(line[2:].split(" | ")[0], comments=True)
+            for line in text.splitlines() if line.startswith(f"$ {program} ")]
+
+
+def _job_of(argv: list[str]) -> str:
+    return argv[argv.index("--job") + 1] if "--job" in argv else DEFAULT_JOB_PATH
+
+
+def test_every_render_example_runs_the_job_where_the_dockerfile_puts_it() -> None:
+    (job_in_image,) = [dest for dest, source in _COPIES.items() if source.endswith(".py")]
+    renders = [argv for argv in _doc_commands("accelflow") if argv[1] == "render"]
+    assert len(renders) >= 6
+    assert {_job_of(argv) for argv in renders} == {job_in_image}
+
+
+def test_the_dockerfile_installs_the_wheel_the_doc_builds_not_a_registry_package(
+    tmp_path: Path,
+) -> None:
+    installs = [shlex.split(line.split("pip install", 1)[1].rstrip("\\"))
+                for line in _DOCKERFILE.splitlines() if "pip install" in line]
+    requirements = [arg for argv in installs for arg in argv if not arg.startswith("-")]
+    ((wheel, into),) = [(source, dest) for dest, source in _COPIES.items() if source.endswith(".whl")]
+    assert requirements == [f"{into}{wheel}[nvml]"]  # the copied wheel, not a name on an index
+    (build,) = [argv for argv in _doc_commands("python") if "wheel" in argv]
+    build[build.index("-w") + 1] = str(tmp_path)  # where the doc builds into image/
+    subprocess.run([sys.executable, *build[1:]], cwd=_ROOT, check=True, capture_output=True,
+                   timeout=300)
+    project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert [p.name for p in tmp_path.iterdir()] == [wheel]
+    assert wheel == f"{project['name']}-{project['version']}-py3-none-any.whl"
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,13 @@ import shlex
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
 
 from accelflow import ConfigError, DeploymentError
 from accelflow.cli._main import build_parser
-from accelflow.config import Configuration, config_from
+from accelflow.config import Configuration, config_from, memory_bytes
 from accelflow.deploy import SPARK_YARN_RESOURCE_TYPES, render_yarn, yarn_properties
 
 GPU = (
@@ -92,6 +95,24 @@ def test_resources_are_multiplied_by_the_taskexecutors() -> None:
 def test_memory_is_rounded_up_to_whole_mib(size: str, mib: str) -> None:
     resource = component(render_yarn(conf(*GPU, f"taskmanager.memory.process.size={size}")))["resource"]
     assert resource["memory"] == mib
+
+
+QUANTITIES = st.from_regex(
+    r"[+-]?([0-9]{1,6}(\.[0-9]{0,4})?|\.[0-9]{1,4})(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9])?", fullmatch=True
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(QUANTITIES)
+def test_memory_is_read_as_the_kubernetes_client_reads_it(text: str) -> None:
+    """Since YARN renders without the ``kubernetes`` client, accelflow's own quantity parser
+    must agree with the client's ``parse_quantity``, which the Kubernetes renderer used."""
+    size = parse_quantity(text)
+    if 0 < size <= 1024**5 and size == int(size):
+        assert memory_bytes(text) == int(size)
+    else:
+        with pytest.raises(ValueError):
+            memory_bytes(text)
 
 
 def test_several_resource_types_and_a_resource_without_a_yarn_key() -> None:

@@ -78,6 +78,7 @@ def register(sub: Any) -> None:
 
 def run_kubernetes(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
+    _check_output(args.output)
     text = dump_yaml(render_kubernetes(config, job=args.job, image=args.image))
     _emit(text, args.output)
     return 0
@@ -85,6 +86,7 @@ def run_kubernetes(args: argparse.Namespace) -> int:
 
 def run_yarn(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
+    _check_output(args.output)
     text = json.dumps(render_yarn(config, job=args.job, image=args.image), indent=2) + "\n"
     _emit(text, args.output)
     return 0
@@ -98,19 +100,32 @@ def _emit(text: str, output: str | None) -> None:
     write_atomically(Path(output), text)
 
 
+def _check_output(output: str | Path | None) -> None:
+    """Refuse an unusable ``-o`` (checked before rendering too, so it is named, exit 2,
+    whatever the renderer would have said).
+
+    Raises:
+        ConfigError: (key ``--output``) the directory is missing or ``output`` is a directory.
+    """
+    if output is None:
+        return
+    path = Path(output)
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"directory {str(path.parent)!r} does not exist; create it first", key="--output"
+        )
+    if path.is_dir():
+        raise ConfigError(f"{str(path)!r} is a directory; give a file name", key="--output")
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` all at once: readers see the old file or the new one.
 
     Raises:
         ConfigError: (key ``--output``) the directory is missing or the file cannot be written.
     """
+    _check_output(path)
     directory = path.parent
-    if not directory.is_dir():
-        raise ConfigError(
-            f"directory {str(directory)!r} does not exist; create it first", key="--output"
-        )
-    if path.is_dir():
-        raise ConfigError(f"{str(path)!r} is a directory; give a file name", key="--output")
     try:
         fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:

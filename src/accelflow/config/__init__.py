@@ -2,7 +2,9 @@
 
 from accelflow.config.keys import KEYS, RESOURCE_SUFFIXES, Key
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
-from accelflow.config._load import config_from, load_config, parse_definitions, read_yaml
+from accelflow.config._load import config_from, load_config
+from accelflow.config._read import parse_definitions, read_yaml
+from accelflow.config._parse import memory_bytes
 from accelflow.config._model import Configuration, ExternalResourceSpec, local_slots
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "kubernetes_extended_resource_problem",
     "load_config",
     "local_slots",
+    "memory_bytes",
     "parse_definitions",
     "read_yaml",
     "yarn_resource_type_problem",

@@ -9,125 +9,16 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow._names import kubernetes_extended_resource_problem, yarn_resource_type_problem
 from accelflow.config import keys as k
 from accelflow.config._model import Configuration, ExternalResourceSpec
+from accelflow.config._read import read_definitions, read_yaml_layer, shown_key
 
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-
-
-MAX_CONFIG_FILE_BYTES = 1 << 20
-"""The largest config file read (1 MiB); flat keys never need more."""
-
-
-def parse_definitions(definitions: Sequence[str]) -> dict[str, str]:
-    """Parse ``-D key=value`` arguments. A key given twice with the same value is allowed.
-
-    Raises:
-        ConfigError: an argument without ``=`` or with an empty key, or a key given twice with
-            different values, one line each.
-    """
-    values: dict[str, str] = {}
-    problems = []
-    for item in definitions:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(ConfigProblem(f"-D {_shown(item)}", "expected -D key=value"))
-            continue
-        key, value = key.strip(), value.strip()
-        if key in values and values[key] != value:
-            problems.append(ConfigProblem(
-                _shown(key),
-                f"given twice with different values ({values[key]!r} and {value!r}); give it once",
-                "-D",
-            ))
-            continue
-        values[key] = value
-    if problems:
-        raise ConfigError(problems)
-    return values
-
-
-def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a config file of flat keys.
-
-    Raises:
-        ConfigError: the file is missing, unreadable, not YAML, or not a mapping.
-    """
-    file = Path(path)
-    try:
-        text = _read_bounded(file).decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file: {exc.strerror or exc}", key=str(file)) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"not UTF-8 text (byte {exc.start}); save the config file as UTF-8", key=str(file)
-        ) from exc
-    import yaml  # only where a file is read: processes that never read one skip it
-
-    from accelflow.config._yaml import load_strict
-
-    duplicates: list[tuple[str, int, int]] = []
-    try:
-        data = load_strict(text, duplicates)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", key=str(file)) from exc
-    except (ValueError, RecursionError) as exc:  # e.g. the timestamp 2024-13-01, deep nesting
-        raise ConfigError(f"not valid YAML: {exc}; quote values that are not meant as dates",
-                          key=str(file)) from exc
-    if duplicates:
-        raise ConfigError([
-            ConfigProblem(
-                _shown(key),
-                f"set twice, at lines {first} and {line}; keep one" if first != line
-                else f"set twice on line {line}; keep one",
-                str(file),
-            )
-            for key, first, line in duplicates
-        ])
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(key, str) for key in data):
-        raise ConfigError(
-            "expected a mapping of flat keys such as 'external-resource.gpu.amount: 1'",
-            key=str(file),
-        )
-    return data
-
-
-def _read_bounded(file: Path) -> bytes:
-    """The bytes of a regular file of at most :data:`MAX_CONFIG_FILE_BYTES`.
-
-    Opened without blocking, so a FIFO with no writer is refused instead of waited for.
-
-    Raises:
-        OSError: the file cannot be opened, is not a regular file, or is too large.
-    """
-    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file (a directory, device or pipe); give a YAML file")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_CONFIG_FILE_BYTES:
-                raise OSError(
-                    f"larger than {MAX_CONFIG_FILE_BYTES // 1024} KiB; a config file holds flat keys only"
-                )
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def load_config(
@@ -141,10 +32,15 @@ def load_config(
     Raises:
         ConfigError: every problem found, one per key.
     """
+    return _load(layers, [])
+
+
+def _load(layers: Sequence[tuple[Mapping[str, Any], str]], problems: list[ConfigProblem]) -> Configuration:
+    """:func:`load_config`, reporting ``problems`` (found while reading the layers) with the rest."""
     raw: dict[str, Any] = {}
     sources: dict[str, str] = {}
     spelled: dict[str, str] = {}  # canonical name -> the alias it was last given as
-    problems: list[ConfigProblem] = []
+    problems = list(problems)
     for values, source in layers:
         given: dict[str, tuple[str, Any]] = {}  # canonical name -> (name as given, value), this layer
         for key, value in values.items():
@@ -172,28 +68,47 @@ def config_from(
     definitions: Sequence[str] = (),
     values: Mapping[str, Any] | None = None,
 ) -> Configuration:
-    """The usual layering: ``base`` (a session cluster's keys), YAML file, a dict, then ``-D``."""
+    """The usual layering: ``base`` (a session cluster's keys), YAML file, a dict, then ``-D``.
+
+    Every problem is reported in one :class:`ConfigError`: a key set twice in the file or a
+    malformed ``-D`` comes with the problems of every other key (the file's last value and the
+    ``-D`` arguments that parse are checked). Only a file that cannot be read at all stops the
+    keys from being checked; its problem is then reported with those of the ``-D`` arguments.
+    """
     layers: list[tuple[Mapping[str, Any], str]] = []
     if base:
         layers.append((dict(base), "session cluster"))
-    errors: list[ConfigError] = []
+    problems: list[ConfigProblem] = []
+    unreadable: ConfigError | None = None
     if conf_file is not None:
         try:
-            layers.append((read_yaml(conf_file), str(conf_file)))
+            data, problems = read_yaml_layer(conf_file)
+            layers.append((data, str(conf_file)))
         except ConfigError as exc:
-            errors.append(exc)
+            unreadable = exc
     if values:
         layers.append((dict(values), "dict"))
     if definitions:
+        parsed, bad = read_definitions(definitions)
+        layers.append((parsed, "-D"))
+        problems += bad
+    if unreadable is None:
         try:
-            layers.append((parse_definitions(definitions), "-D"))
+            return _load(layers, problems)
         except ConfigError as exc:
-            errors.append(exc)
-    if len(errors) == 1:  # the keys cannot be checked while a layer is unreadable
-        raise errors[0]
-    if errors:
-        raise ConfigError([p for e in errors for p in e.problems]) from errors[0]
-    return load_config(*layers)
+            raise _without_follow_ons(exc, definitions) from None
+    if not problems:  # the keys cannot be checked while the file is unreadable
+        raise unreadable
+    raise ConfigError([*unreadable.problems, *problems]) from unreadable
+
+
+def _without_follow_ons(error: ConfigError, definitions: Sequence[str]) -> ConfigError:
+    """``error`` less the problems of a key being unset that a ``-D key`` without ``=`` meant
+    to set (e.g. "listed but has no amount" after ``-D external-resource.gpu.amount``): the
+    malformed ``-D`` is the problem to fix, and it is reported."""
+    meant = {d.strip() for d in definitions if "=" not in d}
+    kept = [p for p in error.problems if not (p.key in meant and p.source is None)]
+    return error if len(kept) == len(error.problems) else ConfigError(kept)
 
 
 class _Validator:
@@ -217,10 +132,10 @@ class _Validator:
         if key in self.spelled:  # name the key as the user wrote it
             alias = self.spelled[key]
             self.problems.append(ConfigProblem(
-                _shown(alias), f"{message} ({alias} is an alias of {key})", self.sources.get(key)
+                shown_key(alias), f"{message} ({alias} is an alias of {key})", self.sources.get(key)
             ))
             return
-        self.problems.append(ConfigProblem(_shown(key), message, self.sources.get(key)))
+        self.problems.append(ConfigProblem(shown_key(key), message, self.sources.get(key)))
 
     def parse(self, key: str, parser: Any) -> Any:
         try:
@@ -398,17 +313,11 @@ def _alias_conflict(values: dict[str, Any], canonical: str, source: str) -> Conf
     values in one layer: a problem naming both."""
     first, second = sorted(values, key=lambda name: name != canonical)  # the canonical one first
     return ConfigProblem(
-        _shown(second),
+        shown_key(second),
         f"{second} and {first} are names of one key, set to different values "
         f"({values[second]!r} and {values[first]!r}); set only {canonical}",
         source,
     )
-
-
-def _shown(key: str) -> str:
-    """``key`` as printed in a problem: quoted when it is empty, padded or holds line breaks
-    or control characters, so each problem stays on one line and the odd part is visible."""
-    return key if key and key.isprintable() and key == key.strip() else repr(key)
 
 
 def _param_text(value: Any) -> str:

@@ -153,6 +153,21 @@ MAX_MEMORY_BYTES = 1024**5
 
 def memory_size(value: object) -> str:
     """A Kubernetes quantity of bytes, e.g. `2Gi`, `512Mi` or `2G`, positive and at most `1Pi`."""
+    memory_bytes(value)
+    return str(value).strip()
+
+
+def memory_bytes(value: object) -> int:
+    """The bytes of a :func:`memory_size`, without the ``kubernetes`` client.
+
+    Example:
+        >>> memory_bytes("2Gi"), memory_bytes("1.5k"), memory_bytes("1e3")
+        (2147483648, 1500, 1000)
+
+    Raises:
+        ValueError: ``value`` is not a Kubernetes quantity of a positive whole number of bytes
+            up to ``1Pi`` (the message says which rule it breaks).
+    """
     text = "" if value is None or isinstance(value, bool) else str(value).strip()
     sign = text[:1] if text[:1] in ("+", "-") else ""
     match = _QUANTITY.fullmatch(text[len(sign):])
@@ -173,7 +188,7 @@ def memory_size(value: object) -> str:
     if size != size.to_integral_value():
         hint = " (the suffix 'm' means milli); did you mean 'Mi', e.g. '512Mi'?" if suffix == "m" else ""
         raise ValueError(f"{_describe(value)} is {size} bytes, not a whole number of bytes{hint}")
-    return text
+    return int(size)
 
 
 def resource_amounts(value: object) -> Mapping[str, float]:

@@ -13,7 +13,7 @@ Example::
     config = config_from(definitions=[
         "external-resources=gpu", "external-resource.gpu.amount=2",
         "external-resource.gpu.kubernetes.config-key=nvidia.com/gpu"])
-    print(dump_yaml(render_kubernetes(config, job="/opt/accelflow/train.py")))
+    print(dump_yaml(render_kubernetes(config, job="/opt/accelflow/job.py")))
 
 Layout: ``_requests`` collects per-resource entries (config and driver decorators) for
 every renderer; ``_quantities`` does cpu/memory; ``_kubernetes`` builds the shared objects;

@@ -23,8 +23,11 @@ from accelflow.deploy._kubernetes import (
 
 def render_local_job(config: Configuration, options: RenderOptions) -> list[dict[str, Any]]:
     """``[ConfigMap, Job]``, in the order ``kubectl apply -f`` should create them."""
-    k8s = kubernetes_client()
     names = object_names(config)
+    # The pod template first: every key and argument is checked before the client is needed,
+    # so bad input is named even where the kubernetes package is missing.
+    template = taskexecutor_pod_template(config, options, names)
+    k8s = kubernetes_client()
     job = k8s.V1Job(
         api_version="batch/v1",
         kind="Job",
@@ -35,5 +38,5 @@ def render_local_job(config: Configuration, options: RenderOptions) -> list[dict
     # The pod template is already serialized (a user template is merged as data, so fields
     # this client version does not model survive); newer clients would re-validate a dict
     # passed to V1JobSpec against their own model, so it is set on the serialized Job.
-    rendered["spec"]["template"] = taskexecutor_pod_template(config, options, names)
+    rendered["spec"]["template"] = template
     return [config_map(config, names), rendered]

@@ -27,7 +27,6 @@ from accelflow.config import keys as k
 from accelflow.config import Configuration
 from accelflow.deploy._kubernetes import (
     DEFAULT_IMAGE,
-    WHAT,
     ObjectNames,
     RenderOptions,
     _image,
@@ -81,6 +80,7 @@ def render_ray_cluster(config: Configuration, options: RenderOptions) -> list[di
         )
     names = object_names(config)
     image = _image(config, options) or DEFAULT_IMAGE
+    workers = _worker_group(config, names, image)  # checks the config before the client is used
     cluster = {
         "apiVersion": RAYCLUSTER_API_VERSION,
         "kind": "RayCluster",
@@ -91,7 +91,7 @@ def render_ray_cluster(config: Configuration, options: RenderOptions) -> list[di
                 "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"},
                 "template": _head_template(names, image),
             },
-            "workerGroupSpecs": [_worker_group(config, names, image)],
+            "workerGroupSpecs": [workers],
         },
     }
     return [config_map(config, names), cluster]
@@ -121,7 +121,7 @@ def _worker_group(config: Configuration, names: ObjectNames, image: str) -> dict
     per_pod = config.get(k.NUMBER_TASKMANAGER)  # the local target's multiplier, undone here
     request = kubernetes_request(config)
     cpu = Fraction(container_cpu(config)) / per_pod
-    memory = container_memory_bytes(config, what=WHAT) // per_pod
+    memory = container_memory_bytes(config) // per_pod
     quantities = {
         "cpu": kubernetes_cpu(cpu),
         "memory": kubernetes_memory(memory),

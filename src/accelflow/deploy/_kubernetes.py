@@ -168,13 +168,15 @@ def taskexecutor_pod_template(
     # (if any) must win over the default, so the default is filled in after the merge.
     image = _image(config, options) or (DEFAULT_IMAGE if template_file is None else None)
     request = kubernetes_request(config)
+    source = config.sources.get(KUBERNETES_POD_TEMPLATE_FILE.name)
+    user = None if template_file is None else load_pod_template(template_file, source=source)
     ours = pod_template(
         names,
         container=CONTAINER_NAME,
         image=image,
         quantities={
             "cpu": kubernetes_cpu(container_cpu(config)),
-            "memory": kubernetes_memory(container_memory_bytes(config, what=WHAT)),
+            "memory": kubernetes_memory(container_memory_bytes(config)),
             **{key: str(amount) for key, amount in request.resources.items()},
         },
         args=run_args(f"{CONFIG_MOUNT_PATH}/{CONFIG_FILE_NAME}", options.job),
@@ -182,9 +184,7 @@ def taskexecutor_pod_template(
         restart_policy="Never",
         annotations={DEFAULT_CONTAINER_ANNOTATION: CONTAINER_NAME},
     )
-    if template_file is not None:
-        source = config.sources.get(KUBERNETES_POD_TEMPLATE_FILE.name)
-        user = load_pod_template(template_file, source=source)
+    if template_file is not None and user is not None:
         keep = [
             name
             for name, key in (("cpu", TASKMANAGER_CPU), ("memory", TASKMANAGER_MEMORY))

@@ -3,13 +3,12 @@
 ``taskmanager.cpu.cores`` (default: ``taskmanager.numberOfTaskSlots``) and
 ``taskmanager.memory.process.size`` (a Kubernetes quantity such as ``'2Gi'``) are per
 TaskExecutor; the container hosts ``local.number-taskmanager`` of them, so both are
-multiplied. Memory is parsed with the ``kubernetes`` client's ``parse_quantity``.
+multiplied. Memory is parsed by accelflow's config parser (no ``kubernetes`` client needed).
 """
 
 from __future__ import annotations
 
 import importlib
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -20,7 +19,7 @@ from accelflow.config.keys import (
     TASKMANAGER_CPU,
     TASKMANAGER_MEMORY,
 )
-from accelflow.config import Configuration
+from accelflow.config import Configuration, memory_bytes
 
 MIB = 2**20
 _BINARY_SUFFIXES = tuple((s, 1024**p) for p, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1))
@@ -47,37 +46,24 @@ def container_cpu(config: Configuration) -> Fraction:
     return Fraction(cores) * config.get(NUMBER_TASKMANAGER)
 
 
-def container_memory_bytes(config: Configuration, *, what: str) -> int:
+def container_memory_bytes(config: Configuration) -> int:
     """Memory of the container in bytes: the per-TaskExecutor size times TaskExecutors.
 
-    Args:
-        config: the validated config.
-        what: the command, for a missing-``kubernetes`` error.
+    Example:
+        >>> from accelflow.config import config_from
+        >>> container_memory_bytes(config_from(values={"taskmanager.memory.process.size": "2Gi",
+        ...                                            "local.number-taskmanager": 3}))
+        6442450944
 
     Raises:
         ConfigError: ``taskmanager.memory.process.size`` is not a positive whole number of
             bytes written as a Kubernetes quantity.
     """
-    key = TASKMANAGER_MEMORY.name
-    text = config.get(TASKMANAGER_MEMORY)
-    utils = kubernetes_module("kubernetes.utils", what=what)
     try:
-        size = Decimal(utils.parse_quantity(text))
-    except ValueError:
-        raise ConfigError(
-            f"{text!r} is not a Kubernetes quantity; write e.g. '2Gi', '2048Mi' or '2G' "
-            "(binary suffixes Ki, Mi, Gi, Ti; decimal k, M, G, T)",
-            key=key,
-        ) from None
-    if size <= 0:
-        raise ConfigError(f"{text!r} must be positive, e.g. '2Gi'", key=key)
-    if size != size.to_integral_value():
-        raise ConfigError(
-            f"{text!r} is {size} bytes, not a whole number of bytes (the suffix 'm' means "
-            "milli); did you mean 'Mi', e.g. '512Mi'?",
-            key=key,
-        )
-    return int(size) * config.get(NUMBER_TASKMANAGER)
+        size = memory_bytes(config.get(TASKMANAGER_MEMORY))
+    except ValueError as exc:  # a Configuration is validated; this guards hand-made ones
+        raise ConfigError(str(exc), key=TASKMANAGER_MEMORY.name) from None
+    return size * config.get(NUMBER_TASKMANAGER)
 
 
 def kubernetes_cpu(cores: Fraction) -> str:

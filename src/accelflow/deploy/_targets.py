@@ -36,7 +36,7 @@ def render_kubernetes(
         >>> config = config_from(definitions=["external-resources=gpu",
         ...     "external-resource.gpu.amount=2",
         ...     "external-resource.gpu.kubernetes.config-key=nvidia.com/gpu"])
-        >>> config_map, job = render_kubernetes(config, job="/opt/accelflow/train.py")
+        >>> config_map, job = render_kubernetes(config, job="/opt/accelflow/job.py")
         >>> job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
         {'cpu': '1', 'memory': '1Gi', 'nvidia.com/gpu': '2'}
 

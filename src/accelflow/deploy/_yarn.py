@@ -7,7 +7,8 @@ for whole vcores, memory in MiB and, in ``additional``, every resource type that
 ``external-resource.<name>.yarn.config-key`` (or that a driver's
 :class:`accelflow.resources.YarnResourceDecorator` adds), times the TaskExecutors. The config
 travels inside the spec as a ``YAML`` config file, which YARN writes to
-``conf/accelflow-conf.yaml`` in the container's working directory.
+``conf/accelflow-conf.yaml`` in the container's working directory. The spec is plain JSON:
+rendering it needs no ``kubernetes`` client (memory is read by accelflow's config parser).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from accelflow.deploy._quantities import (
 )
 from accelflow.deploy._requests import yarn_request
 
-WHAT = "accelflow render yarn"
 COMPONENT_NAME = "taskexecutor"
 SERVICE_VERSION = "1.0.0"
 
@@ -67,8 +67,6 @@ def render_yarn(
         ConfigError: a key or argument is invalid (names it).
         DeploymentError: a driver conflicts with the config, or execution.target is not local.
         DriverLoadError: a configured driver factory cannot be loaded.
-        MissingDependencyError: the ``kubernetes`` package (used to parse the memory
-            quantity) is not installed.
     """
     target = config.get(EXECUTION_TARGET)
     if target != "local":
@@ -103,7 +101,7 @@ def _service_name(config: Configuration) -> str:
 def _component(config: Configuration, options: RenderOptions) -> dict[str, Any]:
     resource: dict[str, Any] = {
         "cpus": yarn_vcores(container_cpu(config)),
-        "memory": str(yarn_memory_mib(container_memory_bytes(config, what=WHAT))),
+        "memory": str(yarn_memory_mib(container_memory_bytes(config))),
     }
     if additional := yarn_request(config):
         resource["additional"] = {

@@ -56,6 +56,7 @@ from accelflow._errors import CoordinationError, DiscoveryError
 from accelflow.resources.gpu._device import GPUDevice
 from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S, hold_lock, reason
 from accelflow.resources.gpu._owner import Liveness, Owner
+from accelflow.resources.gpu._shortage import shortage_message
 
 FORMAT = "accelflow-gpu-coordination"
 VERSION = 1
@@ -244,7 +245,9 @@ class CoordinationFile:
             if len(taken) < amount:
                 if len(kept) != len(records):
                     self._write(kept)
-                raise DiscoveryError(self._shortage(devices, amount, taken, kept, verdicts))
+                raise DiscoveryError(
+                    shortage_message(self.path, devices, amount, taken, kept, verdicts, owner)
+                )
             now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             fresh = [
                 Allocation(index=d.index, uuid=d.uuid, owner=owner, allocated_at=now) for d in taken
@@ -388,34 +391,6 @@ class CoordinationFile:
             "(it is recreated on the next allocation); otherwise point the coordination-file "
             "setting at another path",
             path=str(self.path),
-        )
-
-    def _shortage(
-        self,
-        devices: Sequence[GPUDevice],
-        amount: int,
-        free: Sequence[GPUDevice],
-        kept: Sequence[Allocation],
-        verdicts: dict[Owner, Liveness],
-    ) -> str:
-        holders = []
-        for device in devices:
-            for record in (r for r in kept if r.matches(device)):
-                note = (
-                    " (another host or PID namespace: cannot tell if it runs)"
-                    if (verdicts[record.owner] is Liveness.UNKNOWN)
-                    else ""
-                )
-                holders.append(
-                    f"{device.label()} held by {record.owner.describe()} since "
-                    f"{record.allocated_at}{note}"
-                )
-        held = "; ".join(holders) or "none"
-        return (
-            f"need {amount} GPU(s) but only {len(free)} of the {len(devices)} visible here "
-            f"are free in the coordination file {self.path}. Held: {held}. Stop a TaskExecutor "
-            "that holds GPUs, lower the amount, or, if a holder is no TaskExecutor any more, "
-            f"remove its record from {self.path}"
         )
 
 

@@ -15,6 +15,11 @@ Who the owner is, when a command allocates for another process: the driver passe
 identity in :data:`OWNER_ENV_VAR` (``<pid>:<start_ticks>``) to every discovery script, so a
 wrapper script (``#!/bin/sh`` + ``accelflow-gpu-discovery "$@"``, no ``exec``) does not make the
 short-lived shell the owner. :func:`owner_from_env` refuses an owner that has already exited.
+
+Who started the owner: its parent's pid and start ticks are recorded too, so that a shortage
+can tell a holder that is another TaskExecutor of the same cluster (the TaskExecutors of one
+``accelflow run`` or session cluster are children of one process, the client or its zygote)
+from one of another cluster (:meth:`Owner.same_parent`).
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class Owner:
         >>> me = Owner.of_process()
         >>> me.liveness() is Liveness.ALIVE
         True
+        >>> me.same_parent(me), me.same_parent(Owner.of_process(me.parent_pid))
+        (True, False)
 
     Attributes:
         pid: the process id.
@@ -65,6 +72,9 @@ class Owner:
         host: the host name.
         boot_id: the kernel's boot id, when readable (a new boot means every owner is dead).
         pid_namespace: the inode of the PID namespace, when readable.
+        parent_pid: the pid of the process that started it, when known.
+        parent_start_ticks: that parent's start ticks, when known (a reused parent pid is
+            another parent).
     """
 
     pid: int
@@ -73,6 +83,8 @@ class Owner:
     host: str
     boot_id: str | None = None
     pid_namespace: int | None = None
+    parent_pid: int | None = None
+    parent_start_ticks: int | None = None
 
     @classmethod
     def of_process(cls, pid: int | None = None) -> Owner:
@@ -83,6 +95,8 @@ class Owner:
         """
         process = psutil.Process(pid)
         stat = _read_stat(process.pid)
+        parent_pid = stat[2] if stat else process.ppid()
+        parent = _read_stat(parent_pid) if parent_pid else None
         return cls(
             pid=process.pid,
             start_ticks=stat[1] if stat else None,
@@ -90,6 +104,8 @@ class Owner:
             host=socket.gethostname(),
             boot_id=_boot_id(),
             pid_namespace=_pid_namespace(),
+            parent_pid=parent_pid or None,
+            parent_start_ticks=parent[1] if parent else None,
         )
 
     def same_process(self, other: Owner) -> bool:
@@ -97,6 +113,19 @@ class Owner:
         return (
             self.pid == other.pid
             and self._same_start(other.start_ticks, other.start_time)
+            and self.host == other.host
+            and self.boot_id == other.boot_id
+            and self.pid_namespace == other.pid_namespace
+        )
+
+    def same_parent(self, other: Owner) -> bool:
+        """Whether both were started by the same process on the same host: e.g. two
+        TaskExecutors of one cluster (children of its client, or of the client's zygote).
+        See the class example."""
+        return (
+            self.parent_pid is not None
+            and self.parent_pid == other.parent_pid
+            and self.parent_start_ticks == other.parent_start_ticks
             and self.host == other.host
             and self.boot_id == other.boot_id
             and self.pid_namespace == other.pid_namespace
@@ -122,7 +151,7 @@ class Owner:
     def _process_liveness(self) -> Liveness:
         stat = _read_stat(self.pid)
         if stat is not None:
-            state, ticks = stat
+            state, ticks, _ = stat
             if state in _DEAD_STATES or not self._same_start(ticks, self.start_time):
                 return Liveness.DEAD  # killed, or the PID now belongs to another process
             return Liveness.ALIVE
@@ -139,7 +168,7 @@ class Owner:
         return f"pid {self.pid} on host {self.host}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "pid": self.pid,
             "start_ticks": self.start_ticks,
             "start_time": self.start_time,
@@ -147,6 +176,9 @@ class Owner:
             "boot_id": self.boot_id,
             "pid_namespace": self.pid_namespace,
         }
+        if self.parent_pid is not None:
+            data["parent"] = {"pid": self.parent_pid, "start_ticks": self.parent_start_ticks}
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Owner:
@@ -172,6 +204,7 @@ class Owner:
             raise ValueError(f"owner boot_id must be a string or null, got {boot_id!r}")
         if namespace is not None and not _is_int(namespace):
             raise ValueError(f"owner pid_namespace must be an integer or null, got {namespace!r}")
+        parent_pid, parent_ticks = _parent_from_json(data.get("parent"))
         return cls(
             pid=pid,
             start_ticks=ticks,
@@ -179,7 +212,27 @@ class Owner:
             host=host,
             boot_id=boot_id,
             pid_namespace=namespace,
+            parent_pid=parent_pid,
+            parent_start_ticks=parent_ticks,
         )
+
+
+def _parent_from_json(data: object) -> tuple[int | None, int | None]:
+    """``(pid, start_ticks)`` of an owner's optional ``"parent"`` (absent in older files).
+
+    Raises:
+        ValueError: it is present but malformed.
+    """
+    if data is None:
+        return None, None
+    pid = data.get("pid") if isinstance(data, dict) else None
+    ticks = data.get("start_ticks") if isinstance(data, dict) else None
+    if not _is_int(pid) or pid <= 0 or (ticks is not None and not _is_int(ticks)):
+        raise ValueError(
+            f"owner parent must be {{'pid': <positive integer>, 'start_ticks': <integer or null>}}, "
+            f"got {data!r}"
+        )
+    return pid, ticks
 
 
 def owner_from_env(value: str) -> Owner:
@@ -219,8 +272,8 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _read_stat(pid: int) -> tuple[str, int] | None:
-    """``(state, starttime)`` from ``/proc/<pid>/stat``, or ``None`` if unreadable."""
+def _read_stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, starttime, ppid)`` from ``/proc/<pid>/stat``, or ``None`` if unreadable."""
     try:
         with open(_STAT_PATH.format(pid=pid), "rb") as f:
             text = f.read().decode(errors="replace")
@@ -229,7 +282,7 @@ def _read_stat(pid: int) -> tuple[str, int] | None:
     # the command name (field 2) may hold spaces and parentheses: split after the last ')'
     fields = text[text.rfind(")") + 2 :].split()
     try:
-        return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime)
+        return fields[0], int(fields[19]), int(fields[1])  # fields 3 (state), 22, 4 (ppid)
     except (IndexError, ValueError):
         return None
 
