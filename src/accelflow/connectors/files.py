@@ -29,14 +29,14 @@ What is cleaned up, and what is left behind (always hidden, never visible):
   its state) that were written after that checkpoint, e.g. the parts of a checkpoint that never
   completed, or a part left by a process that was killed (no ``close``). It assumes that the
   failed attempt's processes are gone (the runtime stops them before it restores).
-- A restored checkpoint whose FileSink state names another directory than the sink's
-  (another job's checkpoint whose sink has the same operator name) is refused with a
-  :class:`~accelflow.CheckpointError` naming both directories: nothing there is renamed or
-  removed.
 - Left behind: the hidden parts of an attempt killed (SIGKILL, lost machine) before any of
   its checkpoints completed, since no checkpoint names its uid; and the parts of subtasks whose
   state is dropped when a job is restored with a lower parallelism. Remove them with
   :meth:`FileSink.cleanup` while no job writes into the directory.
+
+Restored state that names another directory than the sink's (the checkpoint of another job
+whose sink has the same operator name) is refused with a :class:`~accelflow.CheckpointError`
+naming both directories: nothing there is renamed or removed.
 
 Example (squares of 0..999 in ``<out>/part-<uid>-<subtask>-0.txt``, one per subtask)::
 

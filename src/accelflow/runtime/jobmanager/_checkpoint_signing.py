@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from accelflow._errors import CheckpointError
+from accelflow.config import Configuration
 from accelflow.config import keys as k
 
 ALGORITHM = "HMAC-SHA256"
@@ -90,14 +91,15 @@ class CheckpointSigning:
     """
 
     def __init__(self, key_file: str | os.PathLike[str] | None = None, *, verify: bool = True) -> None:
-        self.configured = key_file is not None
         self.key_file = Path(key_file).expanduser().absolute() if key_file is not None else None
         self.verify = verify
         self._key: bytes | None = None
 
     @classmethod
-    def from_config(cls, config: Any) -> CheckpointSigning:
-        """The signing that ``config`` (a :class:`accelflow.config.Configuration`) asks for."""
+    def from_config(cls, config: Configuration) -> CheckpointSigning:
+        """The key and check that ``config`` asks for (the keys
+        ``execution.checkpointing.signing-key-file`` and
+        ``execution.state-recovery.verify-signature``)."""
         return cls(config.get_optional(k.CHECKPOINT_SIGNING_KEY_FILE),
                    verify=config.get(k.VERIFY_CHECKPOINT_SIGNATURE))
 
