@@ -15,6 +15,7 @@ import fsspec
 import pytest
 
 from accelflow._errors import CheckpointError, decode_error, encode_error
+from accelflow.runtime.jobmanager import CheckpointSigning
 from accelflow.runtime.jobmanager import _checkpoint_store as store_module
 from accelflow.runtime.jobmanager._checkpoint_store import (
     CHECKPOINT_FORMAT,
@@ -262,10 +263,16 @@ def _flip_last_byte(chk: Path) -> None:
 
 
 def _global_in_state(chk: Path) -> None:
-    """A state file that would run code if unpickled normally, with a matching checksum."""
+    """A state file that would run code if unpickled normally, with a matching checksum and,
+    re-signed with the key, a valid signature: the store still reads bytes only."""
     data = pickle.dumps(print, protocol=5)
     (chk / "op-0-numbers.state").write_bytes(data)
-    _edit_metadata(lambda m: m["operators"][0].update(size=len(data), sha256=hashlib.sha256(data).hexdigest()))(chk)
+
+    def change(metadata: dict[str, Any]) -> None:
+        metadata["operators"][0].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        metadata["signature"] = CheckpointSigning().sign(metadata)
+
+    _edit_metadata(change)(chk)
 
 
 BAD: dict[str, tuple[Callable[[Path], object], str, str]] = {

@@ -182,7 +182,7 @@ def _recovery_definitions(args: argparse.Namespace) -> list[str]:
     Raises:
         CheckpointError: no checkpoint or savepoint at ``PATH`` (missing, incomplete, corrupt).
     """
-    from accelflow.runtime.jobmanager import load_checkpoint
+    from accelflow.runtime.jobmanager import CheckpointSigning, load_checkpoint
 
     out = []
     if args.from_savepoint is not None:
@@ -193,7 +193,7 @@ def _recovery_definitions(args: argparse.Namespace) -> list[str]:
         if "://" not in path:
             path = os.path.abspath(os.path.expanduser(path))  # a session cluster's working directory is not ours
         if not (args.cluster and path.startswith("memory://")):  # that one lives in the cluster
-            load_checkpoint(path)
+            load_checkpoint(path, CheckpointSigning.from_config(load_cli_config(args, show_warnings=False)))
         out.append(f"{k.STATE_RECOVERY_PATH.name}={path}")
     if args.allow_non_restored:
         out.append(f"{k.ALLOW_NON_RESTORED_STATE.name}=true")

@@ -230,6 +230,27 @@ ALLOW_NON_RESTORED_STATE = _key(
     "Start even when the restored state has operators the job no longer has (their state is dropped).",
     aliases=("execution.savepoint.ignore-unclaimed-state",),
 )
+CHECKPOINT_PERMISSIONS = _key(
+    "execution.checkpointing.permissions", p.choice("private", "group", "world"), "private",
+    "Who may read the checkpoints and savepoints written on a local filesystem: 'private' "
+    "(directories 0700, files 0600), 'group' (0750/0640: the owner's group may read them, "
+    "e.g. to restore them as another user) or 'world' (0755/0644). Object stores (s3://...) "
+    "keep their own access control.",
+)
+CHECKPOINT_SIGNING_KEY_FILE = _key(
+    "execution.checkpointing.signing-key-file", p.string, None,
+    "File holding the secret key (32 bytes or more) that signs checkpoints and savepoints "
+    "(HMAC-SHA256 of their _metadata) and checks them before a restore; created with a random "
+    "key (mode 0600) when missing. Not set: 'checkpoint-signing.key' in the per-user state "
+    "directory ($ACCELFLOW_STATE_DIR, default $XDG_STATE_HOME/accelflow). Give every user or "
+    "machine that restores the same checkpoints the same file.",
+)
+VERIFY_CHECKPOINT_SIGNATURE = _key(
+    "execution.state-recovery.verify-signature", p.boolean, True,
+    "Refuse to restore a checkpoint or savepoint whose signature is missing or does not verify "
+    "with the signing key. false trusts it as it is: its state is unpickled, which runs any code "
+    "it holds, so only for checkpoints from storage that nobody else can write.",
+)
 
 # -- REST API (issue: observability) -----------------------------------------------------------
 REST_ENABLED = _key(

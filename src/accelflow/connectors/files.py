@@ -34,6 +34,10 @@ What is cleaned up, and what is left behind (always hidden, never visible):
   state is dropped when a job is restored with a lower parallelism. Remove them with
   :meth:`FileSink.cleanup` while no job writes into the directory.
 
+Restored state that names another directory than the sink's (the checkpoint of another job
+whose sink has the same operator name) is refused with a :class:`~accelflow.CheckpointError`
+naming both directories: nothing there is renamed or removed.
+
 Example (squares of 0..999 in ``<out>/part-<uid>-<subtask>-0.txt``, one per subtask)::
 
     import pathlib, tempfile
@@ -61,7 +65,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
-from accelflow._errors import AccelflowInternalError, ConfigError, JobError
+from accelflow._errors import AccelflowInternalError, CheckpointError, ConfigError, JobError
 from accelflow.dataflow import RuntimeContext, Sink, iter_records
 
 IN = TypeVar("IN")
@@ -234,10 +238,14 @@ class FileSink(Sink[IN]):
         Raises:
             JobError: a part is neither pending nor committed (it was deleted; its records
                 are lost).
+            CheckpointError: a part is in another directory than this sink's (a restored
+                checkpoint of a job that wrote elsewhere); nothing is renamed then.
         """
+        pairs = [_committable(item) for item in committables]
+        for _, final in pairs:
+            self._check_directory(os.path.dirname(final))
         directories = set()
-        for item in committables:
-            hidden, final = _committable(item)
+        for hidden, final in pairs:
             try:
                 os.rename(hidden, final)
             except FileNotFoundError:
@@ -269,6 +277,7 @@ class FileSink(Sink[IN]):
             if not (isinstance(old, dict) and {"directory", "prefix", "uid", "keep"} <= old.keys()):
                 raise ConfigError(f"the restored state is not a FileSink's: {old!r:.200}; was the "
                                   "sink of this job changed since the checkpoint?", key="FileSink.restore_state")
+            self._check_directory(old["directory"])
             if old["uid"] is None or old["uid"] == self._uid or not os.path.isdir(old["directory"]):
                 continue
             keep = set(old["keep"])
@@ -290,6 +299,17 @@ class FileSink(Sink[IN]):
         for part in self._pending:
             _remove_own_file(part.hidden)
         self._pending = []
+
+    def _check_directory(self, directory: Any) -> None:
+        """Refuse restored state of a sink that wrote to another directory: publishing or
+        cleaning up there would change another job's output."""
+        if isinstance(directory, str) and _same_directory(directory, self.directory):
+            return
+        raise CheckpointError(
+            f"the restored checkpoint's FileSink wrote to this directory, but this job's FileSink "
+            f"writes to {self.directory}; restore a checkpoint of this job, give the sink the "
+            "directory of the job that wrote the checkpoint, or rename the sink operator and "
+            "restore with --allow-non-restored-state to drop its state", path=str(directory))
 
     # -- maintenance -------------------------------------------------------------------------
 
@@ -355,6 +375,16 @@ def _committable(item: Any) -> tuple[str, str]:
     if os.path.dirname(hidden) != os.path.dirname(final):
         raise ValueError(f"FileSink.commit: {hidden!r} and {final!r} are not in the same directory")
     return hidden, final
+
+
+def _same_directory(a: str, b: str) -> bool:
+    """``a`` and ``b`` name one directory (as written, or through links)."""
+    if os.path.abspath(a) == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _name(fn: Any) -> str:

@@ -1,5 +1,6 @@
 """The JobManager: job lifecycle, TaskExecutor membership and deployment."""
 
+from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 from accelflow.runtime.jobmanager._checkpoint_store import load_checkpoint
 from accelflow.runtime.jobmanager._jobmanager import JobManager
 from accelflow.runtime.jobmanager._jobs import (
@@ -23,6 +24,7 @@ __all__ = [
     "JOB_STATES",
     "SUBTASK_STATES",
     "CheckpointRecord",
+    "CheckpointSigning",
     "Job",
     "JobManager",
     "JobResult",

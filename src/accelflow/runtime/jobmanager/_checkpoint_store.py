@@ -8,9 +8,12 @@
     <savepoint-dir>/savepoint-<job-uid[:6]>-<random>/   the same files
 
 A directory without ``_metadata`` is incomplete and never restored from. ``_metadata`` is
-JSON naming every state file with its size and SHA-256; a state file is
-``pickle.dumps(list_of_bytes)``, one opaque blob per subtask, never unpickled here. Local
-files are written under a temporary name and renamed; object stores get one (atomic) put.
+JSON naming every state file with its size and SHA-256, signed with the user's key (see
+:mod:`._checkpoint_signing`: a restore checks the signature before it reads any state); a
+state file is ``pickle.dumps(list_of_bytes)``, one opaque blob per subtask, never unpickled
+here. Local files are written under a temporary name and renamed, private to their owner
+unless ``execution.checkpointing.permissions`` says otherwise (see :mod:`._checkpoint_files`);
+object stores get one (atomic) put.
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import math
-import os
 import pickle
 import re
 import secrets
@@ -31,6 +32,10 @@ from types import MappingProxyType
 from typing import Any
 
 from accelflow._errors import CheckpointError
+from accelflow.runtime.jobmanager._checkpoint_files import (
+    MODES, _chmod, _filesystem, _join, _makedirs, _normalized, _put, _remove,
+)
+from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 
 CHECKPOINT_FORMAT = "accelflow-checkpoint"
 METADATA_VERSION = 1
@@ -43,7 +48,6 @@ _CHECKPOINT_DIR = re.compile(r"chk-(\d{1,18})")
 _STATE_FILE = re.compile(r"op-\d{1,9}-[A-Za-z0-9_.-]{0,60}\.state")
 _JOB_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_log = logging.getLogger("accelflow.runtime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +111,18 @@ class CheckpointStore:
 
     ``base_url`` is ``execution.checkpointing.dir``, a local path (made absolute) or an fsspec
     URL; ``None`` keeps them in this process's memory (``memory://``), which survives subtask
-    and TaskExecutor failures but not the JobManager."""
+    and TaskExecutor failures but not the JobManager. ``signing`` signs ``_metadata`` (the
+    per-user key by default); ``permissions`` is a key of :data:`MODES` (local disks only)."""
 
-    def __init__(self, base_url: str | None, job_uid: str) -> None:
+    def __init__(self, base_url: str | None, job_uid: str, *, signing: CheckpointSigning | None = None,
+                 permissions: str = "private") -> None:
         if not isinstance(job_uid, str) or not _JOB_UID.fullmatch(job_uid):
             raise ValueError(f"job_uid must be one path segment of letters, digits, '_', '.', '-'; got {job_uid!r}")
         self.base_url = _normalized(base_url or DEFAULT_CHECKPOINT_URL)
         self.job_uid = job_uid
         self.job_path = _join(self.base_url, job_uid)
+        self.signing = signing or CheckpointSigning()
+        self.dir_mode, self.file_mode = MODES[permissions]
         self._fs, self._job_dir = _filesystem(self.job_path)
 
     def __repr__(self) -> str:
@@ -149,20 +157,22 @@ class CheckpointStore:
                 raise CheckpointError("already exists and is complete; checkpoint ids are never reused", path=url)
             if fs.exists(directory):  # a leftover of a failed attempt with this id
                 fs.rm(directory, recursive=True)
-            fs.makedirs(directory, exist_ok=True)
+            _makedirs(fs, directory, self.dir_mode)
             entries: list[dict[str, Any]] = []
             for index, op in enumerate(operators):
                 data = pickle.dumps(list(op.subtask_states), protocol=5)
                 file = f"op-{index}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', op.name)[:60].strip('._') or 'op'}.state"
-                _put(fs, f"{directory}/{file}", data)
+                self._put(fs, f"{directory}/{file}", data)
                 entries.append({"name": op.name, "kind": op.kind, "parallelism": op.parallelism, "file": file,
                                 "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
             timestamp = time.time()
-            metadata = json.dumps({
+            content: dict[str, Any] = {
                 "format": CHECKPOINT_FORMAT, "version": METADATA_VERSION, "checkpoint_id": checkpoint_id,
                 "job_name": job_name, "job_uid": self.job_uid, "timestamp": timestamp,
-                "savepoint": savepoint_dir is not None, "operators": entries}, indent=1).encode()
-            _put(fs, f"{directory}/{METADATA_FILE}", metadata)  # last: now the checkpoint is complete
+                "savepoint": savepoint_dir is not None, "operators": entries}
+            content["signature"] = self.signing.sign(content)
+            metadata = json.dumps(content, indent=1).encode()
+            self._put(fs, f"{directory}/{METADATA_FILE}", metadata)  # last: now the checkpoint is complete
         except CheckpointError:
             raise
         except Exception as exc:
@@ -174,6 +184,10 @@ class CheckpointStore:
             ) from exc
         size = sum(e["size"] for e in entries) + len(metadata)
         return CompletedCheckpoint(checkpoint_id, url, size, timestamp, savepoint_dir is not None)
+
+    def _put(self, fs: Any, path: str, data: bytes) -> None:
+        _put(fs, path, data)
+        _chmod(fs, path, self.file_mode)
 
     def retained(self) -> list[CompletedCheckpoint]:
         """This job's complete checkpoints (not savepoints), oldest first. Directories
@@ -210,14 +224,16 @@ class CheckpointStore:
         _remove(self._fs, self._job_dir)
 
 
-def load_checkpoint(path: str) -> RestoredCheckpoint:
+def load_checkpoint(path: str, signing: CheckpointSigning | None = None) -> RestoredCheckpoint:
     """Read the checkpoint or savepoint at ``path``: a ``chk-<n>`` or savepoint directory
     (or its ``_metadata`` file), or a job's checkpoint directory, whose newest complete
-    checkpoint is read. Nothing is written.
+    checkpoint is read. Its signature is checked with ``signing`` (the per-user key by
+    default) before any state file is read. Nothing is written.
 
     Raises:
         CheckpointError: the path is missing, incomplete, of another format or a newer
-            version, or a state file is missing or corrupt; the message names the file.
+            version, not signed with the key, or a state file is missing or corrupt; the
+            message names the file.
     """
     if not isinstance(path, str) or not path.strip():
         raise CheckpointError("expected a checkpoint or savepoint directory", path=repr(path))
@@ -239,6 +255,7 @@ def load_checkpoint(path: str) -> RestoredCheckpoint:
         name = complete[-1][1]
         directory, url = f"{directory}/{name}", _join(url, name)
     metadata = _read_metadata(fs, directory, url)
+    (signing or CheckpointSigning()).check(metadata, _join(url, METADATA_FILE))
     operators: dict[str, OperatorState] = {}
     for entry in metadata["operators"]:
         file_url = _join(url, entry["file"])
@@ -277,62 +294,6 @@ def match_operators(
         if state is not None:
             matched[name] = state
     return matched
-
-
-def _normalized(url: str) -> str:
-    """A URL as given, or a plain path made absolute (``~`` expanded)."""
-    if "://" in url:
-        return url
-    return os.path.abspath(os.path.expanduser(url))
-
-
-def _join(url: str, name: str) -> str:
-    return f"{url.rstrip('/')}/{name}"
-
-
-def _filesystem(url: str) -> tuple[Any, str]:
-    from fsspec.core import url_to_fs
-
-    try:
-        fs, path = url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        raise CheckpointError(
-            f"no filesystem for this URL ({exc}); use a local path or an fsspec URL whose "
-            "package is installed (e.g. s3fs for s3://)", path=url,
-        ) from exc
-    return fs, str(path).rstrip("/") or "/"
-
-
-def _put(fs: Any, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path``: via a synced temporary file and a rename on local disks,
-    as one put elsewhere."""
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" not in protocols and "local" not in protocols:
-        fs.pipe_file(path, data)
-        return
-    directory, _, name = path.rpartition("/")
-    temporary = f"{directory}/.{name}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
-
-
-def _remove(fs: Any, path: str, *, quiet: bool = False) -> None:
-    """Delete ``path`` (recursively) if it exists; ``quiet``: log storage errors, not raise."""
-    try:
-        fs.rm(path, recursive=True)
-    except FileNotFoundError:
-        pass
-    except Exception as exc:
-        if not quiet:
-            raise
-        _log.warning("cannot delete %s: %s: %s", path, type(exc).__name__, exc)
 
 
 def _checkpoint_dirs(fs: Any, directory: str) -> list[tuple[int, str]]:

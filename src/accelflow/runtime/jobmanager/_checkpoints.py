@@ -31,6 +31,8 @@ from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Command, NotifyCheckpointComplete, SubtaskKey,
     TriggerCheckpoint,
 )
+from accelflow.dataflow import Source
+from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 from accelflow.runtime.jobmanager._checkpoint_store import (
     CheckpointStore, CompletedCheckpoint, OperatorState, RestoredCheckpoint, load_checkpoint,
     match_operators,
@@ -72,6 +74,8 @@ class CheckpointCoordinator:
         self.retained = config.get(k.CHECKPOINTS_RETAINED)
         self.retention = config.get(k.CHECKPOINT_RETENTION)
         self.savepoint_dir = config.get_optional(k.SAVEPOINT_DIR)
+        self.trust = CheckpointSigning.from_config(config)  # of the checkpoint it starts from
+        self.signing = self.trust.verifying()  # of the checkpoints it writes and restarts from
         self._store: CheckpointStore | None = None  # made at the first checkpoint (fsspec is slow to import)
         self.requests: queue.Queue[SavepointRequest] = queue.Queue()
         self.next_id = 1
@@ -86,6 +90,8 @@ class CheckpointCoordinator:
         self.stopping: tuple[int, set[SubtaskKey], SavepointRequest] | None = None
         #: the checkpoint the next attempt restores from (``-s``, then the latest completed)
         self.restore: RestoredCheckpoint | None = self._initial_restore()
+        if self.enabled or self.restore is not None:
+            _warn_about_replaying_sources(job)
 
     @property
     def enabled(self) -> bool:
@@ -94,7 +100,9 @@ class CheckpointCoordinator:
     @property
     def store(self) -> CheckpointStore:
         if self._store is None:
-            self._store = CheckpointStore(self.job.config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex)
+            config = self.job.config
+            self._store = CheckpointStore(config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex,
+                                          signing=self.signing, permissions=config.get(k.CHECKPOINT_PERMISSIONS))
             with self.lock:
                 self.job.checkpoint_path = self._store.job_path
         return self._store
@@ -103,8 +111,12 @@ class CheckpointCoordinator:
         path = self.job.config.get_optional(k.STATE_RECOVERY_PATH)
         if path is None:
             return None
-        restored = load_checkpoint(path)
+        restored = load_checkpoint(path, self.trust)
         self.next_id = restored.checkpoint_id + 1
+        if restored.job_name != self.job.name:
+            _log.warning("%s (%s) restores %s, a checkpoint of another job (%r): check that this is the "
+                         "checkpoint you meant, as its state (sources' positions, sinks' pending output) "
+                         "is that job's", self.job.id, self.job.name, restored.path, restored.job_name)
         return restored
 
     # -- attempts ------------------------------------------------------------------------------
@@ -116,7 +128,7 @@ class CheckpointCoordinator:
             CheckpointError: state of operators this job does not have (naming them).
         """
         if self.latest is not None and (self.restore is None or self.restore.path != self.latest.path):
-            self.restore = load_checkpoint(self.latest.path)
+            self.restore = load_checkpoint(self.latest.path, self.signing)
         if self.restore is None:
             return None, 0
         kinds = {t.name: t.kind for t in self.job.graph.transformations}
@@ -317,3 +329,20 @@ class CheckpointCoordinator:
         except Exception as exc:  # the job's outcome stands; say what was left
             _log.warning("%s: could not remove its checkpoints at %s: %s", self.job.id,
                          self.store.job_path, exc)
+
+
+def _warn_about_replaying_sources(job: Job) -> None:
+    """Warn, once per job, about each unbounded source that keeps :class:`Source`'s default
+    ``snapshot_split``: a restore reads its whole history again, skipping what was read."""
+    for t in job.graph.transformations:
+        fn = t.fn
+        if t.kind != "source" or getattr(fn, "bounded", True) or not isinstance(fn, Source):
+            continue
+        if type(fn).snapshot_split is Source.snapshot_split:
+            cls = type(fn).__qualname__
+            _log.warning(
+                "%s: source %r (%s) is unbounded and has no snapshot_split, so a restore reads its "
+                "input again from the start and skips every record read before the checkpoint, "
+                "which takes as long as reading them did; implement %s.snapshot_split(split, "
+                "records_read, checkpoint_id) to return the split's position (see docs/checkpoints.md)",
+                job.id, t.name, cls, cls)
