@@ -81,13 +81,16 @@ class Deployer:
         """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
         Called with the lock held; waiting releases it."""
         policy = job.config.get(k.PLACEMENT_POLICY)
+        fits_members = -1  # the membership the job was last found to fit when empty
         while True:
             if job.cancel_requested or self.state.cancel_all:
                 raise JobCancelledError(f"{job.id} ({job.name}) was cancelled while waiting for resources")
             try:
                 return self.state.place(requests, policy)  # type: ignore[arg-type]
             except AllocationError as now:
-                self._fits_empty(requests, policy)
+                if fits_members != self.state.members:  # placing on the empty cluster: O(job)
+                    self._fits_empty(requests, policy)
+                    fits_members = self.state.members
                 if job.pending is None:
                     _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
                 job.state = "PENDING"

@@ -45,6 +45,8 @@ class ClusterState:
         self.slots: dict[tuple[str, int], list[tuple[str, int]]] = {}
         #: pids of TaskExecutor incarnations already given up on
         self.lost_pids: set[int] = set()
+        #: counts TaskExecutors registered and lost: what the empty cluster offers changes with it
+        self.members = 0
         #: cancels every job (the embedded cluster's ``JobClient.cancel``, a session's stop)
         self.cancel_all = False
 
@@ -54,6 +56,7 @@ class ClusterState:
             self.taskexecutors[reg.taskexecutor_id] = TaskExecutorInfo(reg)
             self.ledger.add_devices(devices_of(reg))
             self.capacity.put(self.offer(reg.taskexecutor_id))
+            self.members += 1
             self.released.notify_all()
 
     def lose_taskexecutor(self, te_id: str, pid: int | None) -> bool:
@@ -66,6 +69,7 @@ class ClusterState:
             self.lost_pids.add(te.registration.pid)
             self.ledger.remove_taskexecutor(te_id)
             self.capacity.remove(te_id)
+            self.members += 1
             return True
 
     def running_jobs(self) -> list[Job]:
@@ -115,11 +119,14 @@ class ClusterState:
 
     def release_slots(self, job_id: str, attempt: int) -> None:
         with self.lock:
+            freed: dict[str, int] = {}
             for te_id, pid in self.slots.pop((job_id, attempt), []):
                 te = self.taskexecutors.get(te_id)
                 if te is not None and te.registration.pid == pid:
                     te.used_slots -= 1
-                    self.capacity.release(te_id, slots=1)
+                    freed[te_id] = freed.get(te_id, 0) + 1
+            for te_id, count in freed.items():
+                self.capacity.release(te_id, slots=count)
             self.released.notify_all()
 
     def release_devices(self, key: SubtaskKey) -> None:
