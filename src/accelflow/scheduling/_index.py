@@ -5,7 +5,7 @@ Two ideas make it fast and keep it exact:
 
 * **Integer units.** Every free share and every requested share is counted in units of
   ``1/unit`` of a device, ``unit`` being the least common multiple of their denominators
-  (``2`` for halves, ``60`` for halves, thirds and quarters...). Comparisons and sums are then
+  (``2`` for halves, ``12`` for halves, thirds and quarters...). Comparisons and sums are then
   on small ints, not ``Fraction`` (whose arithmetic costs microseconds), and still exact. The
   API stays in ``Fraction``: what comes back are the requested ``Fraction`` objects themselves.
   A new denominator multiplies every count once (rare: one per new kind of share).
@@ -59,7 +59,7 @@ class _Free:
 
     def __init__(self, offer: TaskExecutorOffer, unit: int) -> None:
         self.id, self.slots, self.total_slots = offer.id, offer.free_slots, offer.total_slots
-        self.addresses: dict[str, list[str]] = {}
+        self.addresses: dict[str, tuple[str, ...]] = {}
         self.free: dict[str, list[int]] = {}
         self.keys: dict[str, list[DeviceKey]] = {}
         for resource, devices in offer.devices.items():
@@ -78,16 +78,16 @@ class _Free:
         return TaskExecutorOffer(self.id, self.slots, self.total_slots, devices)
 
 
-_NATURAL: dict[tuple[str, ...], list[str]] = {}
+_NATURAL: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _natural(addresses: tuple[str, ...]) -> list[str]:
+def _natural(addresses: tuple[str, ...]) -> tuple[str, ...]:
     """``addresses`` in natural order (cached: most TaskExecutors have the same addresses)."""
     known = _NATURAL.get(addresses)
     if known is None:
         if len(_NATURAL) > 4096:
             _NATURAL.clear()
-        known = _NATURAL[addresses] = sorted(addresses, key=natural_key)
+        known = _NATURAL[addresses] = tuple(sorted(addresses, key=natural_key))
     return known
 
 
@@ -99,6 +99,8 @@ def _units(share: Fraction, unit: int, te: str) -> int:
 
 
 _Taken = list[list[tuple[DeviceKey, Fraction]]]  # per fitted subtask: its devices and shares
+_Fit = tuple[dict[str, list[int]], int, _Taken]  # the devices' new free units, units taken, shares
+_Saved = tuple[int, int, dict[str, list[int]]]  # free slots, free units in all, per device
 
 
 class _Plan:
@@ -136,7 +138,7 @@ class _Plan:
         self.resume = 0
         self.unit, self.spread = unit, spread
 
-    def fit(self, free: _Free) -> tuple[dict[str, list[int]], int, _Taken] | None:
+    def fit(self, free: _Free) -> _Fit | None:
         """The reference's fit of one slot on one TaskExecutor, in units: the devices' new
         free units, the units taken and what each subtask takes; None when it does not fit."""
         if free.slots < 1:
@@ -212,10 +214,12 @@ class CapacityIndex:
         self._widen(s.denominator for d in offer.devices.values() for s in d.values())
         free = _Free(offer, self._unit)
         self._by_id[offer.id] = free
-        if self._tree is not None and not self._tree.set(offer.id, free):
+        if self._tree is not None and self._tree.set(offer.id, free) is None:
             self._tree = None
 
-    def release(self, taskexecutor: str, shares: Mapping[DeviceKey, Fraction] | None = None, slots: int = 0) -> None:
+    def release(
+        self, taskexecutor: str, shares: Mapping[DeviceKey, Fraction] | None = None, slots: int = 0
+    ) -> None:
         """Give back ``slots`` and ``shares`` of ``taskexecutor`` (a subtask or an attempt
         ended): O(shares + log n). A TaskExecutor removed meanwhile is no error."""
         free = self._by_id.get(taskexecutor)
@@ -255,7 +259,7 @@ class CapacityIndex:
         tree = self._built()
         spread = policy != "pack"
         plans: dict[tuple[int, ...], _Plan] = {}  # by the identity of the subtasks' profiles
-        saved: dict[str, tuple[int, int, dict[str, list[int]]]] = {}  # to undo a refused call
+        saved: dict[str, _Saved] = {}  # what the TaskExecutors taken from had: to undo a refusal
         result = []
         for request in requests:
             kind = tuple([id(s.profile) for s in request.subtasks])
@@ -264,30 +268,31 @@ class CapacityIndex:
                 plan = plans[kind] = _Plan(request, self._unit, spread, tree)
             fitted = None
             if plan.checks is not None:
-                if spread:
-                    fitted = tree.best(plan.checks, plan.fit)
-                else:
-                    fitted = tree.leftmost(plan.checks, plan.fit, plan.resume)
+                fitted = tree.best(plan.checks, plan.fit) if spread else tree.leftmost(plan.checks, plan.fit, plan.resume)
             if fitted is None:
                 error = refusal(request, self.offers(), policy)
                 self._restore(saved, tree)
                 raise error
-            free, (trial, used, taken) = fitted
-            if free.id not in saved:
-                saved[free.id] = (free.slots, free.total, dict(free.free))
-            free.free.update(trial)
-            free.slots -= 1
-            free.total -= used
-            rank = tree.set(free.id, free)
-            if rank is None:  # it only shrank, so it keeps its place in the tree
-                raise AccelflowInternalError(f"{free.id} left the capacity tree")
-            if plan.monotone:
-                plan.resume = rank
-            subtasks = request.subtasks
-            result.append(SlotAssignment(free.id, {subtasks[i].holder: dict(mine) for i, mine in zip(plan.order, taken)}))
+            result.append(self._take(request, plan, fitted, saved, tree))
         return result
 
-    def _restore(self, saved: dict[str, tuple[int, int, dict[str, list[int]]]], tree: Tree[_Free]) -> None:
+    def _take(self, request: SlotRequest, plan: _Plan, fitted: tuple[_Free, _Fit],
+              saved: dict[str, _Saved], tree: Tree[_Free]) -> SlotAssignment:
+        free, (trial, used, taken) = fitted
+        if free.id not in saved:
+            saved[free.id] = (free.slots, free.total, dict(free.free))
+        free.free.update(trial)
+        free.slots -= 1
+        free.total -= used
+        rank = tree.set(free.id, free)
+        if rank is None:  # it only shrank, so it keeps its place in the tree
+            raise AccelflowInternalError(f"{free.id} left the capacity tree")
+        if plan.monotone:
+            plan.resume = rank
+        subtasks = request.subtasks
+        return SlotAssignment(free.id, {subtasks[i].holder: dict(mine) for i, mine in zip(plan.order, taken)})
+
+    def _restore(self, saved: dict[str, _Saved], tree: Tree[_Free]) -> None:
         for te, (slots, total, free_units) in saved.items():
             free = self._by_id[te]
             free.slots, free.total, free.free = slots, total, free_units
