@@ -200,3 +200,17 @@ def test_duplicate_offers_are_an_internal_error() -> None:
     te = TaskExecutorOffer("taskexecutor-1", 1, 1)
     with pytest.raises(AccelflowInternalError, match="two offers for taskexecutor-1"):
         place([], [te, te.copy()])
+
+
+def test_the_index_built_on_a_busy_cluster_is_not_rebuilt_as_shares_come_back() -> None:
+    """The tree is built at the first placement, maybe on a busy cluster; giving shares back
+    later must not need a rebuild (O(n)) per release."""
+    cluster = [TaskExecutorOffer(f"taskexecutor-{i}", 4, 4, {"gpu": {"0": F(1, 4), "1": F(1)}}) for i in (1, 2)]
+    index = CapacityIndex(cluster)
+    half = ResourceProfile({"gpu": F(1, 2)})
+    (a,) = index.place([SlotRequest((SubtaskRequest("a", "a", half),))], "spread")
+    tree = index._tree
+    index.release("taskexecutor-2", {DeviceKey("taskexecutor-2", "gpu", "0"): F(3, 4)})  # held before
+    index.release(a.taskexecutor, a.shares["a"], slots=1)
+    assert index._tree is tree
+    assert [o.devices["gpu"] for o in index.offers()] == [{"0": F(1, 4), "1": F(1)}, {"0": F(1), "1": F(1)}]

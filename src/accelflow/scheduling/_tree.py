@@ -46,8 +46,9 @@ class Tree(Generic[C]):
         self.rank = {te: i for i, te in enumerate(self.ids)}
         self.frees: list[C | None] = [frees[te] for te in self.ids]
         self.cap = 1 << len(self.ids).bit_length()  # room to append one more, at least
-        #: larger than any TaskExecutor's free units in all, so (slots, units) pack in one int
-        self.span = max((f.total for f in frees.values()), default=0) + 1
+        #: more than any TaskExecutor's devices can have free (``unit`` each), so (slots,
+        #: units) pack in one int, however much is taken and given back
+        self.span = max((unit * sum(map(len, f.free.values())) for f in frees.values()), default=0) + 1
         size = 2 * self.cap
         self.slots = [-1] * size
         self.key = [-1] * size
