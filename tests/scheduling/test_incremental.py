@@ -94,7 +94,7 @@ def assert_within(assignments: list[SlotAssignment], requests: list[SlotRequest]
     assert all(s >= 0 for s in shares.values()), shares
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(cluster=offers(), job=requests(), policy=POLICY)
 def test_place_decides_as_the_reference_and_never_over_commits(
     cluster: list[TaskExecutorOffer], job: list[SlotRequest], policy: Policy
@@ -106,7 +106,7 @@ def test_place_decides_as_the_reference_and_never_over_commits(
         assert_within(got, job, cluster)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cluster=offers(fresh=True), job=requests(), policy=POLICY)
 def test_on_an_empty_cluster_too(cluster: list[TaskExecutorOffer], job: list[SlotRequest], policy: Policy) -> None:
     assert outcome(place, job, cluster, policy) == outcome(reference.place, job, cluster, policy)
@@ -152,7 +152,7 @@ OPS = st.lists(st.one_of(
 ), max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cluster=offers(fresh=True), ops=OPS, policy=POLICY, data=st.data())
 def test_a_long_lived_index_agrees_with_the_reference_after_any_changes(
     cluster: list[TaskExecutorOffer], ops: list[tuple[str, object]], policy: Policy, data: st.DataObject
