@@ -214,9 +214,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"# benchmarks/scheduling.py: {SLOTS} slots and {GPUS} GPUs per TaskExecutor, {PER_TE} subtasks per "
           f"TaskExecutor, each {{'gpu': 0.5}}.\n# {platform.platform()}, Python {platform.python_version()}, "
           f"{os.cpu_count()} cores, load average {load:.1f} at start. Today's reference: one run per cell "
-          f"(stopped past {args.reference_limit:.0f} s); new: median (min - max) of {args.repeat} runs.\n")
+          f"({f'stopped past {args.reference_limit:.0f} s' if args.reference_limit else 'no time limit'}); "
+          f"new: median (min - max) of {args.repeat} runs.\n")
     new = table(args.sizes, args.repeat, args.reference_limit)
-    verdicts(args.sizes, new)
+    if len(args.sizes) > 1:
+        verdicts(args.sizes, new)
     jobmanager_path(max(args.sizes), args.repeat)
 
 
