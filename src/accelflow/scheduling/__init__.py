@@ -11,6 +11,7 @@ from accelflow.scheduling._amounts import ONE, Amount, ResourceProfile, format_a
 
 if TYPE_CHECKING:
     from accelflow.scheduling._assign import (
+        Policy,
         SlotAssignment,
         SlotRequest,
         SubtaskRequest,
@@ -18,13 +19,16 @@ if TYPE_CHECKING:
         natural_key,
         place,
     )
+    from accelflow.scheduling._index import CapacityIndex
     from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
 
 __all__ = [
     "ONE",
     "Amount",
+    "CapacityIndex",
     "DeviceKey",
     "DeviceLedger",
+    "Policy",
     "ResourceProfile",
     "SlotAssignment",
     "SlotRequest",
@@ -37,6 +41,7 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), {
-    "._assign": ("SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "natural_key", "place"),
+    "._assign": ("Policy", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "natural_key", "place"),
+    "._index": ("CapacityIndex",),
     "._ledger": ("DeviceKey", "DeviceLedger"),
 })

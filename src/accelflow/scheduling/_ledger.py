@@ -35,23 +35,33 @@ class DeviceLedger:
     def __init__(self) -> None:
         self._holders: dict[DeviceKey, dict[Hashable, Fraction]] = {}
         self._free: dict[DeviceKey, Fraction] = {}  # kept in step: O(1) free(), not O(holders)
-        # who acquired (also with no devices) and has not released: release() checks this
-        self._borrowers: set[Hashable] = set()
+        # every device of a TaskExecutor, and what each holder holds: so that removing one
+        # TaskExecutor or releasing one holder costs what it touches, not the whole cluster.
+        # A holder is a key of _held from acquire (also of no device) until it releases.
+        self._by_taskexecutor: dict[str, dict[DeviceKey, None]] = {}
+        self._held: dict[Hashable, dict[DeviceKey, Fraction]] = {}
 
     def add_devices(self, devices: Iterable[DeviceKey]) -> None:
         for device in devices:
             if device not in self._holders:
                 self._holders[device] = {}
                 self._free[device] = ONE
+                self._by_taskexecutor.setdefault(device.taskexecutor, {})[device] = None
 
     def remove_taskexecutor(self, taskexecutor: str) -> None:
-        """Forget a TaskExecutor's devices (it died or stopped), holders included."""
-        for device in [d for d in self._holders if d.taskexecutor == taskexecutor]:
-            del self._holders[device]
+        """Forget a TaskExecutor's devices (it died or stopped), holders included: O(its
+        devices and their holders)."""
+        for device in self._by_taskexecutor.pop(taskexecutor, {}):
+            for holder in self._holders.pop(device):
+                del self._held[holder][device]
             del self._free[device]
 
     def devices(self) -> list[DeviceKey]:
         return sorted(self._holders)
+
+    def devices_of(self, taskexecutor: str) -> list[DeviceKey]:
+        """``taskexecutor``'s devices, in the order they were added: O(its devices)."""
+        return list(self._by_taskexecutor.get(taskexecutor, ()))
 
     def free(self, device: DeviceKey) -> Fraction:
         return self._free[device]
@@ -76,10 +86,11 @@ class DeviceLedger:
                 raise AccelflowInternalError(
                     f"{holder!r} asked for {share} of {device}, which has {self.free(device)} free"
                 )
+        held = self._held.setdefault(holder, {})
         for device, share in shares.items():
             self._holders[device][holder] = share
             self._free[device] -= share
-        self._borrowers.add(holder)
+            held[device] = share
 
     def release(
         self, holder: Hashable, devices: Iterable[DeviceKey] | None = None
@@ -93,7 +104,7 @@ class DeviceLedger:
             AccelflowInternalError: ``holder`` holds nothing here (never acquired, or released
                 already), or does not hold one of ``devices``; nothing is released then.
         """
-        if holder not in self._borrowers:
+        if holder not in self._held:
             raise AccelflowInternalError(
                 f"{holder!r} releases devices it does not hold (never acquired or released "
                 "already)"
@@ -107,11 +118,13 @@ class DeviceLedger:
                     f"{holder!r} releases {', '.join(map(str, missing))}, which it does not hold"
                 )
             held = {d: s for d, s in held.items() if d in wanted}
+        mine = self._held[holder]
         for device, share in held.items():
             del self._holders[device][holder]
             self._free[device] += share
-        if devices is None or not self.held_by(holder):
-            self._borrowers.discard(holder)
+            del mine[device]
+        if devices is None or not mine:
+            del self._held[holder]
         return held
 
     def release_if_held(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
@@ -120,16 +133,16 @@ class DeviceLedger:
         For cleanup paths that cannot know what was released already (e.g. cancelling a job
         whose finished subtasks gave their devices back).
         """
-        if holder not in self._borrowers:
+        if holder not in self._held:
             return {}
         return self.release(holder)
 
     def is_holder(self, holder: Hashable) -> bool:
         """Whether ``holder`` acquired and has not released everything yet."""
-        return holder in self._borrowers
+        return holder in self._held
 
     def held_by(self, holder: Hashable) -> dict[DeviceKey, Fraction]:
-        return {d: h[holder] for d, h in self._holders.items() if holder in h}
+        return dict(self._held.get(holder, {}))
 
     def statistics(self) -> list[dict[str, object]]:
         """One row per device: its key, free share and holders with their shares."""

@@ -1,6 +1,7 @@
-"""Deployment: placing a job's subtasks on slots and devices (the pure
-:func:`accelflow.scheduling.place` decides), shipping them to their TaskExecutors, and
-taking everything back when an attempt ends or is aborted."""
+"""Deployment: placing a job's subtasks on slots and devices (the cluster's
+:class:`accelflow.scheduling.CapacityIndex` decides, as the pure
+:func:`accelflow.scheduling.place` would), shipping them to their TaskExecutors, and taking
+everything back when an attempt ends or is aborted."""
 
 from __future__ import annotations
 
@@ -80,13 +81,16 @@ class Deployer:
         """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
         Called with the lock held; waiting releases it."""
         policy = job.config.get(k.PLACEMENT_POLICY)
+        fits_members = -1  # the membership the job was last found to fit when empty
         while True:
             if job.cancel_requested or self.state.cancel_all:
                 raise JobCancelledError(f"{job.id} ({job.name}) was cancelled while waiting for resources")
             try:
-                return place(requests, self.state.offers(), policy)  # type: ignore[arg-type]
+                return self.state.place(requests, policy)  # type: ignore[arg-type]
             except AllocationError as now:
-                self._fits_empty(requests, policy)
+                if fits_members != self.state.members:  # placing on the empty cluster: O(job)
+                    self._fits_empty(requests, policy)
+                    fits_members = self.state.members
                 if job.pending is None:
                     _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
                 job.state = "PENDING"
@@ -96,19 +100,17 @@ class Deployer:
     def _acquire(self, job: Job, assignments: list[SlotAssignment]) -> list[SubtaskKey]:
         keys: list[SubtaskKey] = []
         state = self.state
+        state.take(job.id, job.attempt, assignments)
         for assignment in assignments:
-            te = state.taskexecutors[assignment.taskexecutor]
-            te.used_slots += 1
             for holder, shares in assignment.shares.items():
                 assert isinstance(holder, SubtaskKey)
-                state.ledger.acquire(holder, shares)
                 keys.append(holder)
                 devices: dict[str, list[tuple[str, Fraction]]] = {}
                 for d, share in shares.items():
                     devices.setdefault(d.resource, []).append((d.address, share))
                 chain = job.graph.chains[holder.chain]
-                state.subtasks[holder] = SubtaskState(holder, subtask_name(chain, holder.index), te.id, devices)
-        state.slots[(job.id, job.attempt)] = [a.taskexecutor for a in assignments]
+                state.subtasks[holder] = SubtaskState(
+                    holder, subtask_name(chain, holder.index), assignment.taskexecutor, devices)
         return keys
 
     def _descriptor(self, job: Job, key: SubtaskKey, blobs: dict[int, bytes],

@@ -16,7 +16,16 @@ from accelflow._errors import AccelflowInternalError
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import Registration, SubtaskKey
 from accelflow.runtime.jobmanager._jobs import Job, SubtaskState, TaskExecutorInfo
-from accelflow.scheduling import ONE, DeviceKey, DeviceLedger, TaskExecutorOffer
+from accelflow.scheduling import (
+    ONE,
+    CapacityIndex,
+    DeviceKey,
+    DeviceLedger,
+    Policy,
+    SlotAssignment,
+    SlotRequest,
+    TaskExecutorOffer,
+)
 
 
 class ClusterState:
@@ -25,13 +34,19 @@ class ClusterState:
         #: notified (under ``lock``) whenever capacity frees up or a TaskExecutor registers
         self.released = threading.Condition(self.lock)
         self.ledger = DeviceLedger()
+        #: the ledger's free shares and the free slots, indexed for placement; every change
+        #: below updates the TaskExecutors it touches (O(their devices + log n))
+        self.capacity = CapacityIndex()
         self.taskexecutors: dict[str, TaskExecutorInfo] = {}
         self.jobs: dict[str, Job] = {}
         self.subtasks: dict[SubtaskKey, SubtaskState] = {}
-        #: (job id, attempt) -> the TaskExecutor of each slot it holds
-        self.slots: dict[tuple[str, int], list[str]] = {}
+        #: (job id, attempt) -> the TaskExecutor (id, pid) of each slot it holds: a replacement
+        #: registering under a lost one's id does not get the lost one's slots back
+        self.slots: dict[tuple[str, int], list[tuple[str, int]]] = {}
         #: pids of TaskExecutor incarnations already given up on
         self.lost_pids: set[int] = set()
+        #: counts TaskExecutors registered and lost: what the empty cluster offers changes with it
+        self.members = 0
         #: cancels every job (the embedded cluster's ``JobClient.cancel``, a session's stop)
         self.cancel_all = False
 
@@ -40,6 +55,8 @@ class ClusterState:
         with self.lock:
             self.taskexecutors[reg.taskexecutor_id] = TaskExecutorInfo(reg)
             self.ledger.add_devices(devices_of(reg))
+            self.capacity.put(self.offer(reg.taskexecutor_id))
+            self.members += 1
             self.released.notify_all()
 
     def lose_taskexecutor(self, te_id: str, pid: int | None) -> bool:
@@ -51,6 +68,8 @@ class ClusterState:
             del self.taskexecutors[te_id]
             self.lost_pids.add(te.registration.pid)
             self.ledger.remove_taskexecutor(te_id)
+            self.capacity.remove(te_id)
+            self.members += 1
             return True
 
     def running_jobs(self) -> list[Job]:
@@ -58,35 +77,66 @@ class ClusterState:
             return [j for j in self.jobs.values() if not j.done.is_set()]
 
     # -- capacity ----------------------------------------------------------------------------
+    def place(self, requests: list[SlotRequest], policy: Policy) -> list[SlotAssignment]:
+        """Where ``requests`` go now (all or nothing); the caller then takes the slots and
+        acquires the shares (``Deployer``), which :attr:`capacity` already counts as taken.
+
+        Raises:
+            AllocationError: one does not fit now; the reasons say why.
+        """
+        with self.lock:
+            return self.capacity.place(requests, policy)
+
+    def take(self, job_id: str, attempt: int, assignments: list[SlotAssignment]) -> None:
+        """Take the slots and acquire the shares that :meth:`place` just gave ``assignments``."""
+        with self.lock:
+            held = self.slots[(job_id, attempt)] = []
+            for assignment in assignments:
+                te = self.taskexecutors[assignment.taskexecutor]
+                te.used_slots += 1
+                held.append((te.id, te.registration.pid))
+                for holder, shares in assignment.shares.items():
+                    self.ledger.acquire(holder, shares)
+
     def offers(self, *, empty: bool = False) -> list[TaskExecutorOffer]:
         """What each TaskExecutor offers now (or when ``empty``, with nothing running)."""
         with self.lock:
-            return [
-                TaskExecutorOffer(
-                    te.id, te.registration.slots - (0 if empty else te.used_slots),
-                    te.registration.slots, self.free_devices(te.id, empty=empty),
-                )
-                for te in sorted(self.taskexecutors.values(), key=lambda t: t.id)
-            ]
+            return [self.offer(te_id, empty=empty) for te_id in sorted(self.taskexecutors)]
+
+    def offer(self, te_id: str, *, empty: bool = False) -> TaskExecutorOffer:
+        """What ``te_id`` offers now: O(its devices)."""
+        te = self.taskexecutors[te_id]
+        return TaskExecutorOffer(
+            te_id, te.registration.slots - (0 if empty else te.used_slots), te.registration.slots,
+            self.free_devices(te_id, empty=empty),
+        )
 
     def free_devices(self, te_id: str, *, empty: bool = False) -> dict[str, dict[str, Fraction]]:
         free: dict[str, dict[str, Fraction]] = {}
-        for d in self.ledger.devices():
-            if d.taskexecutor == te_id:
-                free.setdefault(d.resource, {})[d.address] = ONE if empty else self.ledger.free(d)
+        for d in self.ledger.devices_of(te_id):
+            free.setdefault(d.resource, {})[d.address] = ONE if empty else self.ledger.free(d)
         return free
 
     def release_slots(self, job_id: str, attempt: int) -> None:
         with self.lock:
-            for te_id in self.slots.pop((job_id, attempt), []):
-                if te_id in self.taskexecutors:
-                    self.taskexecutors[te_id].used_slots -= 1
+            freed: dict[str, int] = {}
+            for te_id, pid in self.slots.pop((job_id, attempt), []):
+                te = self.taskexecutors.get(te_id)
+                if te is not None and te.registration.pid == pid:
+                    te.used_slots -= 1
+                    freed[te_id] = freed.get(te_id, 0) + 1
+            for te_id, count in freed.items():
+                self.capacity.release(te_id, slots=count)
             self.released.notify_all()
 
     def release_devices(self, key: SubtaskKey) -> None:
         """Give back what subtask ``key`` holds (nothing when it holds nothing)."""
         with self.lock:
-            self.ledger.release_if_held(key)
+            by_te: dict[str, dict[DeviceKey, Fraction]] = {}
+            for device, share in self.ledger.release_if_held(key).items():
+                by_te.setdefault(device.taskexecutor, {})[device] = share
+            for te_id, shares in by_te.items():
+                self.capacity.release(te_id, shares)
             self.released.notify_all()
 
     def info_properties(self, te_id: str, resource: str, address: str) -> dict[str, str]:
