@@ -129,9 +129,9 @@ class RemoteJobClient(_Waitable):
             reasons = "".join(f"\n  {reason}" for reason in pending["reasons"])
             _say(f"{self.job_id} ({self.name}) waits for resources (PENDING): {pending['message']}"
                  f"{reasons}\n  it starts when they are free; see {self.url}")
-        elif self._waiting_since is not None and snapshot.get("state") == "RUNNING":
+        elif self._waiting_since is not None and snapshot.get("state") in _PLACED:
             _say(f"{self.job_id} ({self.name}) got its resources after "
-                 f"{time.monotonic() - self._waiting_since:.1f} s and runs")
+                 f"{time.monotonic() - self._waiting_since:.1f} s")
             self._waiting_since = None
         for listener in self.progress_listeners:
             listener(snapshot)
@@ -147,6 +147,10 @@ class RemoteJobClient(_Waitable):
                 self._conn.send(CancelJob())
         except OSError:
             pass  # already over
+
+
+#: a job in one of these states has been placed (a job that waited may end before a tick)
+_PLACED = ("RUNNING", "RESTARTING", "FINISHED")
 
 
 def _say(text: str) -> None:
