@@ -3,7 +3,9 @@
 import os
 import sys
 
-from accelflow.runtime.taskexecutor._early import start_forkserver
+from accelflow.runtime.taskexecutor._early import start_forkserver, whole_lines
+
+whole_lines()
 
 # first: its preloads import in parallel with this process's imports; its socket goes into the
 # cluster's working directory, the configuration file's

@@ -34,7 +34,7 @@ from accelflow.runtime import (
     SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
-from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
+from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver, whole_lines
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 
 _TERM_GRACE_S = 2.0
@@ -232,6 +232,7 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
     workdir = os.path.dirname(os.path.abspath(config_path))
+    whole_lines()  # before the forkserver: a forked one, and its subtasks, keep it
     start_forkserver(fork=forked, workdir=workdir)
     trace("te forkserver started")
     try:
