@@ -132,10 +132,14 @@ def _stop_starting(proc: subprocess.Popen[bytes], log: Path) -> int:
         _, alive = psutil.wait_procs(processes, timeout=max(0.0, deadline - time.monotonic()))
     except KeyboardInterrupt:
         alive = [p for p in processes if p.is_running()]
-    if proc.poll() is None or alive:
+    if proc.poll() is None:
         say(f"the session cluster (pid {proc.pid}) is still starting or stopping; stop it with "
             f"'kill {proc.pid}' (it then stops its TaskExecutors), or with 'accelflow cluster stop' "
             f"once it is ready; its log: {log}")
+        return 130
+    if alive:
+        say(f"the session cluster (pid {proc.pid}) has stopped, but some of its processes still run "
+            f"(pids {', '.join(str(p.pid) for p in alive)}); stop them with 'kill PID'; its log: {log}")
         return 130
     (state_dir() / f"session-{proc.pid}.json").unlink(missing_ok=True)  # gone with its process
     say(f"stopped it: no process of it is left (its log: {log})")
