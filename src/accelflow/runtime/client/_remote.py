@@ -154,8 +154,10 @@ _PLACED = ("RUNNING", "RESTARTING", "FINISHED")
 
 
 def _say(text: str) -> None:
-    """One ``accelflow: ...`` status line (or several) on stderr."""
-    print(f"accelflow: {text}", file=sys.stderr, flush=True)
+    """One ``accelflow: ...`` status line (or several) on stderr, in one write (other
+    processes may write to the same terminal or file meanwhile)."""
+    sys.stderr.write(f"accelflow: {text}\n")
+    sys.stderr.flush()
 
 
 def _warn_cluster_keys(job: dict[str, Any], cluster: dict[str, Any], url: str) -> None:
