@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -22,9 +24,12 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60)
 
 
-def _sessions() -> list[psutil.Process]:
+def _sessions(tmp_path: Path) -> list[psutil.Process]:
+    """The session cluster processes (``python -m accelflow.runtime.service``) a test started:
+    their log is in its state directory (other tests may run clusters meanwhile)."""
     return [p for p in psutil.process_iter(["cmdline"])
-            if "accelflow.runtime.service._session" in " ".join(p.info["cmdline"] or [])]
+            if (p.info["cmdline"] or [])[1:3] == ["-m", "accelflow.runtime.service"]
+            and any(arg.startswith(str(tmp_path / "state")) for arg in p.info["cmdline"])]
 
 
 def test_status_and_stop_without_a_session_say_how_to_start_one(tmp_path: Path) -> None:
@@ -50,16 +55,14 @@ def test_run_with_an_unknown_cluster_url_fails_before_the_script_runs(tmp_path: 
 
 
 def test_start_with_a_bad_config_starts_nothing(tmp_path: Path) -> None:
-    before = {p.pid for p in _sessions()}
     out = _cli(tmp_path, "cluster", "start", "-D", "rest.port=http")
     assert out.returncode == 2
     assert "rest.port" in out.stderr and "http" in out.stderr
-    assert {p.pid for p in _sessions()} == before
+    assert _sessions(tmp_path) == []
     assert not list(tmp_path.glob("state/session-*.json"))
 
 
 def test_a_cluster_that_cannot_start_reports_its_log_and_leaves_no_process(tmp_path: Path) -> None:
-    before = {p.pid for p in _sessions()}
     out = _cli(
         tmp_path, "cluster", "start", "-D", "rest.port=0", "-D", "external-resources=gpu",
         "-D", "external-resource.gpu.amount=3", "-D", "external-resource.gpu.driver-factory.class=gpu",
@@ -68,7 +71,7 @@ def test_a_cluster_that_cannot_start_reports_its_log_and_leaves_no_process(tmp_p
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("accelflow: error: the session cluster did not start (exit code 1):")
     assert "taskexecutor-1 could not start" in out.stderr  # the TaskExecutor's own message, from the log
-    assert {p.pid for p in _sessions()} == before
+    assert _sessions(tmp_path) == []
     assert not list((tmp_path / "state").glob("session-*.json"))
 
 
@@ -119,3 +122,69 @@ def test_stop_with_a_stale_state_file_signals_no_stranger(tmp_path: Path) -> Non
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_every_cluster_action_has_a_help_description(tmp_path: Path) -> None:
+    for action, says in (("start", "Ctrl-C while it starts stops what was started"),
+                         ("status", "free slots and device shares"),
+                         ("stop", "wait until no process of the cluster is left")):
+        out = _cli(tmp_path, "cluster", action, "--help")
+        assert out.returncode == 0, out.stderr
+        assert says in " ".join(out.stdout.split()), (action, out.stdout)
+        assert "accelflow cluster start --conf conf/accelflow.yaml" in out.stdout  # the examples
+
+
+SLOW_DISCOVERY = """\
+#!/bin/sh
+touch "$DISCOVERING"
+exec sleep 120
+"""
+
+
+def test_ctrl_c_while_the_cluster_starts_stops_all_it_started(tmp_path: Path) -> None:
+    """Ctrl-C once a TaskExecutor is running GPU discovery (a script that takes two minutes):
+    the session process, its zygote, TaskExecutor, forkserver and the script all stop, and
+    no state file is left; before, they all kept running (the GPUs held) and the command
+    only said 'interrupted'."""
+    script = tmp_path / "discover.sh"
+    script.write_text(SLOW_DISCOVERY, encoding="utf-8")
+    script.chmod(0o755)
+    marker = tmp_path / "discovering"
+    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"), DISCOVERING=str(marker))
+    env.pop("ACCELFLOW_CONF", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "accelflow", "cluster", "start", "-D", "rest.port=0",
+         "-D", "external-resources=gpu", "-D", "external-resource.gpu.amount=1",
+         "-D", "external-resource.gpu.driver-factory.class=gpu",
+         "-D", f"external-resource.gpu.param.discovery-script.path={script}",
+         "-D", "external-resource.gpu.param.discovery-script.timeout=120 s"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        (session,) = _sessions(tmp_path)
+        started += [session, *session.children(recursive=True)]
+        assert any(p.cmdline()[-2:] == ["sleep", "120"] for p in started)  # the TaskExecutor's script
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
+        stdout, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 130, stderr
+        assert stdout == ""
+        log = next((tmp_path / "state").glob("cluster-*.log"))
+        assert stderr.splitlines() == [
+            f"accelflow: interrupted: stopping the session cluster that was starting (pid {session.pid})",
+            f"accelflow: stopped it: no process of it is left (its log: {log})",
+        ]
+        _, alive = psutil.wait_procs(started, timeout=10)
+        assert alive == [], [p.cmdline() for p in alive]
+        assert not list((tmp_path / "state").glob("session-*.json"))
+        assert "SIGTERM while starting: stopping the session cluster" in log.read_text(encoding="utf-8")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for p in started:  # what a failing run left running
+            if p.is_running():
+                p.kill()

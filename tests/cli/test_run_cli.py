@@ -126,3 +126,53 @@ def test_a_key_of_a_resource_nobody_lists_still_warns_once(tmp_path: Path, job: 
     done = accelflow("run", "-D", "external-resource.tpu.amount=3", str(job), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("external-resource.tpu.amount: resource 'tpu' is not listed") == 1
+
+
+def test_a_directory_is_named_as_one_not_as_a_missing_script(tmp_path: Path) -> None:
+    empty = tmp_path / "jobs"
+    empty.mkdir()
+    done = accelflow("run", "jobs", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == ("accelflow: config error: accelflow run jobs: is a directory, not a job "
+                           "script; give the script itself (e.g. accelflow run jobs/job.py)\n")
+    for name in ("b.py", "a.py", "notes.txt"):
+        (empty / name).write_text("", encoding="utf-8")
+    done = accelflow("run", str(empty), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"accelflow: config error: accelflow run {empty}: is a directory, not a "
+                           "job script; give the script itself (one of a.py, b.py in it)\n")
+    missing = accelflow("run", "nope.py", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr == "accelflow: config error: accelflow run nope.py: no such job script\n"
+
+
+BROKEN = """\
+import helper
+
+
+def build():
+    helper.fail("bad top level")
+
+
+build()
+"""
+
+
+def test_an_error_of_the_script_shows_only_the_users_frames_as_python_does(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("def fail(why):\n    raise ValueError(why)\n", encoding="utf-8")
+    script = tmp_path / "job.py"
+    script.write_text(BROKEN, encoding="utf-8")
+    python = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, check=False)
+    done = accelflow("run", str(script), cwd=tmp_path)
+    assert done.returncode == python.returncode == 1
+    assert done.stderr == python.stderr  # the script's frames and the helper's, nothing of ours
+    assert done.stderr.startswith(f'Traceback (most recent call last):\n  File "{script}", line 8, in <module>\n')
+    assert done.stderr.endswith("ValueError: bad top level\n")
+
+    script.write_text("def broken(:\n", encoding="utf-8")
+    python = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, check=False)
+    done = accelflow("run", str(script), cwd=tmp_path)
+    assert done.returncode == python.returncode == 1
+    assert done.stderr == python.stderr and "SyntaxError" in done.stderr

@@ -150,5 +150,5 @@ def test_no_documented_command_puts_an_option_after_the_script(where: str, comma
     # skip accelflow run's options with their values; the first other word is the script
     i = 0
     while i < len(words) and words[i].startswith("-"):
-        i += 2 if words[i] in ("-D", "--conf", "--cluster") else 1
+        i += 2 if words[i] in ("-D", "--conf", "--cluster", "-s", "--fromSavepoint") else 1
     assert not misplaced_options(words[i + 1:]), where

@@ -4,8 +4,12 @@ its 401 says where that job's token is (not ``accelflow cluster ...``: issue 25,
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +117,51 @@ def test_a_non_loopback_address_prints_a_warning() -> None:
         assert lines[1] == f"accelflow: REST API and web UI at {server.url}?token={server.token}"
     finally:
         server.stop()
+
+
+STOPPABLE = """\
+import sys
+from rest_checkpoint_jobs import CommitLog, Paced, double
+from accelflow import Environment
+env = Environment({"parallelism.default": 1, "execution.checkpointing.interval": "100 ms",
+                   "execution.checkpointing.dir": sys.argv[1], "rest.enabled": True, "rest.port": 0})
+env.from_source(Paced(10**6, chunk=20, delay=0.01, bounded=False), name="numbers") \\
+    .map(double, name="double").sink_to(CommitLog(sys.argv[2]), name="log")
+env.execute("numbers")
+"""
+
+
+def test_accelflow_run_of_an_embedded_job_stopped_with_a_savepoint_says_where_and_how_to_resume(
+        tmp_path: Path) -> None:
+    """Stopped through its REST API (``POST /v1/jobs/{id}/stop``), the job ends FINISHED and
+    ``accelflow run`` exits 0; it says where the savepoint is and how to resume from it
+    (before, it said nothing at all)."""
+    script = tmp_path / "job.py"
+    script.write_text(STOPPABLE, encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *[p for p in sys.path if p]])
+    args = [str(script), str(tmp_path / "checkpoints"), str(tmp_path / "out")]
+    proc = subprocess.Popen([sys.executable, "-m", "accelflow", "run", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        announced = proc.stderr.readline()  # accelflow: REST API and web UI at URL?token=TOKEN
+        url, token = announced.split()[-1].split("?token=")
+        wait_until(lambda: list((tmp_path / "checkpoints").glob("*/chk-*/_metadata")), "a checkpoint", 60)
+        body = json.dumps({"targetDirectory": str(tmp_path / "sp")}).encode()
+        request = urllib.request.Request(url + "v1/jobs/job-1/stop", data=body, method="POST", headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 202
+        rest = proc.stderr.read()
+        assert proc.wait(60) == 0, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    (savepoint,) = (tmp_path / "sp").iterdir()
+    assert rest.splitlines() == [
+        f"accelflow: job-1 (numbers) was stopped with a savepoint at {savepoint}",
+        f"accelflow: resume with: accelflow run -s {savepoint} {' '.join(args)}",
+    ]

@@ -178,6 +178,10 @@ def test_cli_savepoint_and_stop_then_run_s_resumes_exactly_once(session: Session
         assert session.get(f"/v1/jobs/{job}")["state"] == "FINISHED"
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stderr  # the submitting `accelflow run` sees it finish
+        lines = stderr.splitlines()  # ... and says why it finished, and how to go on
+        assert f"accelflow: {job} (resumable) was stopped with a savepoint at {final}" in lines, stderr
+        assert (f"accelflow: resume with: accelflow run -s {final} --cluster {session.url} "
+                f"{tmp_path / 'job.py'} {out} {tmp_path / 'checkpoints'} unbounded") in lines, stderr
     finally:
         if proc.poll() is None:
             proc.kill()

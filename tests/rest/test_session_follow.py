@@ -34,7 +34,9 @@ def test_the_result_goes_out_when_the_job_ends_without_waiting_for_a_progress_ti
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_session, "_PROGRESS_S", 3600.0)  # a tick would never come in this test
     cluster: Any = SimpleNamespace(jobmanager=_JobManager())
-    job = SimpleNamespace(id="job-1", graph=None, state="FINISHED", config=config_from())
+    cluster._snapshot = lambda job: SessionCluster._snapshot(cluster, job)
+    job = SimpleNamespace(id="job-1", graph=None, state="FINISHED", config=config_from(), pending=None,
+                          stopped_with_savepoint=None)
     ours, theirs = Pipe()
     ended, ended_w = os.pipe()
     outcome: dict[str, Any] = {}
@@ -48,4 +50,5 @@ def test_the_result_goes_out_when_the_job_ends_without_waiting_for_a_progress_ti
     os.close(ended)
     progress, result = theirs.recv(), theirs.recv()
     assert isinstance(progress, JobProgress) and progress.snapshot["records"] == 8
+    assert progress.snapshot["state"] == "FINISHED" and progress.snapshot["stopped_with_savepoint"] is None
     assert result == JobSucceeded("the result")

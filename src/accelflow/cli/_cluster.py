@@ -30,22 +30,49 @@ _EXTRA_START_S = 30.0
 _STOP_TIMEOUT_S = 60.0
 
 
+_START = """\
+Start a session cluster in the background (like Flink's start-cluster.sh): a JobManager and
+local.number-taskmanager TaskExecutors in a detached process with the REST API and web UI.
+Returns once every TaskExecutor has registered and prints the REST URL, the web UI's link with
+its token, and the log. Ctrl-C while it starts stops what was started."""
+
+_STATUS = """\
+Show a running session cluster: its URL, web UI link, TaskExecutors, free slots and device
+shares, and its jobs by state."""
+
+_STOP = """\
+Stop a session cluster: cancel every job, stop every TaskExecutor (each gives its devices
+back) and wait until no process of the cluster is left; one that does not stop within
+60 s is killed, and the command says so."""
+
+_EPILOG = """\
+examples:
+  accelflow cluster start --conf conf/accelflow.yaml -D rest.port=0
+  accelflow run --cluster http://127.0.0.1:8081 job.py
+  accelflow cluster status
+  accelflow cluster stop --cluster http://127.0.0.1:8081"""
+
+
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "cluster", help="start, inspect or stop a session cluster",
         description="A session cluster runs in the background; submit jobs to it with "
-        "'accelflow run --cluster URL job.py'.",
+        "'accelflow run --cluster URL job.py'.", epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    start = actions.add_parser("start", help="start a session cluster in the background")
+    start = actions.add_parser("start", help="start a session cluster in the background",
+                               description=_START, epilog=_EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(start)
     start.set_defaults(func=start_cluster)
-    for name, func, text in (("status", status, "show a session cluster"),
-                             ("stop", stop, "stop a session cluster and release its devices")):
-        p = actions.add_parser(name, help=text)
+    for name, func, text, description in (
+            ("status", status, "show a session cluster", _STATUS),
+            ("stop", stop, "stop a session cluster and release its devices", _STOP)):
+        p = actions.add_parser(name, help=text, description=description, epilog=_EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--cluster", metavar="URL", help="which session (default: the only one)")
         p.set_defaults(func=func)
-
 
 
 def start_cluster(args: argparse.Namespace) -> int:
@@ -62,12 +89,22 @@ def start_cluster(args: argparse.Namespace) -> int:
         command += ["-D", definition]
     log = state_dir() / f"cluster-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # it shows the REST token
-    with os.fdopen(fd, "ab") as out:
-        proc = subprocess.Popen(
-            [*command, "--log", str(log)], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=os.getcwd(),
-        )
-    info = _await_ready(proc, log, config.get(k.STARTUP_TIMEOUT) + _EXTRA_START_S)
+    # Ctrl-C waits until the process exists (and is ours to stop); the session unblocks it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with os.fdopen(fd, "ab") as out:
+            proc = subprocess.Popen(
+                [*command, "--log", str(log)], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, cwd=os.getcwd(),
+            )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C since lands here
+        info = _await_ready(proc, log, config.get(k.STARTUP_TIMEOUT) + _EXTRA_START_S)
+    except KeyboardInterrupt:
+        return _stop_starting(proc, log)
     print(f"session cluster started (pid {info.pid})")
     print(f"REST API and web UI: {info.url}")
     print(f"open the web UI at:  {info.ui_url}")
@@ -75,6 +112,47 @@ def start_cluster(args: argparse.Namespace) -> int:
     print(f"submit jobs with:    accelflow run --cluster {info.url} job.py")
     print(f"log:                 {log}")
     return 0
+
+
+def _stop_starting(proc: subprocess.Popen[bytes], log: Path) -> int:
+    """Ctrl-C while the session cluster starts: SIGTERM it (it stops the TaskExecutors it has
+    started and removes its state file), wait until no process of it is left, and say so; when
+    that does not happen in time, or Ctrl-C comes again, say how to stop it. Returns 130."""
+    from accelflow.runtime.service import state_dir
+
+    say(f"interrupted: stopping the session cluster that was starting (pid {proc.pid})")
+    processes = _family(proc.pid)
+    proc.terminate()  # our child, not waited for yet: the pid is still its own
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    alive: list[psutil.Process] = []
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            processes |= _family(proc.pid)  # TaskExecutors it started meanwhile
+            time.sleep(0.05)
+        _, alive = psutil.wait_procs(processes, timeout=max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        alive = [p for p in processes if p.is_running()]
+    if proc.poll() is None:
+        say(f"the session cluster (pid {proc.pid}) is still starting or stopping; stop it with "
+            f"'kill {proc.pid}' (it then stops its TaskExecutors), or with 'accelflow cluster stop' "
+            f"once it is ready; its log: {log}")
+        return 130
+    if alive:
+        say(f"the session cluster (pid {proc.pid}) has stopped, but some of its processes still run "
+            f"(pids {', '.join(str(p.pid) for p in alive)}); stop them with 'kill PID'; its log: {log}")
+        return 130
+    (state_dir() / f"session-{proc.pid}.json").unlink(missing_ok=True)  # gone with its process
+    say(f"stopped it: no process of it is left (its log: {log})")
+    return 130
+
+
+def _family(pid: int) -> set[psutil.Process]:
+    """The process ``pid`` and its descendants (none when it has exited)."""
+    try:
+        root = psutil.Process(pid)
+        return {root, *root.children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> Any:

@@ -54,5 +54,7 @@ def stderr() -> Console:
 
 
 def say(line: str) -> None:
-    """One ``accelflow: ...`` status line on stderr (stdout stays for what scripts read)."""
-    print(f"accelflow: {line}", file=sys.stderr, flush=True)
+    """One ``accelflow: ...`` status line on stderr (stdout stays for what scripts read), in
+    one write: TaskExecutors and subtasks may write to the same terminal or file meanwhile."""
+    sys.stderr.write(f"accelflow: {line}\n")
+    sys.stderr.flush()

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error("error", exc, verbose=args.verbose)
         return 1
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("accelflow: interrupted", file=sys.stderr, flush=True)
         return 130
     return code
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,9 +29,10 @@ from typing import Any
 
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from accelflow._errors import ConfigError
+from accelflow._errors import AccelflowError, ConfigError
 from accelflow._warn import warn
-from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say, stderr
+from accelflow.cli._common import add_config_options, conf_file, load_cli_config, stderr
+from accelflow.cli._run_ending import Interrupts, print_script_error, report_interrupted, report_stopped
 from accelflow.config import keys as k
 from accelflow.runtime.client import ExecutionContext, ProgressSource, use_context
 
@@ -132,9 +132,7 @@ def _warn_misplaced(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    script = Path(args.script)
-    if not script.is_file():
-        raise ConfigError("no such job script", key=f"accelflow run {args.script}")
+    script = _job_script(args.script)
     _warn_misplaced(args)
     given = list(args.definitions)
     args.definitions = [*given, *_recovery_definitions(args)]  # -s and -n win over -D
@@ -151,28 +149,56 @@ def run(args: argparse.Namespace) -> int:
 
     def follow(source: ProgressSource, graph: Any) -> Callable[[], None]:
         started.append((source, graph))
-        return _progress_display(source, graph) if show else _nothing
+        stop = _progress_display(source, graph) if show else _nothing
+
+        def ended() -> None:
+            stop()
+            report_stopped(source, graph, args, given)
+        return ended
 
     context = ExecutionContext(
         base_config=base, conf_file=conf_file(args), definitions=tuple(args.definitions),
-        progress=follow, cluster_url=args.cluster,
-        script_dir=str(script.parent.absolute()) if args.cluster else None,
+        progress=follow, cluster_url=args.cluster, script_dir=str(script.parent) if args.cluster else None,
     )
     argv = sys.argv
-    sys.argv = [str(script), *_without_separator(args.args)]
-    sys.path.insert(0, str(script.parent.absolute()))
-    try:
-        with use_context(context):
-            runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except KeyboardInterrupt:  # the job client has cancelled its job and waited for its end
-        _report_interrupted(started, args, given)
-        return 130
-    finally:
-        sys.argv = argv
-        sys.path.remove(str(script.parent.absolute()))
+    sys.argv = [args.script, *_without_separator(args.args)]
+    sys.path.insert(0, str(script.parent))
+    with Interrupts(started) as interrupts:
+        try:
+            with use_context(context):
+                runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except KeyboardInterrupt:  # the job client has cancelled its job and waited for its end
+            interrupts.ending()
+            report_interrupted(started, args, given)
+            return 130
+        except AccelflowError:
+            raise  # one line, no traceback (cli._main)
+        except Exception as exc:  # the script's own error: shown as `python script.py` shows it
+            return print_script_error(exc, str(script))
+        finally:
+            sys.argv = argv
+            sys.path.remove(str(script.parent))
     return 0
+
+
+def _job_script(given: str) -> Path:
+    """The job script's absolute path (Python's own ``__file__`` of a script it runs).
+
+    Raises:
+        ConfigError: no such file, or a directory.
+    """
+    script = Path(given).absolute()
+    key = f"accelflow run {given}"
+    if script.is_dir():
+        inside = sorted(p.name for p in script.glob("*.py"))
+        which = (f"one of {', '.join(inside[:4])}{', ...' if len(inside) > 4 else ''} in it" if inside
+                 else f"e.g. accelflow run {Path(given) / 'job.py'}")
+        raise ConfigError(f"is a directory, not a job script; give the script itself ({which})", key=key)
+    if not script.is_file():
+        raise ConfigError("no such job script", key=key)
+    return script
 
 
 def _recovery_definitions(args: argparse.Namespace) -> list[str]:
@@ -202,62 +228,6 @@ def _recovery_definitions(args: argparse.Namespace) -> list[str]:
 
 def _nothing() -> None:
     pass
-
-
-
-def _report_interrupted(started: list[tuple[ProgressSource, Any]], args: argparse.Namespace,
-                        given: list[str]) -> None:
-    """After Ctrl-C: which job was cancelled, and where its retained checkpoint is."""
-    reported = False
-    for source, graph in started:
-        job_id, state, retained = _ending_of(source, graph)
-        if job_id is None or state in ("FINISHED", "FAILED"):
-            continue  # ended before the interrupt
-        reported = True
-        if state != "CANCELED":
-            say(f"interrupted; {job_id} ({graph.name}) has not stopped yet ({state})")
-            continue
-        say(f"interrupted: cancelled {job_id} ({graph.name})")
-        if retained is None:
-            continue
-        if retained.startswith("memory://") and not args.cluster:
-            say("its checkpoints were kept in memory (execution.checkpointing.dir is not set), "
-                 "so none is left to resume from")
-            continue
-        say(f"its latest checkpoint is kept at {retained}")
-        say(f"resume with: {_resume_command(retained, args, given)}")
-    if not reported:
-        say("interrupted")
-
-
-def _ending_of(source: ProgressSource, graph: Any) -> tuple[str | None, str, str | None]:
-    """``(job id, state, retained checkpoint)`` of the job that ``source`` ran."""
-    from accelflow.runtime.jobmanager import JobManager
-
-    if isinstance(source, JobManager):
-        from accelflow.runtime.service import retained_checkpoint
-
-        with source.lock:
-            jobs = [j for j in source.jobs.values() if j.graph is graph]
-            if not jobs:
-                return None, "CREATED", None
-            return jobs[-1].id, jobs[-1].state, retained_checkpoint(jobs[-1])
-    return (getattr(source, "job_id", None), str(getattr(source, "status", lambda: "?")()),
-            getattr(source, "retained_checkpoint", None))
-
-
-def _resume_command(path: str, args: argparse.Namespace, given: list[str]) -> str:
-    words = ["accelflow", "run", "-s", path]
-    if args.conf:
-        words += ["--conf", args.conf]
-    for definition in given:
-        words += ["-D", definition]
-    if args.cluster:
-        words += ["--cluster", args.cluster]
-    if args.allow_non_restored:
-        words.append("-n")
-    words += [args.script, *args.args]
-    return shlex.join(words)
 
 
 def _without_separator(script_args: list[str]) -> list[str]:

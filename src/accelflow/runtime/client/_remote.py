@@ -3,6 +3,10 @@
 The job graph travels with cloudpickle over the session's authenticated submission channel
 (never through the REST API). Modules next to the job script travel by value, so the cluster
 need not import them; other modules the job imports by name must be importable there.
+
+The client says on stderr what its user cannot see otherwise: the job was submitted, it waits
+for resources (``PENDING``, once, with the placement's reasons) and later starts, it was
+stopped with a savepoint (and where).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -61,6 +66,9 @@ class RemoteJobClient(_Waitable):
         self.progress_listeners: list[Callable[[dict[str, Any]], None]] = []
         #: the checkpoint a cancelled or failed job left to resume from (its last progress)
         self.retained_checkpoint: str | None = None
+        #: the savepoint of a job stopped with one (``accelflow stop``, REST, web UI)
+        self.stopped_with_savepoint: str | None = None
+        self._waiting_since: float | None = None  # since when it waits for resources (PENDING)
         self.job_id = self._accepted()
         self._status = "RUNNING"
         self._stop_progress = None
@@ -71,7 +79,7 @@ class RemoteJobClient(_Waitable):
     def _accepted(self) -> str:
         msg = self._recv()
         if isinstance(msg, JobAccepted):
-            print(f"accelflow: submitted {msg.job_id} ({self.name}) to {msg.url}", file=sys.stderr, flush=True)
+            _say(f"submitted {msg.job_id} ({self.name}) to {msg.url}")
             return msg.job_id
         self._conn.close()
         raise self._error_of(msg)
@@ -93,12 +101,13 @@ class RemoteJobClient(_Waitable):
             while True:
                 msg = self._recv()
                 if isinstance(msg, JobProgress):
-                    self.retained_checkpoint = msg.snapshot.get("retained_checkpoint")
-                    for listener in self.progress_listeners:
-                        listener(msg.snapshot)
+                    self._progress(msg.snapshot)
                     continue
                 if isinstance(msg, JobSucceeded):
                     self._result, self._status = msg.result, "FINISHED"
+                    if self.stopped_with_savepoint is not None:
+                        _say(f"{self.job_id} ({self.name}) was stopped with a savepoint at "
+                             f"{self.stopped_with_savepoint}")
                 else:
                     self._error = self._error_of(msg)
                     self._status = "CANCELED" if isinstance(self._error, JobCancelledError) else "FAILED"
@@ -108,6 +117,24 @@ class RemoteJobClient(_Waitable):
         finally:
             self._conn.close()
             self._done.set()
+
+    def _progress(self, snapshot: dict[str, Any]) -> None:
+        """Hand ``snapshot`` to the progress displays; say once that the job waits for
+        resources and why, and again when it starts after waiting."""
+        self.retained_checkpoint = snapshot.get("retained_checkpoint")
+        self.stopped_with_savepoint = snapshot.get("stopped_with_savepoint")
+        pending = snapshot.get("pending")
+        if pending is not None and self._waiting_since is None:
+            self._waiting_since = time.monotonic()
+            reasons = "".join(f"\n  {reason}" for reason in pending["reasons"])
+            _say(f"{self.job_id} ({self.name}) waits for resources (PENDING): {pending['message']}"
+                 f"{reasons}\n  it starts when they are free; see {self.url}")
+        elif self._waiting_since is not None and snapshot.get("state") in _PLACED:
+            _say(f"{self.job_id} ({self.name}) got its resources after "
+                 f"{time.monotonic() - self._waiting_since:.1f} s")
+            self._waiting_since = None
+        for listener in self.progress_listeners:
+            listener(snapshot)
 
     def status(self) -> str:
         """``RUNNING``, ``FINISHED``, ``FAILED`` or ``CANCELED``."""
@@ -120,6 +147,17 @@ class RemoteJobClient(_Waitable):
                 self._conn.send(CancelJob())
         except OSError:
             pass  # already over
+
+
+#: a job in one of these states has been placed (a job that waited may end before a tick)
+_PLACED = ("RUNNING", "RESTARTING", "FINISHED")
+
+
+def _say(text: str) -> None:
+    """One ``accelflow: ...`` status line (or several) on stderr, in one write (other
+    processes may write to the same terminal or file meanwhile)."""
+    sys.stderr.write(f"accelflow: {text}\n")
+    sys.stderr.flush()
 
 
 def _warn_cluster_keys(job: dict[str, Any], cluster: dict[str, Any], url: str) -> None:

@@ -262,6 +262,8 @@ class JobManager:
             except (JobCancelledError, AllocationError, CheckpointError):
                 raise
             except AccelflowError as exc:  # any failure of a running attempt, as Flink
+                if job.cancel_requested or self.state.cancel_all:  # e.g. its cluster stopping
+                    raise JobCancelledError(f"{job.id} ({job.name}) was cancelled") from exc
                 if attempts_left <= 0:
                     raise
                 attempts_left -= 1

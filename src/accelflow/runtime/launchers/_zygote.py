@@ -80,9 +80,12 @@ class Zygote:
                if not name.startswith(IMPORT_TIME_PREFIXES) and name != AUTHKEY_ENV_VAR}
         env.update(import_env, **child_environment())
         fd = theirs.fileno()
+        # Ctrl-C is the client's to handle: ignored before the zygote's first import
+        code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                f"import {program.__name__} as z; z.serve({fd})")
         try:  # stderr stays the client's, for a traceback should the zygote ever fail
             self.process = subprocess.Popen(
-                [sys.executable, "-c", f"import {program.__name__} as z; z.serve({fd})"],
+                [sys.executable, "-c", code],
                 pass_fds=[fd], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         except OSError as exc:

@@ -3,8 +3,8 @@
 from accelflow.runtime.service._metrics import render_metrics
 from accelflow.runtime.service._rest import RestServer
 from accelflow.runtime.service._snapshot import checkpoints_view, retained_checkpoint
-from accelflow.runtime.service._session import (
-    SessionCluster,
+from accelflow.runtime.service._session import SessionCluster
+from accelflow.runtime.service._statefile import (
     SessionInfo,
     find_session,
     running_sessions,

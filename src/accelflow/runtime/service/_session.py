@@ -1,20 +1,10 @@
 """The session cluster: a long-lived JobManager with its TaskExecutors, REST API and web UI,
 to which ``accelflow run --cluster URL job.py`` submits jobs (as Flink's session mode).
 
-``accelflow cluster start`` runs this module as a detached process (``setsid``). When the
-cluster is ready it writes a *state file* ``session-<pid>.json`` (mode 0600) into the per-user
-state directory (``$ACCELFLOW_STATE_DIR``, default ``$XDG_STATE_HOME/accelflow`` or
-``~/.local/state/accelflow``, mode 0700). The file maps the REST URL to the *submission
-channel*: a ``multiprocessing.connection`` Unix socket in a private 0700 directory, guarded by
-the random authentication key stored in the same file. Only the user who can read the file
-can submit code; the REST API cannot (see :mod:`accelflow.runtime.service._rest`). The file
-also holds the REST token, and the cluster process's start time and command line: a pid is
-only believed while both still match, so a stale file whose pid was reused by another process
-is removed and nothing is signalled (:func:`session_process`). The socket directory
-(``$TMPDIR/accelflow-session-*``) names its owner the same way in its ``owner`` file (pid and
-start time; the directory name stays short: Unix socket paths are limited to 107 bytes), so
-the directory of a SIGKILLed cluster is removed by the next ``accelflow cluster
-start|status|stop`` (:func:`sweep_stale`).
+``accelflow cluster start`` runs this module as a detached process (``setsid``); its state
+file and socket directory are described in :mod:`._statefile`. SIGTERM or SIGINT stop it in
+order (every job cancelled, every TaskExecutor stopped, the state file removed), also while it
+starts: ``accelflow cluster start`` sends SIGTERM when Ctrl-C interrupts it.
 
 Messages on the submission channel are the typed messages of
 :mod:`accelflow.runtime._messages` (the job graph inside with cloudpickle):
@@ -22,7 +12,10 @@ Messages on the submission channel are the typed messages of
 - ``SubmitJob`` → ``JobAccepted``, then ``JobProgress``... and finally ``JobSucceeded`` or
   ``JobFailed`` (the error keeps its class and traceback through ``encode_error``);
   the client may send ``CancelJob``. A client that disconnects leaves its job running (cancel
-  it in the UI or with the REST API).
+  it in the UI or with the REST API). Each ``JobProgress`` snapshot carries, besides the
+  record counts, the job's ``state`` and, while it waits for resources, ``pending``
+  (``{"message": ..., "reasons": [...]}``); the last one carries ``retained_checkpoint`` and
+  ``stopped_with_savepoint`` (the client tells its user).
 - ``StatusRequest`` → ``StatusReply``; ``StopRequest`` → ``Stopping``; ``ConfigRequest`` →
   ``ConfigReply``: the cluster's keys, the lowest config layer of a job script run with
   ``--cluster`` (so it sees e.g. the cluster's external resources); ``TriggerSavepoint`` →
@@ -32,22 +25,21 @@ Messages on the submission channel are the typed messages of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
-import stat
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Client, Connection, Listener, wait
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import asdict
+from multiprocessing.connection import Connection, Listener, wait
+from types import FrameType
 from typing import Any
 
 import cloudpickle
@@ -57,7 +49,6 @@ from accelflow._errors import (
     AccelflowError, AccelflowInternalError, AllocationError, ConfigError, JobError, encode_error,
 )
 from accelflow.config import Configuration, config_from
-from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     CancelJob, ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded,
@@ -68,216 +59,37 @@ from accelflow.runtime.jobmanager import Job, JobManager
 from accelflow.runtime.service import _savepoints
 from accelflow.runtime.service._rest import RestServer
 from accelflow.runtime.service._snapshot import cluster_view, retained_checkpoint
+from accelflow.runtime.service._statefile import SessionInfo, socket_dir, write_private
 from accelflow.runtime.launchers import make_launcher
 
 _STOP_JOBS_S = 20.0
 _PROGRESS_S = 0.5
 _log = logging.getLogger("accelflow.session")
-_SOCKET_PREFIX = "accelflow-session-"
-_OWNER = re.compile(r"^(?P<pid>[0-9]{1,10}) (?P<start>[0-9]{1,12}(?:\.[0-9]{1,6})?)\n?$")
-_START_TOLERANCE_S = 0.05  # psutil's start times are in clock ticks (1/100 s)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """What a state file says about one running session cluster."""
-
-    pid: int
-    url: str
-    socket: str
-    authkey: str  # hex
-    started: float
-    log: str
-    token: str  # the REST API's bearer token
-    create_time: float  # of the cluster process (psutil), with cmdline: who ``pid`` is
-    cmdline: list[str] = field(default_factory=list)
-
-    @property
-    def ui_url(self) -> str:
-        """The web UI's link with the token."""
-        return f"{self.url}?token={self.token}"
-
-    @property
-    def path(self) -> Path:
-        return state_dir() / f"session-{self.pid}.json"
-
-    def connect(self) -> Connection:
-        """Open the submission channel.
-
-        Raises:
-            AccelflowError: the session does not answer (it crashed or is stopping).
-        """
-        try:
-            return Client(self.socket, "AF_UNIX", authkey=bytes.fromhex(self.authkey))
-        except (OSError, EOFError) as exc:
-            raise AccelflowError(
-                f"the session cluster at {self.url} (pid {self.pid}) does not answer on "
-                f"{self.socket}: {exc}; see its log {self.log}"
-            ) from exc
-
-
-def state_dir() -> Path:
-    """The per-user state directory, created with mode 0700."""
-    base = os.environ.get(STATE_DIR_ENV_VAR)
-    if base:
-        path = Path(base)
-    else:
-        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        path = Path(xdg) / "accelflow"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
-
-
-def session_process(info: SessionInfo) -> psutil.Process | None:
-    """The cluster's process, or None when ``info.pid`` has exited or now belongs to another
-    process (start time or command line differ): then signal nothing."""
-    return _same_process(info.pid, info.create_time, info.cmdline)
-
-
-def _same_process(pid: int, create_time: float, cmdline: list[str] | None) -> psutil.Process | None:
-    try:
-        proc = psutil.Process(pid)
-        if abs(proc.create_time() - create_time) > _START_TOLERANCE_S:
-            return None
-        if cmdline is not None and proc.cmdline() != cmdline:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    return proc
-
-
-def _stale_reason(info: SessionInfo) -> str:
-    try:
-        proc = psutil.Process(info.pid)
-        return f"pid {info.pid} now belongs to another process ({' '.join(proc.cmdline())[:120] or proc.name()})"
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return f"pid {info.pid} has exited"
-
-
-def running_sessions(report: Callable[[str], None] | None = None) -> list[SessionInfo]:
-    """Every session whose process is alive (same pid, start time and command line); the state
-    files of the others are removed, each with a line to ``report`` when given."""
-    found = []
-    for path in sorted(state_dir().glob("session-*.json")):
-        try:
-            info = SessionInfo(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as exc:
-            if report is not None:
-                report(f"ignored {path}: not a session state file of this accelflow version "
-                       f"({type(exc).__name__}); remove it if no session cluster uses it")
-            continue
-        if session_process(info) is not None:
-            found.append(info)
-            continue
-        path.unlink(missing_ok=True)
-        if report is not None:
-            report(f"removed the stale state file {path}: its session cluster at {info.url} is "
-                   f"gone ({_stale_reason(info)}); nothing was signalled")
-    return found
-
-
-def sweep_stale(report: Callable[[str], None]) -> None:
-    """Remove stale state files and the socket directories of clusters that died (SIGKILL),
-    saying so through ``report``; only this user's directories, only when their owner (pid and
-    start time in their ``owner`` file) is gone. A directory without that file (being created,
-    or from an older accelflow) is left alone."""
-    running_sessions(report)
-    base = Path(tempfile.gettempdir())
-    try:
-        entries = list(base.iterdir())
-    except OSError:
-        return
-    for path in entries:
-        if not path.name.startswith(_SOCKET_PREFIX):
-            continue
-        try:
-            st = path.lstat()
-            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
-                continue
-            match = _OWNER.match((path / "owner").read_text(encoding="ascii")[:64])
-        except (OSError, UnicodeDecodeError):
-            continue
-        if match is None or _same_process(int(match["pid"]), float(match["start"]), None) is not None:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            report(f"removed the socket directory {path} of a session cluster that died "
-                   f"(pid {match['pid']})")
-
-
-def _socket_dir() -> Path:
-    """A private (0700) directory whose ``owner`` file records this process's pid and start time."""
-    path = Path(tempfile.mkdtemp(prefix=_SOCKET_PREFIX))
-    _write_private(path / "owner", f"{os.getpid()} {psutil.Process().create_time():.3f}\n")
-    return path
-
-
-def find_session(url: str | None) -> SessionInfo:
-    """The running session with REST URL ``url`` (or the only one when ``url`` is None).
-
-    Raises:
-        AccelflowError: none, or several and no URL, or none at that URL; says which exist.
-    """
-    sessions = running_sessions()
-    where = f"state directory {state_dir()} (${STATE_DIR_ENV_VAR})"
-    if url is None:
-        if len(sessions) == 1:
-            return sessions[0]
-        if not sessions:
-            raise AccelflowError(f"no session cluster is running ({where}); start one with "
-                                 "'accelflow cluster start'")
-        raise AccelflowError("several session clusters are running; choose one with --cluster: "
-                             + ", ".join(s.url for s in sessions))
-    wanted = _normal_url(url)
-    for s in sessions:
-        if _normal_url(s.url) == wanted:
-            return s
-    known = ", ".join(s.url for s in sessions) or "none"
-    raise AccelflowError(f"--cluster {url}: no session cluster of this user serves that URL "
-                         f"(running: {known}; {where})")
-
-
-def session_config(info: SessionInfo) -> dict[str, Any]:
-    """The raw config keys the session cluster runs with (see the ``config`` message)."""
-    conn = info.connect()
-    try:
-        conn.send(ConfigRequest())
-        reply = conn.recv()
-    finally:
-        conn.close()
-    if not isinstance(reply, ConfigReply):
-        raise AccelflowError(f"unexpected answer from the session cluster at {info.url}: {reply!r}")
-    return dict(reply.config)
-
-
-def _normal_url(url: str) -> str:
-    url = url.strip().split("?", 1)[0].rstrip("/")  # the UI link (``/?token=...``) names it too
-    return url.replace("://localhost:", "://127.0.0.1:")
 
 
 class SessionCluster:
     """The session cluster process: JobManager, TaskExecutors, REST server, submissions."""
 
-    def __init__(self, config: Configuration) -> None:
+    def __init__(self, config: Configuration, *, stopping: threading.Event | None = None) -> None:
         self.config = config
         self.launcher = make_launcher(config)
         self.jobmanager = JobManager(config, self.launcher)
         self.rest = RestServer(self.jobmanager, config)
-        self.stopping = threading.Event()
+        self.stopping = stopping or threading.Event()
         self.job_threads: list[threading.Thread] = []
         self.client_threads: list[threading.Thread] = []  # each tells its client how its job ended
-        self.socket_dir = _socket_dir()
+        self.socket_dir = socket_dir()
         self.authkey = secrets.token_bytes(32)
         self.listener: Listener | None = None
         self.info: SessionInfo | None = None
 
-    def start(self, log_path: str) -> SessionInfo:
+    def start(self, log_path: str,
+              interruptible: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> SessionInfo:
+        """Start the TaskExecutors (within ``interruptible()``), the REST server and the
+        submission channel, then write the state file."""
         self.jobmanager.start_dispatcher()
-        self.jobmanager.start_cluster()
+        with interruptible():
+            self.jobmanager.start_cluster()
         url = self.rest.start()
         socket = str(self.socket_dir / "submit.sock")
         self.listener = unix_listener(socket)
@@ -287,7 +99,7 @@ class SessionCluster:
         me = psutil.Process()
         self.info = SessionInfo(os.getpid(), url, socket, self.authkey.hex(), time.time(), log_path,
                                 self.rest.token, me.create_time(), me.cmdline())
-        _write_private(self.info.path, json.dumps(asdict(self.info)))
+        write_private(self.info.path, json.dumps(asdict(self.info)))
         return self.info
 
     def stop(self) -> None:
@@ -387,35 +199,66 @@ class SessionCluster:
         while ended not in (ready := wait([conn, ended], _PROGRESS_S)):
             if conn in ready and isinstance(conn.recv(), CancelJob):
                 self.jobmanager.cancel(job.id)
-            snapshot = self.jobmanager.progress(job.graph)
+            snapshot = self._snapshot(job)
             if snapshot != last:
                 conn.send(JobProgress(snapshot))
                 last = snapshot
         thread.join()
         with self.jobmanager.lock:  # what a cancelled or failed job left to resume from
-            retained = retained_checkpoint(job)
-        conn.send(JobProgress(dict(self.jobmanager.progress(job.graph), retained_checkpoint=retained)))
+            ending = {"retained_checkpoint": retained_checkpoint(job),
+                      "stopped_with_savepoint": job.stopped_with_savepoint}
+        conn.send(JobProgress(dict(self._snapshot(job), **ending)))
         if "result" in outcome:
             conn.send(JobSucceeded(outcome["result"]))
         else:
             conn.send(JobFailed(encode_error(outcome["error"], with_traceback=True)))  # for -v
 
+    def _snapshot(self, job: Job) -> dict[str, Any]:
+        """What the job's client hears: records and total, the job's state and, while it
+        waits for resources, why (``{"message": ..., "reasons": [...]}``, as ``/pending``)."""
+        with self.jobmanager.lock:
+            state, pending = job.state, job.pending
+        why = None if pending is None else {"message": pending.message, "reasons": list(pending.reasons)}
+        return dict(self.jobmanager.progress(job.graph), state=state, pending=why)
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by this user only (0600)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+class _Interrupted(BaseException):
+    """SIGTERM or SIGINT while the cluster's TaskExecutors start: end the start at once."""
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT set :attr:`stopping`; inside :meth:`interruptible` (while the
+    TaskExecutors start, which may take the whole ``taskmanager.registration.timeout``) the
+    first also raises :class:`_Interrupted`, so the start ends at once and the cluster stops
+    what it has started. SIGHUP is ignored (the terminal that started it may close)."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._raise = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping.set()
+        if self._raise:
+            self._raise = False
+            raise _Interrupted(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        if self.stopping.is_set():
+            raise _Interrupted("a signal")
+        self._raise = True
+        try:
+            yield
+        finally:
+            self._raise = False
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m accelflow.runtime.service --log FILE [--conf FILE] [-D k=v ...]``."""
+    signals = _StopSignals()  # before anything is made: nothing of a cluster is left behind
     parser = argparse.ArgumentParser(prog="accelflow-session")
     parser.add_argument("--log", required=True)
     parser.add_argument("--conf")
@@ -424,19 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from(conf_file=args.conf, definitions=args.definitions)
-        cluster = SessionCluster(config)
+        cluster = SessionCluster(config, stopping=signals.stopping)
     except AccelflowError as exc:
         print(f"accelflow: error: {exc}", file=sys.stderr, flush=True)
         return 2 if isinstance(exc, ConfigError) else 1
-    signal.signal(signal.SIGTERM, lambda *_: cluster.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: cluster.stopping.set())
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        info = cluster.start(args.log)
+        info = cluster.start(args.log, signals.interruptible)
         print(f"accelflow: session cluster ready (pid {info.pid}) at {info.url}", flush=True)
         while not cluster.stopping.wait(0.5):
             pass
         print("accelflow: stopping the session cluster", flush=True)
+    except _Interrupted as exc:
+        print(f"accelflow: {exc} while starting: stopping the session cluster", flush=True)
     except AccelflowError as exc:
         print(f"accelflow: error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from accelflow._exports import lazy_exports
 
-from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver
+from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver, whole_lines
 from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, process_started, trace
 from accelflow.runtime.taskexecutor import _zygote as zygote  # the zygote's program (stdlib only)
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "main", "process_started", "start_forkserver",
-    "trace", "zygote",
+    "trace", "whole_lines", "zygote",
 ]
 
 

@@ -1,8 +1,15 @@
 """``python -m accelflow.runtime.taskexecutor ID JM_ADDRESS CONFIG_JSON``."""
 
-from accelflow.runtime.taskexecutor._early import start_forkserver
+import os
+import sys
 
-start_forkserver()  # first: its preloads import in parallel with this process's imports
+from accelflow.runtime.taskexecutor._early import start_forkserver, whole_lines
+
+whole_lines()
+
+# first: its preloads import in parallel with this process's imports; its socket goes into the
+# cluster's working directory, the configuration file's
+start_forkserver(workdir=os.path.dirname(os.path.abspath(sys.argv[3])) if len(sys.argv) > 3 else None)
 
 from accelflow.runtime.taskexecutor._taskexecutor import run_and_exit  # noqa: E402
 

@@ -12,13 +12,16 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import traceback
-from multiprocessing import connection, forkserver, resource_tracker, util
+from multiprocessing import connection, forkserver, process, resource_tracker, util
 from typing import Any, NoReturn
 
 AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
 #: the subtask runtime, named, not imported: the forkserver imports it (with NumPy), not us
 SUBTASK_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".subtask"
+#: the longest path of a Unix socket (``sun_path`` holds 108 bytes with the final NUL)
+_MAX_SOCKET_PATH = 107
 
 
 class _Module:
@@ -40,8 +43,12 @@ class SubtaskEntry:
         importlib.import_module(SUBTASK_MODULE).run_subtask(*args)
 
 
-def start_forkserver(*, fork: bool = False) -> None:
+def start_forkserver(*, fork: bool = False, workdir: str | None = None) -> None:
     """Start this process's forkserver, which forks the subtasks (a no-op once it runs).
+
+    ``workdir``: the cluster's working directory (the launcher's, where the configuration
+    file and the JobManager's socket are): the forkserver's socket goes there, not into a
+    ``pymp-*`` directory in ``$TMPDIR`` (:func:`keep_tempdir_in`).
 
     ``_forkserver_guard`` first: it makes the forkserver die with this process, and subtasks
     die with the forkserver, so nothing outlives a TaskExecutor that is SIGKILLed. The
@@ -53,6 +60,7 @@ def start_forkserver(*, fork: bool = False) -> None:
     has no thread yet: the forkserver is forked from it (milliseconds) instead of started as
     a fresh interpreter that imports them again (0.2-0.3 s).
     """
+    keep_tempdir_in(workdir)
     ctx = multiprocessing.get_context("forkserver")
     guard = f"{__package__}._forkserver_guard"  # named, not imported: importing it ties us too
     ctx.set_forkserver_preload([guard, SUBTASK_MODULE, "numpy", "cloudpickle"])
@@ -63,6 +71,44 @@ def start_forkserver(*, fork: bool = False) -> None:
     finally:
         if key is not None:
             os.environ[AUTHKEY_ENV_VAR] = key
+
+
+def whole_lines() -> None:
+    """Make this process's stdout and stderr write each line in one piece (line buffering).
+
+    A TaskExecutor, its subtasks and the session cluster share one stdout (a session's log, or
+    the client's terminal): block-buffered, a file got 8 KB pieces cut mid-line; unbuffered
+    (``PYTHONUNBUFFERED``), ``print(a, b)`` wrote ``a``, the space, ``b`` and the newline
+    apart. Either way another process's line landed inside one: ``record 1 2record 5\n``.
+    Subtasks forked afterwards (by the forkserver) keep it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # replaced by something else (e.g. an embedding program)
+            pass
+
+
+def keep_tempdir_in(workdir: str | None) -> None:
+    """Make ``workdir`` multiprocessing's temporary directory in this process, where the
+    forkserver's socket goes, instead of a ``pymp-*`` directory of its own in ``$TMPDIR``.
+
+    multiprocessing removes its ``pymp-*`` when the process exits, but a SIGKILLed
+    TaskExecutor cannot: ``$TMPDIR`` kept one per kill. The cluster's working directory goes
+    as a whole when the cluster stops (the launcher removes it; a TaskExecutor whose client
+    died removes it itself), and the socket with it. Nothing changes when ``workdir`` is None,
+    when the directory is chosen already (a second call), or when a socket path in
+    ``workdir`` would be too long for a Unix socket.
+
+    Example: the forkserver listens on ``/tmp/accelflow-k2j4x0ab/listener-7b6e5d4c`` instead
+    of ``/tmp/pymp-3f9a1c2d/listener-7b6e5d4c``.
+    """
+    config = process.current_process()._config  # type: ignore[attr-defined]
+    if workdir is None or config.get("tempdir") is not None:
+        return
+    workdir = os.path.abspath(workdir)
+    if len(workdir) + len("/listener-12345678") <= _MAX_SOCKET_PATH:
+        config["tempdir"] = workdir
 
 
 #: what ``_fork_forkserver`` sets on multiprocessing's forkserver (CPython 3.11-3.14)

@@ -1,5 +1,6 @@
 """Imported first by the TaskExecutor's forkserver (as a preload module): makes it die with
-the TaskExecutor.
+the TaskExecutor, and makes its stdout and stderr (which every subtask inherits) write whole
+lines (``_early.whole_lines``).
 
 Every subtask holds the forkserver's "alive" pipe, so a forkserver outlives a SIGKILLed
 TaskExecutor for as long as any subtask runs, and the subtasks (whose parent-death signal
@@ -11,5 +12,7 @@ its parent too.
 """
 
 from accelflow.runtime import die_with_parent
+from accelflow.runtime.taskexecutor._early import whole_lines
 
 die_with_parent()
+whole_lines()

@@ -34,7 +34,7 @@ from accelflow.runtime import (
     SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
-from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
+from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver, whole_lines
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 
 _TERM_GRACE_S = 2.0
@@ -231,11 +231,18 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     signal.signal(signal.SIGTERM, _on_sigterm)
     authkey = bytes.fromhex(os.environ.pop(AUTHKEY_ENV_VAR))
-    start_forkserver(fork=forked)
+    workdir = os.path.dirname(os.path.abspath(config_path))
+    whole_lines()  # before the forkserver: a forked one, and its subtasks, keep it
+    start_forkserver(fork=forked, workdir=workdir)
     trace("te forkserver started")
-    with open(config_path, encoding="utf-8") as f:
-        config = config_from(values=json.load(f))
-    jm = Client(address, "AF_UNIX", authkey=authkey)
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = config_from(values=json.load(f))
+        jm = Client(address, "AF_UNIX", authkey=authkey)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        if os.path.isdir(workdir):  # else the cluster stopped while this process started
+            print(f"accelflow: error: {te_id} cannot reach its JobManager: {exc}", file=sys.stderr)
+        return 1
     try:
         provider = ExternalResourceInfoProvider.from_config(config)
     except AccelflowError as exc:
@@ -254,7 +261,7 @@ def _main(argv: list[str] | None, client: int | None) -> int:
         if (te.orphaned or _terminated) and _client_gone(client, parent=not forked):
             # the client died without stopping the cluster: nobody else will remove its
             # working directory (sockets; arrays spilled where there is no memfd)
-            shutil.rmtree(os.path.dirname(os.path.abspath(config_path)), ignore_errors=True)
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -4,7 +4,8 @@ local cluster from there. A spawned TaskExecutor spends 0.2-0.4 s starting an in
 importing the same modules before its first subtask; a forked one starts in milliseconds.
 
 Run by the client (``accelflow.runtime.launchers._zygote``) as ``python -c "import <this
-module> as z; z.serve(FD)"``, ``FD`` a ``SOCK_SEQPACKET`` socket to it, with
+module> as z; z.serve(FD)"`` with SIGINT ignored from the start (Ctrl-C in the terminal reaches
+the zygote too, while it still imports), ``FD`` a ``SOCK_SEQPACKET`` socket to it, with
 the client's environment and ``PYTHONHASHSEED=0`` (what a spawned TaskExecutor gets). One
 pickled tuple per packet:
 
@@ -120,8 +121,7 @@ def _become_taskexecutor(
 ) -> NoReturn:
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # SIGINT stays ignored: Ctrl-C is the client's
         for fd in unused:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
