@@ -138,13 +138,20 @@ def _example(cls: type) -> object:
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
         "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
     }
+    device = _messages.RegisteredDevice("0", {"index": "0", "uuid": "GPU-1"})
+    values.update({  # devices: a registration's and a SubtaskDescriptor's
+        "address": "0", "properties": {"index": "0"}, "amount": 2, "numerator": 1, "denominator": 2,
+        "resources": (_messages.RegisteredResource("gpu", 1, "gpu", "ok", None, (device,)),
+                      _messages.RegisteredResource("fpga", 2, status="no-driver")),
+    })
     values.update({  # a SubtaskDescriptor's own fields
         "parallelism": 2, "chain_blob": b"plan", "listen_address": "/tmp/c.sock",
-        "expected_senders": 1, "splits": [(0, 5)], "assigned": {"gpu": [({"index": "0"}, "1/2")]},
-        "taskexecutor_infos": {"gpu": [{"index": "0"}]}, "isolate": True, "authkey": b"k",
+        "expected_senders": 1, "splits": [(0, 5)],
+        "assigned": {"gpu": (_messages.DeviceShare({"index": "0"}, 1, 2),)},
+        "taskexecutor_infos": {"gpu": (device,)}, "isolate": True, "authkey": b"k",
     })
     fields = {f.name: values[f.name] for f in msgspec.structs.fields(cls)
-              if f.name in values and f.required}
+              if f.name in values}
     return cls(**fields)
 
 

@@ -131,7 +131,8 @@ def test_operators_that_request_nothing_see_their_taskexecutors_whole_set(
     env.from_sequence(0, 1, parallelism=2).map(Probe, parallelism=2).add_sink(records)
     client = env.execute_async()
     client.wait(30)
-    registered = client.jobmanager.taskexecutors["taskexecutor-1"].infos("gpu")
+    gpu = client.jobmanager.taskexecutors["taskexecutor-1"].registration.resource("gpu")
+    registered = [d.properties for d in gpu.devices]
     subtasks = _one_per_subtask(records.read())
     assert {s["taskexecutor"] for s in subtasks} == {"taskexecutor-1"}  # pack: one TaskExecutor
     for s in subtasks:

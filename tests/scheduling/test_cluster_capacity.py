@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from accelflow import AllocationError
-from accelflow.runtime import Registration, SubtaskKey
+from accelflow.runtime import RegisteredDevice, RegisteredResource, Registration, SubtaskKey
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.scheduling import ResourceProfile, SlotAssignment, SlotRequest, SubtaskRequest, place
 
@@ -17,8 +17,8 @@ HALF = ResourceProfile({"gpu": Fraction(1, 2)})
 
 
 def registration(te: str, slots: int = 2, gpus: int = 1, pid: int = 0) -> Registration:
-    infos = [{"index": str(i)} for i in range(gpus)]
-    return Registration(te, pid, slots, [{"name": "gpu", "status": "ok", "amount": gpus, "infos": infos}])
+    devices = tuple(RegisteredDevice(str(i), {"index": str(i)}) for i in range(gpus))
+    return Registration(te, pid, slots, (RegisteredResource("gpu", gpus, "gpu", devices=devices),))
 
 
 def cluster(n: int, **kwargs: Any) -> ClusterState:

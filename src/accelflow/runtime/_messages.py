@@ -7,8 +7,10 @@ Each message is a frozen ``msgspec.Struct``, pickled as it is (user code inside 
 JobManager → TaskExecutor (:data:`Command`): :class:`Deploy`, :class:`CancelJob`,
 :class:`Shutdown`.
 
-TaskExecutor → JobManager: :class:`Registration` or :class:`RegistrationFailed` once, then
-:class:`SubtaskExited` and every subtask event, relayed.
+TaskExecutor → JobManager: :class:`Registration` (its devices as :class:`RegisteredResource`
+and :class:`RegisteredDevice`) or :class:`RegistrationFailed` once, then :class:`SubtaskExited`
+and every subtask event, relayed. A :class:`SubtaskDescriptor` hands a subtask its devices as
+:class:`DeviceShare`.
 
 Subtask → TaskExecutor (:data:`SubtaskEvent`): :class:`SubtaskRunning`,
 :class:`SubtaskProgress`, :class:`Collected`, :class:`SubtaskFinished`,
@@ -32,12 +34,14 @@ savepoint|stop``).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from fractions import Fraction
+from typing import Any, Literal, NamedTuple
 
 from msgspec import Struct, field
 
 from accelflow._errors import RemoteError
 from accelflow.dataflow import Partitioning
+from accelflow.resources import ExternalResourceInfo, info_properties
 
 PROTOCOL = 2
 
@@ -73,6 +77,83 @@ class ChainPlan(_Message, frozen=True):
     checkpointing: bool = False
 
 
+# -- devices (inside Registration and SubtaskDescriptor) ------------------------------------------
+class RegisteredDevice(_Message, frozen=True):
+    """One device a TaskExecutor's driver discovered: its scheduling address and properties.
+
+    Example:
+        >>> RegisteredDevice.of(ExternalResourceInfo(index="0", uuid="GPU-8f6c"))
+        RegisteredDevice(address='0', properties={'index': '0', 'uuid': 'GPU-8f6c'})
+    """
+
+    address: str
+    properties: dict[str, str]
+
+    @classmethod
+    def of(cls, info: ExternalResourceInfo) -> RegisteredDevice:
+        properties = info_properties(info)
+        return cls(ExternalResourceInfo(properties).address, properties)
+
+    def info(self) -> ExternalResourceInfo:
+        """The device as the subtask's ``RuntimeContext`` hands it out."""
+        return ExternalResourceInfo(self.properties)
+
+
+class RegisteredResource(_Message, frozen=True):
+    """What one TaskExecutor registers of one external resource (``accelflow resources
+    --json`` shows the same fields).
+
+    A resource without a driver, or whose discovery degraded, has no devices: it is counted
+    by ``amount`` only (as in Flink), see :attr:`counted`.
+
+    Example:
+        >>> RegisteredResource("fpga", 2, status="no-driver").counted
+        True
+    """
+
+    name: str
+    amount: int
+    #: the driver factory as configured; None: no driver
+    driver: str | None = None
+    status: Literal["ok", "no-driver", "degraded"] = "ok"
+    #: why discovery degraded, if it did
+    message: str | None = None
+    devices: tuple[RegisteredDevice, ...] = ()
+
+    @property
+    def counted(self) -> bool:
+        """Whether this resource is counted by amount only (no driver, or a degraded one)."""
+        return self.status != "ok"
+
+    def device(self, address: str) -> RegisteredDevice | None:
+        """The device registered at ``address``, or None (a counted resource has none)."""
+        return next((d for d in self.devices if d.address == address), None)
+
+
+class DeviceShare(_Message, frozen=True):
+    """A device assigned to a subtask and the exact share of it the subtask holds.
+
+    Example:
+        >>> DeviceShare.of({"index": "0"}, Fraction(1, 4)).share
+        Fraction(1, 4)
+    """
+
+    properties: dict[str, str]
+    numerator: int
+    denominator: int
+
+    @classmethod
+    def of(cls, properties: dict[str, str], share: Fraction) -> DeviceShare:
+        return cls(properties, share.numerator, share.denominator)
+
+    @property
+    def share(self) -> Fraction:
+        return Fraction(self.numerator, self.denominator)
+
+    def info(self) -> ExternalResourceInfo:
+        return ExternalResourceInfo(self.properties)
+
+
 class SubtaskDescriptor(_Message, frozen=True):
     key: SubtaskKey
     parallelism: int
@@ -80,8 +161,10 @@ class SubtaskDescriptor(_Message, frozen=True):
     listen_address: str | None
     expected_senders: int
     splits: list[Any] | None
-    assigned: dict[str, list[tuple[dict[str, str], str]]]
-    taskexecutor_infos: dict[str, list[dict[str, str]]]
+    #: per resource the subtask asked for, its devices and shares (none for a counted resource)
+    assigned: dict[str, tuple[DeviceShare, ...]]
+    #: per resource, every device of the TaskExecutor the subtask runs on
+    taskexecutor_infos: dict[str, tuple[RegisteredDevice, ...]]
     isolate: bool
     authkey: bytes
     taskexecutor_id: str
@@ -137,8 +220,12 @@ class Registration(_Message, frozen=True):
     taskexecutor_id: str
     pid: int
     slots: int
-    resources: list[dict[str, Any]] = field(default_factory=list)
+    resources: tuple[RegisteredResource, ...] = ()
     protocol: int = PROTOCOL
+
+    def resource(self, name: str) -> RegisteredResource | None:
+        """What this TaskExecutor registered of resource ``name``, or None."""
+        return next((r for r in self.resources if r.name == name), None)
 
 
 class RegistrationFailed(_Message, frozen=True):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         place,
     )
     from accelflow.scheduling._index import CapacityIndex
-    from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
+    from accelflow.scheduling._ledger import DeviceKey, DeviceLedger, counted_address, is_counted
 
 __all__ = [
     "ONE",
@@ -34,7 +34,9 @@ __all__ = [
     "SlotRequest",
     "SubtaskRequest",
     "TaskExecutorOffer",
+    "counted_address",
     "format_amount",
+    "is_counted",
     "natural_key",
     "parse_amount",
     "place",
@@ -43,5 +45,5 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(globals(), {
     "._assign": ("Policy", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "natural_key", "place"),
     "._index": ("CapacityIndex",),
-    "._ledger": ("DeviceKey", "DeviceLedger"),
+    "._ledger": ("DeviceKey", "DeviceLedger", "counted_address", "is_counted"),
 })

@@ -17,6 +17,29 @@ from accelflow._errors import AccelflowInternalError
 from accelflow.scheduling._amounts import ONE
 
 
+#: how the address of a device counted by amount only begins (see :func:`counted_address`)
+_COUNTED_MARK = "#"
+
+
+def counted_address(index: int) -> str:
+    """The ledger address of the ``index``-th device of a resource counted by amount only.
+
+    A resource without a driver, or whose discovery degraded, registers an amount and no
+    devices (as in Flink); the ledger still books its shares, on stand-ins addressed so, and
+    the REST API shows them as placeholders.
+
+    Example:
+        >>> counted_address(0), is_counted(counted_address(0)), is_counted("0")
+        ('#0', True, False)
+    """
+    return f"{_COUNTED_MARK}{index}"
+
+
+def is_counted(address: str) -> bool:
+    """Whether ``address`` is a stand-in made by :func:`counted_address` (no real device)."""
+    return address.startswith(_COUNTED_MARK)
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class DeviceKey:
     """One device: TaskExecutor id, resource name, address (e.g. ``("te-1", "gpu", "0")``)."""
@@ -27,6 +50,11 @@ class DeviceKey:
 
     def __str__(self) -> str:
         return f"{self.taskexecutor}: {self.resource} {self.address}"
+
+    @property
+    def counted(self) -> bool:
+        """Whether this is a stand-in of a resource counted by amount only."""
+        return is_counted(self.address)
 
 
 class DeviceLedger:

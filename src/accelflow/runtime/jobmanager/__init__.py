@@ -16,7 +16,6 @@ from accelflow.runtime.jobmanager._jobs import (
     checkpoints_retained,
 )
 from accelflow.runtime.jobmanager._plan import JOB_KEYS, source_total
-from accelflow.runtime.jobmanager._state import address_of
 
 __all__ = [
     "JOB_ENDED",
@@ -31,7 +30,6 @@ __all__ = [
     "PendingReason",
     "SubtaskState",
     "TaskExecutorInfo",
-    "address_of",
     "checkpoints_retained",
     "load_checkpoint",
     "source_total",

@@ -14,7 +14,7 @@ from typing import Any
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
 from accelflow.dataflow import ArraySource
-from accelflow.runtime import CancelJob, Deploy, SubtaskDescriptor, SubtaskExited, SubtaskKey
+from accelflow.runtime import CancelJob, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited, SubtaskKey
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
 from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
@@ -124,10 +124,8 @@ class Deployer:
             listen_address=self.address(job, chain.id, key.index) if chain.input is not None else None,
             expected_senders=job.graph.upstream_senders(chain, key.index),
             splits=splits.get((chain.id, key.index)),
-            assigned={r: [(self.state.info_properties(te.id, r, a), str(s)) for a, s in items
-                          if not a.startswith("#")]
-                      for r, items in st.devices.items()},
-            taskexecutor_infos={r["name"]: r["infos"] for r in te.registration.resources},
+            assigned={r: self._shares(te.id, r, items) for r, items in st.devices.items()},
+            taskexecutor_infos={r.name: r.devices for r in te.registration.resources},
             isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
             taskexecutor_id=te.id,
             restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
@@ -135,6 +133,14 @@ class Deployer:
             restored_checkpoint=job.restore_id,
             arrays=dict(chain.head.fn.handles) if isinstance(chain.head.fn, ArraySource) else {},
         )
+
+    def _shares(self, te_id: str, resource: str, items: list[tuple[str, Fraction]]) -> tuple[DeviceShare, ...]:
+        """The devices of ``resource`` (with their shares) to hand a subtask on ``te_id``: none
+        for a resource counted by amount only (no driver, or a degraded one)."""
+        registered = self.state.taskexecutors[te_id].registration.resource(resource)
+        if registered is None or registered.counted:
+            return ()
+        return tuple(DeviceShare.of(self.state.info_properties(te_id, resource, a), s) for a, s in items)
 
     def address(self, job: Job, chain: int, index: int) -> str:
         return self.launcher.channel_address(self._channel(job, chain, index))

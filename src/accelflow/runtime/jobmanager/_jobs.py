@@ -37,12 +37,6 @@ class TaskExecutorInfo:
     def id(self) -> str:
         return self.registration.taskexecutor_id
 
-    def infos(self, resource: str) -> list[dict[str, str]]:
-        for r in self.registration.resources:
-            if r["name"] == resource:
-                return list(r["infos"])
-        return []
-
 
 @dataclass
 class SubtaskState:

@@ -20,7 +20,7 @@ from accelflow.config import keys as k
 from accelflow.dataflow import Chain, JobGraph
 from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
-from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount
+from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount, is_counted
 
 #: Keys a job submitted to a session cluster may set for itself; every other key (resources,
 #: TaskExecutors, slots, REST) belongs to the cluster and is taken from the cluster's config.
@@ -200,6 +200,6 @@ def result_of(job: Job, states: list[SubtaskState], first_record: float | None,
 
 def _device_text(resource: str, address: str, share: Fraction) -> str:
     amount = "" if share == 1 else f" ({format_amount(share)})"
-    if address.startswith("#"):  # counted by amount only: no driver, or a degraded one
+    if is_counted(address):  # counted by amount only: no driver, or a degraded one
         return f"{resource} (no device: counted only){amount}"
     return f"{resource} {address}{amount}"

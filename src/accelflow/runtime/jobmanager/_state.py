@@ -13,7 +13,6 @@ import threading
 from fractions import Fraction
 
 from accelflow._errors import AccelflowInternalError
-from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import Registration, SubtaskKey
 from accelflow.runtime.jobmanager._jobs import Job, SubtaskState, TaskExecutorInfo
 from accelflow.scheduling import (
@@ -25,6 +24,7 @@ from accelflow.scheduling import (
     SlotAssignment,
     SlotRequest,
     TaskExecutorOffer,
+    counted_address,
 )
 
 
@@ -141,23 +141,19 @@ class ClusterState:
 
     def info_properties(self, te_id: str, resource: str, address: str) -> dict[str, str]:
         """The properties of the device ``address`` that ``te_id`` registered."""
-        te = self.taskexecutors[te_id]
-        for props in te.infos(resource):
-            if address_of(props) == address:
-                return props
-        raise AccelflowInternalError(f"{te_id} has no {resource} {address}")
+        registered = self.taskexecutors[te_id].registration.resource(resource)
+        device = registered.device(address) if registered is not None else None
+        if device is None:
+            raise AccelflowInternalError(f"{te_id} has no {resource} {address}")
+        return device.properties
 
 
 def devices_of(reg: Registration) -> list[DeviceKey]:
-    """The devices a TaskExecutor registered, as ledger keys."""
+    """The devices a TaskExecutor registered, as ledger keys; a resource counted by amount only
+    (no driver, or a degraded one: no devices, as in Flink) gets ``amount`` stand-ins."""
     keys = []
     for r in reg.resources:
-        if r["status"] == "ok":
-            keys += [DeviceKey(reg.taskexecutor_id, r["name"], address_of(i)) for i in r["infos"]]
-        else:  # no driver, or degraded: counted by amount, no infos (as in Flink)
-            keys += [DeviceKey(reg.taskexecutor_id, r["name"], f"#{i}") for i in range(r["amount"])]
+        addresses = ([counted_address(i) for i in range(r.amount)] if r.counted
+                     else [d.address for d in r.devices])
+        keys += [DeviceKey(reg.taskexecutor_id, r.name, a) for a in addresses]
     return keys
-
-
-def address_of(props: dict[str, str]) -> str:
-    return ExternalResourceInfo(props).address

@@ -172,9 +172,7 @@ class TaskExecutorActor:
         self.serving = threading.Thread(target=self._serve, args=(te,), daemon=True,
                                         name="accelflow-taskexecutor")
         self.serving.start()
-        return Registration(
-            self.id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
-        )
+        return te.registration()
 
     @staticmethod
     def _serve(te: TaskExecutor) -> None:

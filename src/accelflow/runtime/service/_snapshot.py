@@ -20,10 +20,10 @@ from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from accelflow.runtime import SubtaskKey
+from accelflow.runtime import RegisteredDevice, SubtaskKey
 from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
-    JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, Job, SubtaskState, address_of,
+    JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, Job, SubtaskState,
     checkpoints_retained, source_total,
 )
 from accelflow.scheduling import DeviceKey
@@ -106,11 +106,10 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
             devices_of.setdefault(d.resource, []).append(d)
     resources = []
     for r in reg.resources:
-        props = {address_of(i): dict(i) for i in r["infos"]}
         resources.append({
-            "name": r["name"], "amount": r["amount"], "driver": r["driver"],
-            "status": r["status"], "message": r["message"],
-            "devices": [_device(jm, d, props.get(d.address)) for d in devices_of.get(r["name"], [])],
+            "name": r.name, "amount": r.amount, "driver": r.driver,
+            "status": r.status, "message": r.message,
+            "devices": [_device(jm, d, r.device(d.address)) for d in devices_of.get(r.name, [])],
         })
     return {
         "id": te_id, "pid": reg.pid,
@@ -119,12 +118,13 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
     }
 
 
-def _device(jm: JobManager, device: DeviceKey, properties: dict[str, str] | None) -> View:
+def _device(jm: JobManager, device: DeviceKey, registered: RegisteredDevice | None) -> View:
     return {
         "address": device.address,
-        # a degraded or driver-less resource is counted by amount: "#0", "#1" stand in
-        "placeholder": properties is None,
-        "properties": properties or {},
+        # a degraded or driver-less resource is counted by amount: stand-ins
+        # (``scheduling.counted_address``) without a registered device
+        "placeholder": registered is None,
+        "properties": dict(registered.properties) if registered is not None else {},
         "free": share(jm.ledger.free(device)),
         "holders": [_holder(jm, h, s) for h, s in _sorted_holders(jm.ledger.holders(device))],
     }

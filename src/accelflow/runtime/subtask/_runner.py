@@ -12,14 +12,12 @@ import select
 import signal
 import threading
 import time
-from fractions import Fraction
 from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
 import cloudpickle
 
 from accelflow.dataflow import Columns, ResumeSplit, RuntimeContext
-from accelflow.resources import ExternalResourceInfo
 from accelflow._errors import TransportError, encode_error
 from accelflow.runtime import (
     Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, Collected, NotifyCheckpointComplete,
@@ -126,14 +124,11 @@ class _Runner:
         name = node.name
         desc = self.desc
         assigned = {
-            resource: {ExternalResourceInfo(props): Fraction(share) for props, share in items}
-            for resource, items in desc.assigned.items()
+            resource: {d.info(): d.share for d in shares}
+            for resource, shares in desc.assigned.items()
             if resource in node.resources
         }
-        all_infos = {
-            r: frozenset(ExternalResourceInfo(p) for p in props)
-            for r, props in desc.taskexecutor_infos.items()
-        }
+        all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
         return RuntimeContext(
             task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,

@@ -28,10 +28,10 @@ from typing import Any, NoReturn
 from accelflow._errors import AccelflowError, encode_error
 from accelflow.config import config_from
 from accelflow.config import keys as k
-from accelflow.resources import ExternalResourceInfo, ExternalResourceInfoProvider
+from accelflow.resources import ExternalResourceInfoProvider
 from accelflow.runtime import (
-    CancelJob, Deploy, NotifyCheckpointComplete, Registration, RegistrationFailed, Shutdown,
-    SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
+    CancelJob, Deploy, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
+    RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver, whole_lines
@@ -53,6 +53,15 @@ class TaskExecutor:
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
+
+    def registration(self) -> Registration:
+        """What this TaskExecutor registers: its slots and what its drivers discovered."""
+        resources = tuple(
+            RegisteredResource(s.spec.name, s.spec.amount, s.spec.driver_factory, s.status, s.message,
+                               tuple(RegisteredDevice.of(info) for info in s.infos))
+            for s in self.provider.statuses.values()
+        )
+        return Registration(self.id, os.getpid(), self.slots, resources)
 
     def serve(self) -> None:
         while True:
@@ -91,10 +100,7 @@ class TaskExecutor:
     def _deploy(self, desc: SubtaskDescriptor) -> None:
         env = dict(self.base_env)
         if desc.isolate:
-            assigned = {
-                name: [ExternalResourceInfo(props) for props, _ in items]
-                for name, items in desc.assigned.items()
-            }
+            assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
         parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
@@ -251,9 +257,7 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     trace("te drivers done")
     te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
     try:
-        jm.send(Registration(
-            te_id, os.getpid(), te.slots, [s.to_dict() for s in provider.statuses.values()],
-        ))
+        jm.send(te.registration())
         trace("te registered")
         te.serve()
     finally:
