@@ -45,7 +45,7 @@ class ResourceStatus:
     warnings: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-ready view (used by ``accelflow resources --json`` and the REST API)."""
+        """A JSON-ready view (``accelflow resources --json``; the REST API shows the same fields)."""
         return {
             "name": self.spec.name,
             "amount": self.spec.amount,
