@@ -25,13 +25,15 @@ process may use are further restricted by ``HIP_VISIBLE_DEVICES`` or, if that is
 ``ROCR_VISIBLE_DEVICES`` (indexes or UUIDs; set but empty means none).
 
 ``--enable-coordination-mode`` shares GPUs between TaskExecutors on one host through
-accelflow's coordination file (only this option needs accelflow importable by the Python
-that runs this script). The owner of the GPUs is the process named by ``$ACCELFLOW_GPU_OWNER``,
-which accelflow's GPU driver sets to the TaskExecutor (so a wrapper script in between, which
-exits at once, does not become the owner); where it is unset, the owner is this script's
-parent, as in Flink. An owner that has already exited is refused (its GPUs would be free again
-at once). The GPUs are reclaimed after the owner dies. (The driver releases eagerly only for
-``accelflow-gpu-discovery``.)
+accelflow's host coordination (``accelflow.resources.coordination``, which any driver of any
+vendor can use: the NVIDIA GPU plugin is not imported), for resource ``gpu``: the file is
+the GPU driver's own (``gpu-coordination.json``). Only this option needs accelflow importable
+by the Python that runs this script. The owner of the GPUs is the process named by
+``$ACCELFLOW_GPU_OWNER``, which accelflow's GPU driver sets to the TaskExecutor (so a wrapper
+script in between, which exits at once, does not become the owner); where it is unset, the
+owner is this script's parent, as in Flink. An owner that has already exited is refused (its
+GPUs would be free again at once). The GPUs are reclaimed after the owner dies. (The driver
+releases eagerly only for ``accelflow-gpu-discovery``.)
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ TOOL_ARGS = {
 }
 VISIBLE_ENV_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 TIMEOUT_S = 10
+#: the resource this script discovers for (accelflow's GPU driver runs it): it names the
+#: coordination file (gpu-coordination.json) and the owner variable (ACCELFLOW_GPU_OWNER)
+RESOURCE = "gpu"
 
 
 class DiscoveryFailed(Exception):
@@ -165,17 +170,17 @@ def choose(args: argparse.Namespace, gpus: list[AmdGpu]) -> list[int]:
                 f"need {args.amount} AMD GPU(s), found {len(gpus)}: {[g.index for g in gpus]}"
             )
         return [g.index for g in gpus[: args.amount]]
-    try:  # accelflow's coordination file: exact matching, crash-safe, PID-reuse safe
+    try:  # accelflow's host coordination: exact matching, crash-safe, PID-reuse safe
         from accelflow import AccelflowError
-        from accelflow.resources.gpu import CoordinationFile, GPUDevice
+        from accelflow.resources.coordination import CoordinationFile, Device
     except ImportError as exc:
         raise DiscoveryFailed(
             f"--enable-coordination-mode needs accelflow importable ({exc})"
         ) from exc
-    devices = [GPUDevice(index=str(g.index), uuid=g.uuid, pci_bus_id=g.bus_id) for g in gpus]
+    devices = [Device(index=str(g.index), uuid=g.uuid, kind="GPU") for g in gpus]
     path = args.coordination_file.expanduser().absolute() if args.coordination_file else None
     try:
-        taken = CoordinationFile(path).allocate(devices, args.amount, owner())
+        taken = CoordinationFile(path, resource=RESOURCE).allocate(devices, args.amount, owner())
     except AccelflowError as exc:
         raise DiscoveryFailed(str(exc)) from exc
     return [int(d.index) for d in taken]
@@ -186,11 +191,11 @@ def owner() -> Any:
     parent; never a process that has exited."""
     import psutil
 
-    from accelflow.resources.gpu import OWNER_ENV_VAR, Owner, owner_from_env
+    from accelflow.resources.coordination import Owner, owner_env_var, owner_from_env
 
-    named = os.environ.get(OWNER_ENV_VAR)
+    named = os.environ.get(owner_env_var(RESOURCE))
     try:
-        return owner_from_env(named) if named is not None else Owner.of_process(os.getppid())
+        return owner_from_env(named, RESOURCE) if named is not None else Owner.of_process(os.getppid())
     except (ValueError, psutil.NoSuchProcess) as exc:
         raise DiscoveryFailed(f"refusing to record the owner of the GPUs: {exc}") from exc
 

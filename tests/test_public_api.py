@@ -11,6 +11,7 @@ import pytest
 
 import accelflow
 import accelflow.resources
+import accelflow.resources.coordination
 
 ACCELFLOW = [
     "AccelflowError",
@@ -67,6 +68,21 @@ RESOURCES = [
     "ray_resources_of",
 ]
 
+#: host coordination, for drivers of any resource (issue 26.6)
+COORDINATION = [
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "Allocation",
+    "Coordinated",
+    "CoordinationFile",
+    "Device",
+    "Liveness",
+    "Owner",
+    "default_coordination_path",
+    "kill_script_tree",
+    "owner_env_var",
+    "owner_from_env",
+]
+
 
 def test_accelflow_exports_exactly_the_pinned_names_sorted() -> None:
     assert accelflow.__all__ == ACCELFLOW
@@ -78,7 +94,16 @@ def test_accelflow_resources_exports_exactly_the_pinned_names_sorted() -> None:
     assert RESOURCES == sorted(RESOURCES)
 
 
-@pytest.mark.parametrize(("module", "names"), [("accelflow", ACCELFLOW), ("accelflow.resources", RESOURCES)])
+def test_host_coordination_exports_exactly_the_pinned_names() -> None:
+    assert accelflow.resources.coordination.__all__ == COORDINATION
+    for name in COORDINATION:
+        obj = getattr(accelflow.resources.coordination, name)
+        if isinstance(obj, type) or callable(obj):
+            assert obj.__module__ == "accelflow.resources.coordination", name
+
+
+@pytest.mark.parametrize(("module", "names"), [("accelflow", ACCELFLOW), ("accelflow.resources", RESOURCES),
+                                               ("accelflow.resources.coordination", COORDINATION)])
 def test_every_exported_name_is_importable(module: str, names: list[str]) -> None:
     namespace: dict[str, object] = {}
     exec(f"from {module} import {', '.join(names)}", namespace)  # noqa: S102

@@ -142,6 +142,27 @@ def test_coordination_keeps_callers_apart(tools: Path, tmp_path: Path) -> None:
     assert {r.owner.pid for r in records} == {os.getpid()}
 
 
+def test_coordination_needs_host_coordination_only_not_the_gpu_plugin(
+    tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26.6: a driver of another vendor coordinates through
+    ``accelflow.resources.coordination`` without importing the NVIDIA GPU plugin, and shares
+    the GPU driver's file (same name and format)."""
+    fake_tool(tools, "amd-smi", json.dumps(AMD_SMI_LIST))
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # stderr lists every module imported
+    file = tmp_path / "gpu-coordination.json"
+    done = run("2", "--enable-coordination-mode", "--coordination-file", str(file))
+    assert (done.returncode, done.stdout) == (0, "0,1\n")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "accelflow.resources.coordination" in imported
+    assert not [m for m in imported if m.startswith("accelflow.resources.gpu")]
+    state = json.loads(file.read_text())
+    assert state["format"] == "accelflow-gpu-coordination"
+    assert [r["gpu"] for r in state["allocations"]] == [g["uuid"] for g in AMD_SMI_LIST[:2]]
+    assert [r.index for r in CoordinationFile(file).allocations()] == ["0", "1"]
+
+
 def test_the_owner_named_by_the_driver_wins_over_the_parent(
     tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

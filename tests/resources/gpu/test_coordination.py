@@ -227,7 +227,7 @@ def test_a_clock_step_does_not_make_a_live_owner_look_dead(
 
 
 def test_without_proc_psutil_decides(live_process: subprocess.Popen[bytes], dead_pid: int) -> None:
-    from accelflow.resources.gpu._owner import _psutil_liveness
+    from accelflow.resources.coordination._owner import _psutil_liveness
 
     real = dataclasses.replace(Owner.of_process(live_process.pid), start_ticks=None)
     assert _psutil_liveness(real) is Liveness.ALIVE

@@ -59,7 +59,7 @@ def test_a_stopped_holder_makes_allocation_fail_naming_the_lock_file_and_the_hol
 
 
 def test_the_default_lock_timeout_is_bounded_and_checked(coordination_file: Path) -> None:
-    from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
+    from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S
 
     assert 0 < CoordinationFile(coordination_file).lock_timeout == DEFAULT_LOCK_TIMEOUT_S < 8
     for bad in (0, -1, float("inf"), float("nan")):
@@ -142,7 +142,7 @@ def test_a_state_path_that_is_a_directory_is_a_coordination_error(
 def test_an_oversized_state_is_refused_without_reading_it_all(
     coordination_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("accelflow.resources.gpu._coordination.MAX_STATE_BYTES", 1024)
+    monkeypatch.setattr("accelflow.resources.coordination._file.MAX_STATE_BYTES", 1024)
     coordination_file.parent.mkdir(parents=True)
     coordination_file.write_text(" " * 2048)
     with pytest.raises(CoordinationError, match="larger than"):

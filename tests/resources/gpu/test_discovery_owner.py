@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accelflow.resources.gpu import CoordinationFile, Owner
-from accelflow.resources.gpu._owner import OWNER_ENV_VAR
+from accelflow.resources.gpu import OWNER_ENV_VAR
 
 from .conftest import FakeGPUs
 from .test_discovery_cli import MODULE, OwnerProcess, assert_disjoint, owners, start_owners

@@ -12,7 +12,7 @@ import pytest
 
 from accelflow import ConfigError, CoordinationError
 from accelflow.resources.gpu import GPU_DISCOVERY_ENV_VAR, GPUDriver, GPUDriverConfig
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S
 
 from .conftest import FakeGPUs
 from .test_coordination_lock import stopped_holder  # noqa: F401  (a fixture)

@@ -6,20 +6,24 @@ Registered as the entry point ``gpu`` of ``accelflow.external_resources``::
     external-resource.gpu.amount: 2
     external-resource.gpu.driver-factory.class: gpu
 
-Every implementation module is private; this namespace only re-exports. See ``docs/gpu.md``.
+Every implementation module is private; this namespace only re-exports. The coordination file
+is host coordination (:mod:`accelflow.resources.coordination`) for resource ``gpu``; its
+``Allocation``, ``Liveness`` and ``Owner`` are re-exported here as they always were. See
+``docs/gpu.md``.
 """
 
 from accelflow._exports import publish
+from accelflow.resources.coordination import Allocation, Liveness, Owner
 from accelflow.resources.gpu._coordination import (
-    Allocation,
+    OWNER_ENV_VAR,
     CoordinationFile,
     default_coordination_path,
+    owner_from_env,
 )
 from accelflow.resources.gpu._device import INFO_PROPERTIES, GPUDevice
 from accelflow.resources.gpu._discovery import discover_gpus
 from accelflow.resources.gpu._driver import GPUDriver
 from accelflow.resources.gpu._factory import GPUDriverFactory
-from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Liveness, Owner, owner_from_env
 from accelflow.resources.gpu._params import (
     GPU_DISCOVERY_ENV_VAR,
     PARAMS,
@@ -49,4 +53,6 @@ __all__ = [
     "run_discovery_script",
 ]
 
-publish(globals(), __all__)
+#: re-exported from accelflow.resources.coordination, which they keep as their public module
+_SHARED = ("Allocation", "Liveness", "Owner")
+publish(globals(), [name for name in __all__ if name not in _SHARED])

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from accelflow._errors import AccelflowError
 from accelflow.config import _parse
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S
 
 COMMAND_NAME = "accelflow-gpu-discovery"
 MAX_LOCK_TIMEOUT_S = 3600.0

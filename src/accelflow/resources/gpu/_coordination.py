@@ -1,176 +1,26 @@
-"""The host coordination file: co-located TaskExecutors never hold the same GPU.
-
-Two files side by side::
-
-    gpu-coordination.json        the state, rewritten atomically
-    gpu-coordination.json.lock   the lock, created once and never replaced or deleted
-
-The state is a versioned JSON document::
-
-    {"format": "accelflow-gpu-coordination", "version": 1,
-     "allocations": [{"gpu": "GPU-8f6c…", "index": "0", "uuid": "GPU-8f6c…",
-                      "allocated_at": "2024-05-01T12:00:00+00:00",
-                      "owner": {"pid": 4242, "start_ticks": 123456,
-                                "start_time": 1714564800.12, "host": "node-1",
-                                "boot_id": "7b1e…", "pid_namespace": 4026531836}}]}
-
-Invariants (each one fixes a defect of Flink's ``nvidia-gpu-discovery.sh``):
-
-* Every read-modify-write of the state happens under ``flock(LOCK_EX)`` on the lock file.
-  The lock file is never replaced, so every allocator locks the same inode; Flink's
-  ``sed -i`` replaced the file it locked, and mutual exclusion was gone after a reclaim.
-* A crashed holder cannot wedge or corrupt anything: the kernel drops a flock when its holder
-  dies, and the state is only ever replaced whole (temp file, ``fsync``, ``os.replace``), so a
-  holder killed mid-update leaves the old state or the new one, never a torn one.
-* Records match GPUs exactly, by UUID when both sides know it, else by index: releasing
-  GPU ``1`` never touches GPU ``11`` (Flink's unanchored ``sed '/1 /d'`` did).
-* An owner is a process identity that survives PID reuse (:class:`Owner`); an owner that has
-  already exited is refused (recording it would free its GPUs at once).
-* The lock is waited for at most ``lock_timeout`` seconds (default
-  :data:`DEFAULT_LOCK_TIMEOUT_S`, below a TaskExecutor's registration timeout); then a
-  :class:`CoordinationError` names the lock file and the holder (from ``/proc/locks``), so a
-  stopped (``SIGSTOP``) holder or a stranger pinning the lock cannot hang discovery silently.
-* The lock file is created without any permission for "others" (0600 for the per-user default,
-  0660 for an explicit path, so a group can share it): whoever can open a file can ``flock``
-  it, so a file others can read could be pinned by any local user. An older 0644 lock file
-  of this user is tightened when opened.
-* A GPU is handed out only if no record holds it or every record holding it names a dead
-  owner. A state file that is not ours, is from a newer version or does not parse stops
-  allocation with a :class:`CoordinationError`; it is never overwritten or guessed around.
-"""
+"""The GPU coordination file: host coordination (:mod:`accelflow.resources.coordination`) for
+resource ``gpu``, as the GPU plugin has always named it (``gpu-coordination.json``, format
+``accelflow-gpu-coordination``, owner variable ``ACCELFLOW_GPU_OWNER``)."""
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import stat
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from accelflow._errors import CoordinationError, DiscoveryError
-from accelflow.resources.gpu._device import GPUDevice
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S, hold_lock, reason
-from accelflow.resources.gpu._owner import Liveness, Owner
-from accelflow.resources.gpu._shortage import shortage_message
+from accelflow.resources import coordination
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S, Owner, owner_env_var
 
-FORMAT = "accelflow-gpu-coordination"
-VERSION = 1
-COORDINATION_FILE_NAME = "gpu-coordination.json"
-LOCK_SUFFIX = ".lock"
-MAX_STATE_BYTES = 16 << 20  # a record is ~400 bytes: room for 40,000 of them
-_PRIVATE_MODE = 0o600  # per-user default files
-_SHARED_STATE_MODE = 0o644  # explicit path: everyone may read who holds which GPU
-_SHARED_LOCK_MODE = 0o660  # explicit path: the group may lock, others may not even open it
+RESOURCE = "gpu"
+
+OWNER_ENV_VAR = owner_env_var(RESOURCE)
+"""Set by the GPU driver for its discovery script: ``<pid>:<start_ticks>`` of the TaskExecutor
+(``<pid>:`` where there is no ``/proc``). ``accelflow-gpu-discovery`` records this process as
+the owner of the GPUs it allocates, whatever its parent is."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Allocation:
-    """One record of the state: a GPU and the process holding it.
-
-    Attributes:
-        index: the GPU's index as the allocator saw it.
-        uuid: its UUID, when known (then records match by UUID).
-        owner: the holding process.
-        allocated_at: when, as an ISO 8601 UTC timestamp.
-    """
-
-    index: str
-    uuid: str | None
-    owner: Owner
-    allocated_at: str
-
-    @property
-    def gpu(self) -> str:
-        """The identity the record is keyed by: the UUID, else ``index:<index>``."""
-        return self.uuid or f"index:{self.index}"
-
-    def matches(self, device: GPUDevice) -> bool:
-        """Exact match: same UUID when both know one, else same index."""
-        if self.uuid is not None and device.uuid is not None:
-            return self.uuid == device.uuid
-        return self.index == device.index
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "index": self.index,
-            "uuid": self.uuid,
-            "allocated_at": self.allocated_at,
-            "owner": self.owner.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Allocation:
-        if not isinstance(data, dict):
-            raise ValueError(f"an allocation must be an object, got {data!r}")
-        index, uuid, at = data.get("index"), data.get("uuid"), data.get("allocated_at")
-        if not isinstance(index, str) or not index:
-            raise ValueError(f"allocation index must be a non-empty string, got {index!r}")
-        if uuid is not None and (not isinstance(uuid, str) or not uuid):
-            raise ValueError(f"allocation uuid must be a non-empty string or null, got {uuid!r}")
-        if not isinstance(at, str):
-            raise ValueError(f"allocation allocated_at must be a string, got {at!r}")
-        return cls(
-            index=index, uuid=uuid, owner=Owner.from_json(data.get("owner")), allocated_at=at
-        )
-
-
-def default_coordination_path(temp_dir: str | None = None) -> Path:
-    """The per-user default: ``<tempdir>/accelflow-<uid>/gpu-coordination.json``.
-
-    The directory is created with mode 0700 and must be a real directory (not a symlink)
-    owned by this user that nobody else can write, so no other user can plant a symlink or
-    a forged state file in it.
-
-    Args:
-        temp_dir: the base directory; default :func:`tempfile.gettempdir` (``$TMPDIR`` or
-            ``/tmp``).
-
-    Raises:
-        CoordinationError: the directory is unsafe or cannot be created.
-    """
-    base = Path(temp_dir or tempfile.gettempdir()) / f"accelflow-{os.getuid()}"
-    try:
-        os.mkdir(base, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise CoordinationError(
-            f"cannot create the directory: {exc.strerror}", path=str(base)
-        ) from exc
-    _check_private_dir(base)
-    return base / COORDINATION_FILE_NAME
-
-
-def _check_private_dir(directory: Path) -> None:
-    info = os.lstat(directory)
-    fix = f"remove it (rm -rf {directory}) so accelflow can recreate it, or set a coordination-file"
-    if stat.S_ISLNK(info.st_mode):
-        raise CoordinationError(
-            f"is a symbolic link, refusing to use it; {fix}", path=str(directory)
-        )
-    if not stat.S_ISDIR(info.st_mode):
-        raise CoordinationError(f"is not a directory; {fix}", path=str(directory))
-    if info.st_uid != os.getuid():
-        raise CoordinationError(
-            f"is owned by uid {info.st_uid}, not by this user (uid {os.getuid()}); {fix}",
-            path=str(directory),
-        )
-    if info.st_mode & 0o022:
-        raise CoordinationError(
-            f"is writable by other users (mode {stat.filemode(info.st_mode)}); "
-            f"chmod 700 {directory}",
-            path=str(directory),
-        )
-
-
-class CoordinationFile:
-    """Allocates GPUs for owner processes so that no two live owners share one.
+class CoordinationFile(coordination.CoordinationFile):
+    """Allocates GPUs for owner processes so that no two live owners share one: a
+    :class:`accelflow.resources.coordination.CoordinationFile` for resource ``gpu``.
 
     Example:
         >>> ledger = CoordinationFile("/tmp/accelflow-doc/gpu-coordination.json")
@@ -192,211 +42,30 @@ class CoordinationFile:
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+        self, path: str | os.PathLike[str] | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S
     ) -> None:
-        if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout < float("inf"):
-            raise ValueError(
-                f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}"
-            )
-        self.path = Path(path) if path is not None else default_coordination_path()
-        self.lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
-        self.lock_timeout = float(lock_timeout)
-        self._mode = _PRIVATE_MODE if path is None else _SHARED_STATE_MODE
-        self._lock_mode = _PRIVATE_MODE if path is None else _SHARED_LOCK_MODE
-
-    def __repr__(self) -> str:
-        return f"CoordinationFile({str(self.path)!r})"
-
-    # -- public operations -------------------------------------------------------------------
-
-    def allocate(self, devices: Sequence[GPUDevice], amount: int, owner: Owner) -> list[GPUDevice]:
-        """Take ``amount`` of ``devices`` for ``owner`` and record it.
-
-        Every record of a dead owner is dropped first. Then GPUs without a record are taken
-        (in ``devices`` order), and only then the GPUs whose records were just dropped, so a
-        GPU a crashed process left behind is reused last (as in Flink).
-
-        Raises:
-            DiscoveryError: fewer than ``amount`` are free; names every holder.
-            CoordinationError: the state file is unusable, the lock stays taken, or ``owner``
-                has already exited.
-        """
-        if amount < 1:
-            raise ValueError(f"amount must be a positive integer, got {amount}")
-        with self.lock():
-            if owner.liveness() is Liveness.DEAD:
-                raise CoordinationError(
-                    f"refusing to record {owner.describe()} as the owner of GPUs: it has "
-                    "already exited, so the GPUs would be free again at once (a wrapper script "
-                    "without 'exec'? the GPU driver names the owner in its environment)",
-                    path=str(self.path),
-                )
-            records = self._read()
-            verdicts = _liveness(records)
-            kept = [r for r in records if verdicts[r.owner] is not Liveness.DEAD]
-            never = [d for d in devices if not any(r.matches(d) for r in records)]
-            reclaimable = [
-                d for d in devices if d not in never and not any(r.matches(d) for r in kept)
-            ]
-            taken = (never + reclaimable)[:amount]
-            if len(taken) < amount:
-                if len(kept) != len(records):
-                    self._write(kept)
-                raise DiscoveryError(
-                    shortage_message(self.path, devices, amount, taken, kept, verdicts, owner)
-                )
-            now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            fresh = [
-                Allocation(index=d.index, uuid=d.uuid, owner=owner, allocated_at=now) for d in taken
-            ]
-            self._write(kept + fresh)
-        return taken
-
-    def release(self, devices: Sequence[GPUDevice], owner: Owner) -> list[Allocation]:
-        """Drop ``owner``'s records of ``devices``; returns the dropped records.
-
-        Records of the same GPUs held by another process are left alone.
-        """
-        return self._drop(
-            lambda r: r.owner.same_process(owner) and any(r.matches(d) for d in devices)
-        )
-
-    def release_owner(self, owner: Owner) -> list[Allocation]:
-        """Drop every record of ``owner`` (e.g. at a TaskExecutor's clean shutdown)."""
-        return self._drop(lambda r: r.owner.same_process(owner))
-
-    def allocations(self) -> list[Allocation]:
-        """The current records (read under the lock)."""
-        with self.lock():
-            return self._read()
-
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the exclusive lock for the block (waits at most ``lock_timeout`` seconds).
-
-        Raises:
-            CoordinationError: the lock file cannot be opened, is not a regular file, or stays
-                locked by another process for ``lock_timeout`` seconds.
-        """
-        self._ensure_directory()
-        with hold_lock(self.lock_path, mode=self._lock_mode, timeout=self.lock_timeout):
-            yield
-
-    # -- state file ----------------------------------------------------------------------------
-
-    def _drop(self, predicate: Callable[[Allocation], bool]) -> list[Allocation]:
-        with self.lock():
-            records = self._read()
-            dropped = [r for r in records if predicate(r)]
-            if dropped:
-                self._write([r for r in records if not predicate(r)])
-        return dropped
-
-    def _read(self) -> list[Allocation]:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise self._error(self.path, f"cannot read the state: {reason(exc)}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: a directory raises there
-                raise self._corrupt("it is not a regular file (a directory?)")
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                data = f.read(MAX_STATE_BYTES + 1)
-        except OSError as exc:
-            raise self._error(self.path, f"cannot read the state: {reason(exc)}") from exc
-        finally:
-            os.close(fd)
-        if len(data) > MAX_STATE_BYTES:
-            raise self._corrupt(f"it is larger than {MAX_STATE_BYTES >> 20} MiB")
-        if not data.strip():
-            return []
-        return self._parse(data)
-
-    def _parse(self, data: bytes) -> list[Allocation]:
-        try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise self._corrupt(f"it is not JSON ({exc}); it starts with {data[:80]!r}") from None
-        except RecursionError:
-            raise self._corrupt(
-                f"it nests too deeply to be a coordination state; it starts with {data[:80]!r}"
-            ) from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise self._corrupt(
-                f'it is not an accelflow GPU coordination file (no "format": "{FORMAT}")'
-            )
-        if document.get("version") != VERSION:
-            raise self._corrupt(
-                f"it has version {document.get('version')!r}; this accelflow reads version "
-                f"{VERSION} (a newer accelflow wrote it? use one version per host)"
-            )
-        records = document.get("allocations")
-        if not isinstance(records, list):
-            raise self._corrupt('"allocations" is not a list')
-        try:
-            return [Allocation.from_json(r) for r in records]
-        except ValueError as exc:
-            raise self._corrupt(f"a record is malformed: {exc}") from None
-
-    def _write(self, records: Sequence[Allocation]) -> None:
-        document = {
-            "format": FORMAT,
-            "version": VERSION,
-            "allocations": [r.to_json() for r in records],
-        }
-        payload = (json.dumps(document, indent=2) + "\n").encode()
-        directory = self.path.parent
-        try:
-            fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise self._error(self.path, f"cannot write the state: {reason(exc)}") from exc
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fchmod(f.fileno(), self._mode)
-                os.fsync(f.fileno())
-            os.replace(temp, self.path)
-        except BaseException as exc:
-            Path(temp).unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise self._error(self.path, f"cannot write the state: {reason(exc)}") from exc
-            raise
-        # The directory is not fsynced: only a host crash can lose the rename, and after one
-        # every recorded owner is dead (new boot id), so the older state it brings back is
-        # reclaimed just the same. The data fsync above keeps the file from being torn.
-
-    def _ensure_directory(self) -> None:
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self._error(
-                self.path.parent, f"cannot create the directory: {reason(exc)}"
-            ) from exc
-
-    # -- messages ------------------------------------------------------------------------------
-
-    def _error(self, path: Path, message: str) -> CoordinationError:
-        return CoordinationError(message, path=str(path))
-
-    def _corrupt(self, why: str) -> CoordinationError:
-        return CoordinationError(
-            f"unusable GPU coordination state: {why}. No GPU is handed out while it is "
-            f"unreadable. If no TaskExecutor on this host is running, remove {self.path} "
-            "(it is recreated on the next allocation); otherwise point the coordination-file "
-            "setting at another path",
-            path=str(self.path),
-        )
+        super().__init__(path, resource=RESOURCE, lock_timeout=lock_timeout)
 
 
-def _liveness(records: Sequence[Allocation]) -> dict[Owner, Liveness]:
-    verdicts: dict[Owner, Liveness] = {}
-    for record in records:
-        if record.owner not in verdicts:
-            verdicts[record.owner] = record.owner.liveness()
-    return verdicts
+def default_coordination_path(temp_dir: str | None = None) -> Path:
+    """The per-user default: ``<tempdir>/accelflow-<uid>/gpu-coordination.json`` (see
+    :func:`accelflow.resources.coordination.default_coordination_path`).
+
+    Raises:
+        CoordinationError: the directory is unsafe or cannot be created.
+    """
+    return coordination.default_coordination_path(RESOURCE, temp_dir)
+
+
+def owner_from_env(value: str) -> Owner:
+    """The live owner that :data:`OWNER_ENV_VAR` names.
+
+    Example:
+        >>> import os
+        >>> owner_from_env(Owner.of_process().to_env()).pid == os.getpid()
+        True
+
+    Raises:
+        ValueError: the value is malformed, or names a process that has exited.
+    """
+    return coordination.owner_from_env(value, RESOURCE)

@@ -30,11 +30,10 @@ from collections.abc import Sequence
 import psutil
 
 from accelflow._errors import AccelflowError, CoordinationError, DiscoveryError
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S, Owner
 from accelflow.resources.gpu._cli_args import COMMAND_NAME, absolute, build_parser
-from accelflow.resources.gpu._coordination import CoordinationFile
+from accelflow.resources.gpu._coordination import OWNER_ENV_VAR, CoordinationFile, owner_from_env
 from accelflow.resources.gpu._discovery import discover_gpus
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
-from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner, owner_from_env
 
 EXIT_NOT_ENOUGH = 1
 

@@ -28,10 +28,9 @@ from accelflow.resources.gpu._cli_args import (
     coordination_file_of,
     parse_flags,
 )
-from accelflow.resources.gpu._coordination import CoordinationFile
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S, Owner
+from accelflow.resources.gpu._coordination import OWNER_ENV_VAR, CoordinationFile
 from accelflow.resources.gpu._device import GPUDevice
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
-from accelflow.resources.gpu._owner import OWNER_ENV_VAR, Owner
 from accelflow.resources.gpu._params import GPUDriverConfig, ScriptConfig
 from accelflow.resources.gpu._ray import ray_assigned_ids
 from accelflow.resources.gpu._visible import (
@@ -154,7 +153,7 @@ class GPUDriver(ExternalResourceDriver):
             return  # a forked child: the parent process owns these records
         released = self._ledger.release(devices, self._owner)
         self._held = [d for d in self._held if d not in devices]
-        log.debug("released %s from %s", [r.gpu for r in released], self._ledger.path)
+        log.debug("released %s from %s", [r.device_id for r in released], self._ledger.path)
 
 
 def _enrich(indexes: list[str], *, check_source: str | None = None) -> list[GPUDevice]:

@@ -33,7 +33,7 @@ from accelflow.resources.gpu._cli_args import (
     lock_timeout_seconds,
     parse_flags,
 )
-from accelflow.resources.gpu._lockfile import DEFAULT_LOCK_TIMEOUT_S
+from accelflow.resources.coordination import DEFAULT_LOCK_TIMEOUT_S
 from accelflow.resources.gpu._script import DEFAULT_TIMEOUT_S, find_on_path
 
 SCRIPT_PATH = "discovery-script.path"

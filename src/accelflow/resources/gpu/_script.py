@@ -14,8 +14,8 @@ The contract, kept so Flink's and Spark's scripts work unchanged:
 * anything else is a failure that quotes the output.
 
 The script runs in its own session (process group) and both pipes are read while it runs, so
-a chatty script cannot fill a pipe and block. On timeout (or too much output) :mod:`._reaper`
-kills its group, every descendant, every process left in its session, and every process
+a chatty script cannot fill a pipe and block. On timeout (or too much output)
+:func:`accelflow.resources.coordination.kill_script_tree` kills its group, every descendant, every process left in its session, and every process
 that still holds its stdout or stderr (which catches a helper started with ``setsid``, even
 one orphaned by a double fork); the error lists exactly what was killed and what survived.
 """
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelflow._errors import DiscoveryError
+from accelflow.resources.coordination import kill_script_tree
 from accelflow.resources.gpu._device import MAX_INDEX_DIGITS, normalize_index
-from accelflow.resources.gpu._reaper import kill_script_tree
 
 log = logging.getLogger("accelflow.resources.gpu")
 

@@ -1,8 +1,8 @@
-"""The message of a refused allocation: who holds the GPUs, and what to change.
+"""The message of a refused allocation: who holds the devices, and what to change.
 
 A holder started by the same process as the allocating owner (:meth:`Owner.same_parent`) is
 another TaskExecutor of the same cluster: the TaskExecutors of one ``accelflow run`` or session
-cluster are children of one process. When those alone ask for more GPUs than the host has,
+cluster are children of one process. When those alone ask for more devices than the host has,
 stopping a holder is the wrong advice; the config asks for too many (TaskExecutors x amount),
 and the message says so.
 """
@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accelflow.resources.gpu._device import GPUDevice
-from accelflow.resources.gpu._owner import Liveness, Owner
+from accelflow.resources.coordination._owner import Liveness, Owner
 
 if TYPE_CHECKING:
-    from accelflow.resources.gpu._coordination import Allocation
+    from accelflow.resources.coordination._records import Allocation, Coordinated
 
 AMOUNT_KEY = "external-resource.<name>.amount"
 TASKEXECUTORS_KEY = "local.number-taskmanager"
@@ -25,14 +24,16 @@ TASKEXECUTORS_KEY = "local.number-taskmanager"
 
 def shortage_message(
     path: Path,
-    devices: Sequence[GPUDevice],
+    kind: str,
+    devices: Sequence[Coordinated],
     amount: int,
-    free: Sequence[GPUDevice],
+    free: Sequence[Coordinated],
     kept: Sequence[Allocation],
     verdicts: dict[Owner, Liveness],
     owner: Owner,
 ) -> str:
-    """Why ``owner`` cannot have ``amount`` of ``devices``: every holder, then the fix.
+    """Why ``owner`` cannot have ``amount`` of ``devices`` (``kind``, e.g. ``GPU``, in the
+    words): every holder, then the fix.
 
     Example (two TaskExecutors of one cluster asking for 2 GPUs each on a 2-GPU host)::
 
@@ -53,22 +54,22 @@ def shortage_message(
         if record.matches(device)
     ]
     head = (
-        f"need {amount} GPU(s) but only {len(free)} of the {len(devices)} visible here are free "
+        f"need {amount} {kind}(s) but only {len(free)} of the {len(devices)} visible here are free "
         f"in the coordination file {path}. Held: {'; '.join(holders) or 'none'}. "
     )
     if amount > len(devices):
         return head + (
-            f"This TaskExecutor alone asks for more GPUs than the {len(devices)} visible here: "
-            f"lower the GPU amount per TaskExecutor ({AMOUNT_KEY})"
+            f"This TaskExecutor alone asks for more {kind}s than the {len(devices)} visible here: "
+            f"lower the {kind} amount per TaskExecutor ({AMOUNT_KEY})"
         )
-    return head + (_same_cluster(devices, amount, kept, owner) or _stop_a_holder(path))
+    return head + (_same_cluster(kind, devices, amount, kept, owner) or _stop_a_holder(kind, path))
 
 
 def _same_cluster(
-    devices: Sequence[GPUDevice], amount: int, kept: Sequence[Allocation], owner: Owner
+    kind: str, devices: Sequence[Coordinated], amount: int, kept: Sequence[Allocation], owner: Owner
 ) -> str | None:
-    """The advice when the holders started by ``owner``'s parent leave too few GPUs, else None."""
-    siblings: dict[int, int] = {}  # pid of another TaskExecutor of this cluster -> GPUs it holds
+    """The advice when the holders started by ``owner``'s parent leave too few devices, else None."""
+    siblings: dict[int, int] = {}  # pid of another TaskExecutor of this cluster -> devices it holds
     for device in devices:
         for record in kept:
             if record.matches(device) and record.owner.same_parent(owner) and (
@@ -82,21 +83,21 @@ def _same_cluster(
     who = (f"pid {pids} is another TaskExecutor" if len(siblings) == 1
            else f"pids {pids} are other TaskExecutors")
     if all(held == amount for held in siblings.values()):
-        count = f"{len(siblings) + 1} TaskExecutors x {amount} GPUs"
+        count = f"{len(siblings) + 1} TaskExecutors x {amount} {kind}s"
     else:
         count = f"{wanted - amount} held by the others + {amount} for this one"
     return (
         f"{who} of this same cluster (started, like this one, by pid {owner.parent_pid}): the "
-        f"config asks for at least {wanted} GPUs on this host in all ({count}), but only "
-        f"{len(devices)} are visible here. Lower the GPU amount per TaskExecutor ({AMOUNT_KEY}) "
+        f"config asks for at least {wanted} {kind}s on this host in all ({count}), but only "
+        f"{len(devices)} are visible here. Lower the {kind} amount per TaskExecutor ({AMOUNT_KEY}) "
         f"or the number of TaskExecutors ({TASKEXECUTORS_KEY}) so that TaskExecutors x amount "
         f"is at most {len(devices)}"
     )
 
 
-def _stop_a_holder(path: Path) -> str:
+def _stop_a_holder(kind: str, path: Path) -> str:
     return (
-        "Stop a TaskExecutor that holds GPUs, lower the amount, or, if a holder is no "
+        f"Stop a TaskExecutor that holds {kind}s, lower the amount, or, if a holder is no "
         f"TaskExecutor any more, remove its record from {path}"
     )
 

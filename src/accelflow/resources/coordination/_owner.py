@@ -1,4 +1,4 @@
-"""Who holds a GPU in the coordination file: a process identity that survives PID reuse.
+"""Who holds a device in a coordination file: a process identity that survives PID reuse.
 
 A PID alone is not an identity: after a ``kill -9`` the PID is free and may be reused, and in
 another PID namespace (a container sharing the file) the same number is another process.
@@ -12,9 +12,10 @@ which moves with NTP adjustments, so comparing it could declare a live owner dea
 recorded for people to read, and compared (within a second) only where ``/proc`` is missing.
 
 Who the owner is, when a command allocates for another process: the driver passes its own
-identity in :data:`OWNER_ENV_VAR` (``<pid>:<start_ticks>``) to every discovery script, so a
-wrapper script (``#!/bin/sh`` + ``accelflow-gpu-discovery "$@"``, no ``exec``) does not make the
-short-lived shell the owner. :func:`owner_from_env` refuses an owner that has already exited.
+identity in the variable :func:`owner_env_var` names (``<pid>:<start_ticks>``; the GPU driver's
+is ``ACCELFLOW_GPU_OWNER``) to every discovery script, so a wrapper script (``#!/bin/sh`` +
+``accelflow-gpu-discovery "$@"``, no ``exec``) does not make the short-lived shell the owner.
+:func:`owner_from_env` refuses an owner that has already exited.
 
 Who started the owner: its parent's pid and start ticks are recorded too, so that a shortage
 can tell a holder that is another TaskExecutor of the same cluster (the TaskExecutors of one
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeGuard
 
+from accelflow.resources.coordination._names import check_resource, noun
+
 import psutil
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -39,10 +42,22 @@ _STAT_PATH = "/proc/{pid}/stat"
 _START_TIME_TOLERANCE_S = 1.0  # only where /proc is missing: wall-clock start times
 _DEAD_STATES = ("Z", "X")  # zombie (killed, not yet reaped), dead
 
-OWNER_ENV_VAR = "ACCELFLOW_GPU_OWNER"
-"""Set by the GPU driver for its discovery script: ``<pid>:<start_ticks>`` of the TaskExecutor
-(``<pid>:`` where there is no ``/proc``). ``accelflow-gpu-discovery`` records this process as
-the owner of the GPUs it allocates, whatever its parent is."""
+
+
+def owner_env_var(resource: str) -> str:
+    """The variable a driver of ``resource`` sets for its discovery script to name the owner:
+    ``<pid>:<start_ticks>`` of the TaskExecutor (``<pid>:`` where there is no ``/proc``), read
+    with :func:`owner_from_env`. A script then records that process as the owner of what it
+    allocates, whatever its parent is.
+
+    Example:
+        >>> owner_env_var("gpu"), owner_env_var("my-fpga")
+        ('ACCELFLOW_GPU_OWNER', 'ACCELFLOW_MY_FPGA_OWNER')
+
+    Raises:
+        ValueError: ``resource`` is not a resource name.
+    """
+    return f"ACCELFLOW_{check_resource(resource).upper().replace('-', '_')}_OWNER"
 
 
 class Liveness(enum.Enum):
@@ -55,7 +70,7 @@ class Liveness(enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Owner:
-    """The process that holds a GPU.
+    """The process that holds a device.
 
     Example:
         >>> me = Owner.of_process()
@@ -160,7 +175,8 @@ class Owner:
         return _psutil_liveness(self)
 
     def to_env(self) -> str:
-        """The value of :data:`OWNER_ENV_VAR` naming this owner, e.g. ``"4242:123456"``."""
+        """The value of the owner variable (:func:`owner_env_var`) naming this owner, e.g.
+        ``"4242:123456"``."""
         return f"{self.pid}:{'' if self.start_ticks is None else self.start_ticks}"
 
     def describe(self) -> str:
@@ -235,32 +251,34 @@ def _parent_from_json(data: object) -> tuple[int | None, int | None]:
     return pid, ticks
 
 
-def owner_from_env(value: str) -> Owner:
-    """The live owner that :data:`OWNER_ENV_VAR` names.
+def owner_from_env(value: str, resource: str) -> Owner:
+    """The live owner that ``value`` names: the value of the owner variable of ``resource``
+    (:func:`owner_env_var`).
 
     Example:
         >>> import os
-        >>> owner_from_env(Owner.of_process().to_env()).pid == os.getpid()
+        >>> owner_from_env(Owner.of_process().to_env(), "fpga").pid == os.getpid()
         True
 
     Raises:
         ValueError: the value is malformed, or names a process that has exited (none runs
             with that pid, or the one that does started at another time).
     """
+    variable = owner_env_var(resource)
     text = value.strip()
     pid_text, colon, ticks_text = text.partition(":")
     if not colon or not pid_text.isdecimal() or (ticks_text and not ticks_text.isdecimal()):
         raise ValueError(
-            f"{OWNER_ENV_VAR}={value[:80]!r}: expected '<pid>:<start ticks>', e.g. '4242:123456'"
+            f"{variable}={value[:80]!r}: expected '<pid>:<start ticks>', e.g. '4242:123456'"
         )
     pid = int(pid_text)
-    gone = f"{OWNER_ENV_VAR} names process {pid}, which has exited"
+    gone = f"{variable} names process {pid}, which has exited"
     try:
         owner = Owner.of_process(pid) if pid > 0 else None
     except psutil.NoSuchProcess:
         owner = None
     if owner is None:
-        raise ValueError(f"{gone}; its GPUs would be free again at once")
+        raise ValueError(f"{gone}; its {noun(resource)}s would be free again at once")
     if ticks_text and owner.start_ticks is not None and owner.start_ticks != int(ticks_text):
         raise ValueError(f"{gone} (pid {pid} now belongs to another process)")
     if owner.liveness() is Liveness.DEAD:

@@ -28,7 +28,7 @@ import psutil
 
 from accelflow._errors import CoordinationError
 
-log = logging.getLogger("accelflow.resources.gpu")
+log = logging.getLogger("accelflow.resources.coordination")
 
 DEFAULT_LOCK_TIMEOUT_S = 5.0
 """How long to wait for the lock: far above a normal hold (milliseconds), below the 8 s a
