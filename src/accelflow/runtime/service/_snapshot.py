@@ -106,10 +106,11 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
             devices_of.setdefault(d.resource, []).append(d)
     resources = []
     for r in reg.resources:
+        registered = {device.address: device for device in r.devices}
         resources.append({
             "name": r.name, "amount": r.amount, "driver": r.driver,
             "status": r.status, "message": r.message,
-            "devices": [_device(jm, d, r.device(d.address)) for d in devices_of.get(r.name, [])],
+            "devices": [_device(jm, d, registered.get(d.address)) for d in devices_of.get(r.name, [])],
         })
     return {
         "id": te_id, "pid": reg.pid,
