@@ -37,7 +37,7 @@ from types import FrameType
 from typing import Any
 
 from accelflow import AllocationError
-from accelflow.runtime import Registration, SubtaskKey
+from accelflow.runtime import RegisteredDevice, RegisteredResource, Registration, SubtaskKey
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.scheduling import ResourceProfile, SlotRequest, SubtaskRequest, TaskExecutorOffer, place
 from accelflow.scheduling._reference import place as reference_place
@@ -127,8 +127,8 @@ def verdicts(sizes: list[int], new: dict[tuple[int, str], list[float]]) -> None:
 
 
 def registration(i: int) -> Registration:
-    infos = [{"index": str(a)} for a in range(GPUS)]
-    return Registration(f"taskexecutor-{i}", i, SLOTS, [{"name": "gpu", "status": "ok", "amount": GPUS, "infos": infos}])
+    devices = tuple(RegisteredDevice(str(a), {"index": str(a)}) for a in range(GPUS))
+    return Registration(f"taskexecutor-{i}", i, SLOTS, (RegisteredResource("gpu", GPUS, "gpu", devices=devices),))
 
 
 def jobmanager_path(n: int, repeat: int) -> None:
