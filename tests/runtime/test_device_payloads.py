@@ -5,9 +5,11 @@ degraded one) is booked on stand-ins that one helper makes and recognises
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import accelflow
 from accelflow import Environment
 from accelflow.runtime import RegisteredDevice, RegisteredResource, Registration
 from accelflow.runtime.jobmanager._state import devices_of
@@ -52,3 +54,12 @@ def test_a_counted_resource_is_booked_on_stand_ins() -> None:
     assert [k.counted for k in keys] == [False, True, True]
     assert registration.resource("tpu").counted and not registration.resource("fpga").counted
     assert not is_counted(counted_address(0)[1:]) and counted_address(0) != counted_address(1)
+
+
+def test_only_the_helper_spells_a_counted_address() -> None:
+    """No module makes or tests the stand-in address by hand (``f"#{i}"``, ``startswith("#")``)."""
+    src = Path(accelflow.__file__).parent
+    by_hand = re.compile(r"""startswith\(\s*["']#|f["']#\{""")
+    found = [str(p.relative_to(src)) for p in sorted(src.rglob("*.py"))
+             if by_hand.search(p.read_text(encoding="utf-8"))]
+    assert found == []
