@@ -147,11 +147,11 @@ class CoordinationFile:
             raise ValueError(f"amount must be a positive integer, got {amount}")
         with self.lock():
             if owner.liveness() is Liveness.DEAD:
-                things = f"{noun(self.resource)}s"
+                kind = noun(self.resource)
                 raise CoordinationError(
-                    f"refusing to record {owner.describe()} as the owner of {things}: it has "
-                    f"already exited, so the {things} would be free again at once (a wrapper "
-                    f"script without 'exec'? the {things[:-1]} driver names the owner in its "
+                    f"refusing to record {owner.describe()} as the owner of {kind}s: it has "
+                    f"already exited, so the {kind}s would be free again at once (a wrapper "
+                    f"script without 'exec'? the {kind} driver names the owner in its "
                     "environment)",
                     path=str(self.path),
                 )
