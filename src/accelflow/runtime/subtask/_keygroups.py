@@ -10,7 +10,7 @@ every NaN key is one key (:func:`~accelflow.runtime.subtask._partition.stable_ha
 
 Example:
     >>> key_group_of(42, 128), subtask_for_key(42, parallelism=2)
-    (61, 0)
+    (29, 0)
     >>> key_group_range(128, 2, 1)
     KeyGroupRange(start=64, end=127)
 """
