@@ -75,7 +75,7 @@ class KvState:
             container[key] = restamped
         else:
             del container[key]
-        return visible, stored.value
+        return (True, stored.value) if visible else (False, None)
 
     def cleanup_incrementally(self) -> None:
         """Checks the next few entries for expiry (``cleanup_incrementally(size, ...)``)."""
