@@ -466,3 +466,33 @@ def test_cleanup_timer_with_empty_list_state_for_tumbling_windows_2() -> None:
     for wm in (1599, 1999, 2100, 5000):
         h.watermark(wm)
     assert_output([1599, ("GOT: (key2,1)", 1999), 1999, 2100, 5000], h.output)
+
+
+class PerWindowCounter(ProcessWindowFunction):
+    """Counts firings per window (window state) and per key (global state), side-outputs them."""
+
+    def process(self, key: Any, context: Any, elements: Any) -> Any:
+        from accelflow.dataflow.eventtime import ValueStateDescriptor
+
+        firings = context.window_state().get_state(ValueStateDescriptor("firings"))
+        total = context.global_state().get_state(ValueStateDescriptor("total"))
+        firings.update((firings.value() or 0) + 1)
+        total.update((total.value() or 0) + 1)
+        context.output(OutputTag("firings"), (key, firings.value(), total.value()))
+        yield (key, context.window().start, len(list(elements)))
+
+    def clear(self, context: Any) -> None:
+        from accelflow.dataflow.eventtime import ValueStateDescriptor
+
+        context.window_state().get_state(ValueStateDescriptor("firings")).clear()
+
+
+def test_per_window_state_set_and_cleared() -> None:
+    """WindowOperatorContractTest::testPerWindowStateSetAndClearedOnEventTimeClear: window_state()
+    is per window and cleared with it, global_state() per key; context.output carries the
+    window's max timestamp."""
+    h = Harness(apply_op(TumblingEventTimeWindows.of(10), PerWindowCounter, allowed_lateness=5)())
+    h.element(("k", 1), 1).watermark(9).element(("k", 1), 2).watermark(30).element(("k", 1), 32).watermark(40).watermark(50)
+    assert h.records() == [(("k", 0, 1), 9), (("k", 0, 2), 9), (("k", 30, 1), 39)]
+    assert h.side["firings"] == [(("k", 1, 1), 9), (("k", 2, 2), 9), (("k", 1, 3), 39)]
+    assert {name for name, table in h.engine.backend.tables.items() if table} == {"total"}
