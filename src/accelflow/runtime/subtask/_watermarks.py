@@ -208,7 +208,7 @@ class TimestampsAndWatermarks:
 
     def restore(self, states: list[dict[str, int]]) -> None:
         """Resume from the states of every subtask before (any parallelism): the smallest one,
-        so that no watermark this subtask emits goes back past what any of them emitted."""
+        so that no record any of them still had to send becomes late by the restore."""
         if states:
             self.max_timestamp = min(s["max_timestamp"] for s in states)
             self.emitted = min(s["emitted"] for s in states)
