@@ -295,3 +295,13 @@ def test_keyed_co_process_function_shares_state_and_timers() -> None:
     assert engine.process_element1("click", 5, key="u1").records == [(("click", {"tier": "gold"}), 5)]
     assert engine.process_element1("view", 6, key="u2").records == [(("view", None), 6)]
     assert engine.advance_watermark(15).records == [(("expired", "u1", 15), 15)]
+
+
+def test_function_returning_a_single_value_is_a_clear_error() -> None:
+    """PyFlink's process functions yield (or return an iterable of) their outputs."""
+    class ReturnsInt(KeyedProcessFunction):
+        def process_element(self, value: Any, ctx: Any) -> Any:
+            return 5
+
+    with pytest.raises(JobError, match="must return or yield its outputs .* got int 5"):
+        KeyedProcessEngine(ReturnsInt(), "bad").process_element(1, 1, key=1)

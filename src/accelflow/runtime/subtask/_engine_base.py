@@ -56,9 +56,15 @@ class Outputs:
 
     def collect(self, results: Iterable[Any] | None, timestamp: int | None) -> None:
         """Emits what a user function returned or yielded (``None``: nothing)."""
-        if results is not None:
-            for value in results:
-                self.records.append((value, timestamp))
+        if results is None:
+            return
+        try:
+            values = iter(results)
+        except TypeError:
+            raise JobError(f"a function must return or yield its outputs (an iterable, or None for "
+                           f"none), got {type(results).__name__} {results!r}") from None
+        for value in values:
+            self.records.append((value, timestamp))
 
     def extend(self, other: Outputs) -> None:
         self.records += other.records
@@ -84,7 +90,9 @@ class StateRuntimeContext(KeyedStateStore):
     def _state(self, descriptor: Any, kind: str) -> Any:
         if self._backend is None:
             raise JobError(f"operator {self._operator!r}: {NO_KEYED_STATE}")
-        return self._backend.get_state(descriptor, kind)
+        state = self._backend.get_state(descriptor, kind)
+        state.set_current_namespace(None)  # the key's own state, not a window's
+        return state
 
     def get_state(self, state_descriptor: Any) -> Any:
         return self._state(state_descriptor, "value")
