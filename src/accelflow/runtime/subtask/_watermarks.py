@@ -1,0 +1,217 @@
+"""Watermarks in a subtask: the generator side (timestamps and periodic watermarks from a
+``WatermarkStrategy``, idleness) and the input side (Flink's ``StatusWatermarkValve``: the
+minimum over the active inputs, monotonic, idle inputs skipped).
+
+Both are pure: driven by calls, with the time passed in.
+
+Example:
+    >>> valve = StatusWatermarkValve(2)
+    >>> valve.input_watermark(10, 0), valve.input_watermark(7, 1), valve.input_watermark(12, 1)
+    ([], [Watermark(timestamp=7)], [Watermark(timestamp=10)])
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import msgspec
+
+from accelflow._errors import JobError
+from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, WatermarkStrategy
+
+
+class Watermark(msgspec.Struct, frozen=True):
+    """A watermark: no record with ``timestamp <= this`` is expected any more."""
+
+    timestamp: int
+
+
+class WatermarkStatus(Enum):
+    """An input is ``ACTIVE`` or ``IDLE`` (ignored by the downstream minimum)."""
+
+    ACTIVE = "active"
+    IDLE = "idle"
+
+
+#: what a valve or a generator emits: a new watermark or a status change
+Event = Watermark | WatermarkStatus
+
+
+class StatusWatermarkValve:
+    """Combines the watermarks and statuses of ``channels`` inputs into one stream of them.
+
+    The output watermark is the minimum over the *aligned* active inputs (an input that was
+    idle must catch up with the output before it counts again), never goes back, and when
+    every input is idle the largest input watermark is flushed and ``IDLE`` emitted.
+    """
+
+    def __init__(self, channels: int) -> None:
+        self.watermarks = [MIN_TIMESTAMP] * channels
+        self.idle = [False] * channels
+        self.aligned = [True] * channels
+        self.output = MIN_TIMESTAMP
+        self.output_idle = False
+
+    def input_watermark(self, timestamp: int, channel: int) -> list[Event]:
+        """Input ``channel`` says ``timestamp``; returns what the valve emits (maybe nothing)."""
+        if self.output_idle or self.idle[channel] or timestamp <= self.watermarks[channel]:
+            return []
+        self.watermarks[channel] = timestamp
+        if not self.aligned[channel] and timestamp >= self.output:
+            self.aligned[channel] = True
+        return self._new_min()
+
+    def input_watermark_status(self, status: WatermarkStatus, channel: int) -> list[Event]:
+        """Input ``channel`` became ``status``; returns what the valve emits."""
+        if status is WatermarkStatus.IDLE and not self.idle[channel]:
+            self.idle[channel] = True
+            self.aligned[channel] = False
+            if all(self.idle):
+                out: list[Event] = []
+                if self.watermarks[channel] == self.output:
+                    out += self._flush_max()
+                self.output_idle = True
+                return out + [WatermarkStatus.IDLE]
+            return self._new_min() if self.watermarks[channel] == self.output else []
+        if status is WatermarkStatus.ACTIVE and self.idle[channel]:
+            self.idle[channel] = False
+            if self.watermarks[channel] >= self.output:
+                self.aligned[channel] = True
+            if self.output_idle:
+                self.output_idle = False
+                return [WatermarkStatus.ACTIVE]
+        return []
+
+    def _new_min(self) -> list[Event]:
+        aligned = [w for w, a in zip(self.watermarks, self.aligned) if a]
+        if aligned and min(aligned) > self.output:
+            self.output = min(aligned)
+            return [Watermark(self.output)]
+        return []
+
+    def _flush_max(self) -> list[Event]:
+        top = max(self.watermarks)
+        if top > self.output:
+            self.output = top
+            return [Watermark(top)]
+        return []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"watermarks": list(self.watermarks), "output": self.output}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back the per-input watermarks of the same number of inputs."""
+        if len(state["watermarks"]) == len(self.watermarks):
+            self.watermarks = list(state["watermarks"])
+        self.output = state["output"]
+
+
+class IdlenessTimer:
+    """Flink's ``WatermarksWithIdleness.IdlenessTimer``: idle once ``timeout_ms`` passed with no
+    activity between two checks (the clock only moves forward; times in ms)."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        if timeout_ms <= 0:
+            raise ValueError("idle timeout must be greater than 0")
+        self.timeout_ms = timeout_ms
+        self.counter = self.last_counter = 0
+        self.inactive_since: int | None = None
+
+    def activity(self) -> None:
+        self.counter += 1
+
+    def check_if_idle(self, now_ms: int) -> bool:
+        if self.counter != self.last_counter:
+            self.last_counter = self.counter
+            self.inactive_since = None
+            return False
+        if self.inactive_since is None:
+            self.inactive_since = now_ms
+            return False
+        return now_ms - self.inactive_since > self.timeout_ms
+
+
+class TimestampsAndWatermarks:
+    """Runs a ``WatermarkStrategy`` for one subtask: :meth:`process_element` gives each record
+    its timestamp, :meth:`on_periodic_emit` (every ``pipeline.auto-watermark-interval``) the
+    watermark ``max_timestamp - delay - 1`` when it advanced, or ``IDLE`` after the idle
+    timeout, and ``ACTIVE`` again with the next record.
+
+    Example:
+        >>> from accelflow.dataflow.eventtime import WatermarkStrategy
+        >>> gen = TimestampsAndWatermarks(WatermarkStrategy.for_bounded_out_of_orderness(10)
+        ...                               .with_timestamp_assigner(lambda v, ts: v), "assign")
+        >>> gen.process_element(1337)
+        (1337, [])
+        >>> gen.on_periodic_emit(now_ms=0)
+        [Watermark(timestamp=1326)]
+    """
+
+    def __init__(self, strategy: WatermarkStrategy, operator: str) -> None:
+        self.strategy = strategy
+        self.operator = operator
+        self.max_timestamp = MIN_TIMESTAMP + strategy.max_out_of_orderness_ms + 1
+        self.emitted = MIN_TIMESTAMP
+        self.idle = False
+        self.timer = IdlenessTimer(strategy.idle_timeout_ms) if strategy.idle_timeout_ms else None
+
+    def process_element(self, value: Any, record_timestamp: int | None = None) -> tuple[int, list[Event]]:
+        """``value``'s timestamp, and ``ACTIVE`` when the input was idle until now."""
+        timestamp = self._extract(value, MIN_TIMESTAMP if record_timestamp is None else record_timestamp)
+        self.max_timestamp = max(self.max_timestamp, timestamp)
+        events: list[Event] = []
+        if self.timer is not None:
+            self.timer.activity()
+            if self.idle:
+                self.idle = False
+                events.append(WatermarkStatus.ACTIVE)
+        return timestamp, events
+
+    def _extract(self, value: Any, record_timestamp: int) -> int:
+        assigner = self.strategy.timestamp_assigner
+        if assigner is None:
+            return record_timestamp
+        timestamp = assigner.extract_timestamp(value, record_timestamp)
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise JobError(
+                f"operator {self.operator!r}: the timestamp assigner {type(assigner).__name__} returned "
+                f"{type(timestamp).__name__} {timestamp!r} for {value!r}; it must return the event time "
+                "as an int of epoch milliseconds")
+        return timestamp
+
+    def current_watermark(self) -> int:
+        return self.max_timestamp - self.strategy.max_out_of_orderness_ms - 1
+
+    def on_periodic_emit(self, now_ms: int) -> list[Event]:
+        """The periodic tick; ``now_ms`` is the processing time (for idleness)."""
+        if self.strategy.kind == "none":
+            return []
+        if self.timer is not None and self.timer.check_if_idle(now_ms):
+            if self.idle:
+                return []
+            self.idle = True
+            return [WatermarkStatus.IDLE]
+        watermark = self.current_watermark()
+        if watermark > self.emitted:
+            self.emitted = watermark
+            return [Watermark(watermark)]
+        return []
+
+    def end_of_input(self) -> list[Event]:
+        """A bounded input ended: the final ``MAX_TIMESTAMP`` watermark (fires every window)."""
+        self.emitted = MAX_TIMESTAMP
+        return [Watermark(MAX_TIMESTAMP)]
+
+    def snapshot(self) -> dict[str, int]:
+        return {"max_timestamp": self.max_timestamp, "emitted": self.emitted}
+
+    def restore(self, states: list[dict[str, int]]) -> None:
+        """Resume from the states of every subtask before (any parallelism): the smallest one,
+        so that no record any of them still had to send becomes late by the restore."""
+        if states:
+            self.max_timestamp = min(s["max_timestamp"] for s in states)
+            self.emitted = min(s["emitted"] for s in states)
+
+
+__all__ = ["Event", "IdlenessTimer", "StatusWatermarkValve", "TimestampsAndWatermarks", "Watermark", "WatermarkStatus"]
