@@ -57,7 +57,7 @@ def test_a_numpy_source_goes_through_the_object_store_not_the_clients_memory(
     stream = env.from_collection(data, parallelism=4).map(_WaitFor(tmp_path / "go"), parallelism=4)
     stream.sink_to_file(tmp_path / "out.jsonl")
     client = env.execute_async()
-    (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
+    (source,) = [t.source for t in client.graph.sources if isinstance(t.source, ArraySource)]
     try:
         wait_until(lambda: len(client.launcher.pids) == 2 and client.jobmanager.subtasks
                     and all(st.state == "RUNNING" for st in client.jobmanager.subtasks.values()),

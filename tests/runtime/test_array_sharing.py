@@ -100,7 +100,7 @@ def test_a_job_gives_the_shared_memory_back_when_it_ends(fails: bool) -> None:
     out = stream.map_batches(_fail_on_seven if fails else (lambda b: b + 1), parallelism=2)
     out.add_sink(lambda x: None)
     client = env.execute_async()
-    (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
+    (source,) = [t.source for t in client.graph.sources if isinstance(t.source, ArraySource)]
     if fails:
         with pytest.raises(JobError, match="seven"):
             client.wait(120)

@@ -37,7 +37,11 @@ if TYPE_CHECKING:
         Source,
     )
     from accelflow.dataflow._sinks import Sink
-    from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
+    from accelflow.dataflow._graph import Chain, JobGraph, Partitioning, Transformation, build_job_graph
+    from accelflow.dataflow._specs import (
+        CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
+        OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
+    )
     from accelflow.dataflow._idx_source import IdxSource
     from accelflow.dataflow._sources import (
         ArraySource, CollectionSource, ObjectArray, ProcessArray, SequenceSource, SharedArray,
@@ -65,7 +69,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Sink",
     ),
     "._graph": (
-        "Chain", "JobGraph", "Kind", "Partitioning", "Transformation", "build_job_graph",
+        "Chain", "JobGraph", "Partitioning", "Transformation", "build_job_graph",
+    ),
+    "._specs": (
+        "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
+        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "SinkToSpec", "SourceSpec", "UserSinkSpec",
     ),
     "._idx_source": (
         "IdxSource",
@@ -77,34 +85,46 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "ArraySource",
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
-    "ArraySource",
     "Chain",
+    "CollectSinkSpec",
     "CollectionSource",
     "Columns",
+    "FileSinkSpec",
+    "FilterSpec",
+    "FlatMapSpec",
+    "FunctionSpec",
     "IdxSource",
     "JobGraph",
-    "Kind",
+    "MapBatchesSpec",
+    "MapSpec",
     "ObjectArray",
+    "OperatorSpec",
     "Partitioning",
     "Positioned",
     "Positions",
+    "PrintSinkSpec",
+    "ProcessArray",
+    "ReduceSpec",
+    "ResumeSplit",
     "RichFilterFunction",
     "RichFlatMapFunction",
     "RichFunction",
     "RichMapBatchesFunction",
     "RichMapFunction",
-    "ResumeSplit",
     "RichReduceFunction",
     "RuntimeContext",
     "SequenceSource",
-    "ProcessArray",
     "SharedArray",
     "Sink",
     "SinkFunction",
+    "SinkToSpec",
     "Source",
+    "SourceSpec",
     "Transformation",
+    "UserSinkSpec",
     "build_job_graph",
     "chunk_len",
     "copy_to_memfd",

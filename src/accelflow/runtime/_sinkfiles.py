@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from accelflow._errors import JobError
-from accelflow.dataflow import JobGraph
+from accelflow.dataflow import FileSinkSpec, JobGraph
 
 _LOCK_SUFFIX = ".accelflow-lock"
 _BLOCK = 1 << 20
@@ -57,7 +57,7 @@ def _part_pattern(base: str) -> re.Pattern[str]:
 
 
 def _sink_targets(graph: JobGraph) -> list[str]:
-    return sorted({str(t.fn) for t in graph.transformations if t.kind == "sink_file"})
+    return sorted({t.spec.path for t in graph.transformations if isinstance(t.spec, FileSinkSpec)})
 
 
 # -- committing ----------------------------------------------------------------------------------
@@ -71,10 +71,10 @@ def commit_files(graph: JobGraph, parts_of: Callable[[int, int], list[str]]) -> 
     with hold_sink_targets(graph, clean=False):
         for chain in graph.chains:
             for node in chain.nodes:
-                if node.kind != "sink_file":
+                if not isinstance(node.spec, FileSinkSpec):
                     continue
                 parts = [p for i in range(chain.parallelism) for p in parts_of(chain.id, i)]
-                _concatenate(parts, str(node.fn))
+                _concatenate(parts, node.spec.path)
                 for part in parts:
                     os.unlink(part)
         remove_stale_parts(graph)

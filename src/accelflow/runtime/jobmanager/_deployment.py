@@ -133,7 +133,7 @@ class Deployer:
             restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
                       if job.restore_from else None),
             restored_checkpoint=job.restore_id,
-            arrays=dict(chain.head.fn.handles) if isinstance(chain.head.fn, ArraySource) else {},
+            arrays=dict(chain.head.source.handles) if isinstance(chain.head.source, ArraySource) else {},
         )
 
     def address(self, job: Job, chain: int, index: int) -> str:

@@ -231,11 +231,11 @@ class JobManager:
             JobError: an array could not be shared; names the source and what failed.
         """
         copy = self.config.get(k.ARRAY_SHARING) == "copy"
-        for t in graph.transformations:
-            if not isinstance(t.fn, ArraySource):
+        for t in graph.sources:
+            if not isinstance(t.source, ArraySource):
                 continue
             try:
-                t.fn.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
+                t.source.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
             except Exception as exc:
                 raise JobError(
                     f"source {t.name!r}: cannot share its NumPy array with the subtasks "
@@ -345,7 +345,7 @@ class JobManager:
         if isinstance(msg, Collected):
             attempt.collected[key].append(msg.chunk)
         if isinstance(msg, SubtaskProgress | SubtaskFinished):
-            is_source = job.graph.chains[key.chain].head.kind == "source"
+            is_source = job.graph.chains[key.chain].head.source is not None
             if attempt.first_record is None and is_source and msg.counts[0][1]:
                 attempt.first_record = time.monotonic() - job.submitted
             self._notify(job.graph)
@@ -383,7 +383,7 @@ def _restarts(config: Configuration, checkpointing: bool) -> int:
 
 
 def _array_sources(graph: JobGraph) -> list[ArraySource]:
-    return [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
+    return [t.source for t in graph.sources if isinstance(t.source, ArraySource)]
 
 
 class _Attempt:

@@ -124,13 +124,15 @@ def _imported_through_pythonpath() -> bool:
 
 def sink_directories(desc: SubtaskDescriptor) -> list[str]:
     """The directories of the file sink targets of one subtask's chain (absolute ones)."""
-    if b"sink_file" not in desc.chain_blob:
+    if b"FileSinkSpec" not in desc.chain_blob:
         return []
     import cloudpickle
 
+    from accelflow.dataflow import FileSinkSpec
+
     plan = cloudpickle.loads(desc.chain_blob)
-    return sorted({os.path.dirname(str(n.fn)) for n in plan.nodes
-                   if n.kind == "sink_file" and os.path.isabs(str(n.fn))})
+    return sorted({os.path.dirname(n.spec.path) for n in plan.nodes
+                   if isinstance(n.spec, FileSinkSpec) and os.path.isabs(n.spec.path)})
 
 
 class _RayHandle(TaskExecutorHandle):

@@ -28,7 +28,8 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
-from accelflow.runtime.subtask._operators import OPERATORS, CollectSink, FileSink, Operator
+from accelflow.runtime.subtask._operators import Operator, operator_for
+from accelflow.runtime.subtask._sink_operators import CollectSink, FileSink
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._shm import ShmReceiver
 
@@ -98,7 +99,7 @@ class _Runner:
         listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
-            self.ops: list[Operator] = [OPERATORS[n.kind](n) for n in plan.nodes if n.kind != "source"]
+            self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
             opened: list[Operator] = []
             try:
                 for op in self.ops:
@@ -107,9 +108,9 @@ class _Runner:
                 self._restore()
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(SubtaskRunning(desc.key))
-                if head.kind == "source":
+                if head.source is not None:
                     self.source_out = 0
-                    self._run_source(head.fn, self._context(head))
+                    self._run_source(head.source, self._context(head))
                 else:
                     self._run_inputs(listener)
                 self._finish()
@@ -147,7 +148,7 @@ class _Runner:
         index, parallelism = self.desc.key.index, self.desc.parallelism
         head = self.plan.nodes[0]
         self.splits = list(self.desc.splits or [])
-        if head.kind == "source" and head.name in restored:
+        if head.source is not None and head.name in restored:
             # the splits not yet read when the checkpoint was taken, spread as at the start
             remaining = [s for blob in restored[head.name] for s in (cloudpickle.loads(blob) or [])]
             self.splits = remaining[index::parallelism]
@@ -332,7 +333,7 @@ class _Runner:
 
     def _counts(self) -> list[tuple[int, int]]:
         counts = [(op.records_in, op.records_out) for op in self.ops]
-        if self.plan.nodes[0].kind == "source":
+        if self.plan.nodes[0].source is not None:
             counts.insert(0, (0, getattr(self, "source_out", 0)))
         return counts
 
