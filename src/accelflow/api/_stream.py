@@ -19,10 +19,11 @@ import numpy as np
 from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
+from accelflow.connectors import ArraySource, CollectionSource, SequenceSource
 from accelflow.dataflow import (
-    ArraySource, CollectionSource, CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph,
-    MapBatchesSpec, MapSpec, OperatorSpec, Partitioning, PrintSinkSpec, ReduceSpec, SequenceSource, Sink,
-    SinkToSpec, Source, SourceSpec, Transformation, UserSinkSpec, build_job_graph, in_order,
+    CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph, MapBatchesSpec, MapSpec, OperatorSpec,
+    Partitioning, PrintSinkSpec, ReduceSpec, Sink, SinkToSpec, Source, SourceSpec, Transformation,
+    UserSinkSpec, build_job_graph, in_order,
 )
 from accelflow.api._ordered import keep_order
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up

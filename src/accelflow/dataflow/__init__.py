@@ -1,5 +1,8 @@
 """The dataflow model shared by the API (which builds it) and the runtime (which runs it):
-the job graph, record chunks, function contracts, built-in sources and the runtime context.
+the job graph and its operator specs, record chunks, the contracts of functions, sources and
+sinks, and the runtime context. It describes jobs; it holds no shared memory, file or process
+(the built-in sources are in :mod:`accelflow.connectors`, sharing arrays with subtasks is the
+runtime's).
 
 It imports neither :mod:`accelflow.api` nor :mod:`accelflow.runtime`.
 """
@@ -42,11 +45,7 @@ if TYPE_CHECKING:
         CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
         OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
     )
-    from accelflow.dataflow._idx_source import IdxSource
-    from accelflow.dataflow._sources import (
-        ArraySource, CollectionSource, ObjectArray, ProcessArray, SequenceSource, SharedArray,
-        copy_to_memfd, even_ranges, register_arrays,
-    )
+    from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
 #: needs only the graph's types (a TaskExecutor) does not import NumPy
@@ -75,38 +74,29 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
         "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "SinkToSpec", "SourceSpec", "UserSinkSpec",
     ),
-    "._idx_source": (
-        "IdxSource",
-    ),
     "._sources": (
-        "ArraySource", "CollectionSource", "ObjectArray", "ProcessArray", "SequenceSource",
-        "SharedArray", "copy_to_memfd", "even_ranges", "register_arrays",
+        "SharedRows", "even_ranges",
     ),
 }
 
 __all__ = [
-    "ArraySource",
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
     "Chain",
     "CollectSinkSpec",
-    "CollectionSource",
     "Columns",
     "FileSinkSpec",
     "FilterSpec",
     "FlatMapSpec",
     "FunctionSpec",
-    "IdxSource",
     "JobGraph",
     "MapBatchesSpec",
     "MapSpec",
-    "ObjectArray",
     "OperatorSpec",
     "Partitioning",
     "Positioned",
     "Positions",
     "PrintSinkSpec",
-    "ProcessArray",
     "ReduceSpec",
     "ResumeSplit",
     "RichFilterFunction",
@@ -116,8 +106,7 @@ __all__ = [
     "RichMapFunction",
     "RichReduceFunction",
     "RuntimeContext",
-    "SequenceSource",
-    "SharedArray",
+    "SharedRows",
     "Sink",
     "SinkFunction",
     "SinkToSpec",
@@ -127,13 +116,11 @@ __all__ = [
     "UserSinkSpec",
     "build_job_graph",
     "chunk_len",
-    "copy_to_memfd",
     "even_ranges",
     "from_batch",
     "group_records",
     "in_order",
     "iter_records",
-    "register_arrays",
     "strided",
     "to_batch",
     "with_positions",

@@ -8,8 +8,10 @@
 - :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
 
 This module re-exports only what every process shares: the typed messages that cross process
-boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene and the
-sink-file protocol.
+boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
+sink-file protocol, and the data plane of NumPy sources: the handles subtasks read shared
+arrays through (:mod:`._arrays`, also mapped by a Ray TaskExecutor) and the JobManager's
+sharing of them (:mod:`._array_sharing`).
 See ``docs/architecture.md``.
 """
 
@@ -68,6 +70,10 @@ if TYPE_CHECKING:
         TriggerSavepoint,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._array_sharing import object_handles, release_arrays, share_arrays, shared_view
+    from accelflow.runtime._arrays import (
+        NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
+    )
     from accelflow.runtime._pickle import dumps
     from accelflow.runtime._process import die_with_parent
     from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
@@ -89,6 +95,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
     ),
+    "._array_sharing": (
+        "object_handles", "release_arrays", "share_arrays", "shared_view",
+    ),
+    "._arrays": (
+        "NpyFile", "ObjectArray", "ProcessArray", "SharedArray", "copy_to_memfd", "register_arrays",
+    ),
     "._pickle": (
         "dumps",
     ),
@@ -104,10 +116,10 @@ __all__ = [
     "Barrier",
     "CancelJob",
     "ChainPlan",
-    "CheckpointAck",
-    "CheckpointCommitted",
     "ChannelDone",
     "ChannelFailed",
+    "CheckpointAck",
+    "CheckpointCommitted",
     "Collected",
     "Command",
     "ConfigReply",
@@ -118,14 +130,18 @@ __all__ = [
     "JobProgress",
     "JobSucceeded",
     "NotifyCheckpointComplete",
+    "NpyFile",
+    "ObjectArray",
     "OpenChannel",
     "OutputEdge",
     "PROTOCOL",
+    "ProcessArray",
     "Registration",
     "RegistrationFailed",
     "SUBTASK_MESSAGES",
     "SavepointDone",
     "SavepointFailed",
+    "SharedArray",
     "Shutdown",
     "StatusReply",
     "StatusRequest",
@@ -148,12 +164,18 @@ __all__ = [
     "TriggerSavepoint",
     "close_listener",
     "commit_files",
+    "copy_to_memfd",
     "create_part",
     "die_with_parent",
     "dumps",
     "hold_sink_targets",
+    "object_handles",
+    "register_arrays",
+    "release_arrays",
     "remove_stale_parts",
     "serve_forever",
+    "share_arrays",
+    "shared_view",
     "unix_listener",
 ]
 

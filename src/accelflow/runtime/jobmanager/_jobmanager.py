@@ -24,10 +24,11 @@ from accelflow._errors import (
 )
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.dataflow import ArraySource, JobGraph
+from accelflow.connectors import ArraySource
+from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
-    SubtaskRunning, commit_files, hold_sink_targets, remove_stale_parts,
+    SubtaskRunning, commit_files, hold_sink_targets, release_arrays, remove_stale_parts, share_arrays,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
@@ -152,7 +153,7 @@ class JobManager:
             raise
         finally:
             for source in _array_sources(job.graph):
-                source.release(wait=False)  # freeing 300 MB takes the kernel ~50 ms
+                release_arrays(source, wait=False)  # freeing 300 MB takes the kernel ~50 ms
         with self.state.lock:
             job.end("FINISHED", result=result)
         coordinator.job_ended("FINISHED")
@@ -222,7 +223,7 @@ class JobManager:
         overlap cluster start): read from this process's memory, or copied into shared
         memory with ``pipeline.array-sharing: copy`` or where the kernel forbids the reading.
         :meth:`run_job` gives the memory back when the job ends, however it ends; a SIGKILLed
-        client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray
+        client leaves nothing behind (anonymous memory, see ``runtime._array_sharing``). On the Ray
         target (``Launcher.put_array``) each array goes into Ray's object store once instead:
         subtasks on other machines cannot see this host's memory; each descriptor of a source
         subtask carries the source's handles (``SubtaskDescriptor.arrays``).
@@ -235,7 +236,7 @@ class JobManager:
             if not isinstance(t.source, ArraySource):
                 continue
             try:
-                t.source.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
+                share_arrays(t.source, self.launcher.workdir, self.launcher.put_array, copy=copy)
             except Exception as exc:
                 raise JobError(
                     f"source {t.name!r}: cannot share its NumPy array with the subtasks "
@@ -245,7 +246,7 @@ class JobManager:
     def cleanup_after_failure(self, graph: JobGraph) -> None:
         """After a job (or its cluster's start) failed: shared sources and stale parts go."""
         for source in _array_sources(graph):
-            source.release()
+            release_arrays(source)
         remove_stale_parts(graph)
 
     def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator) -> JobResult:

@@ -7,6 +7,7 @@ what it read under its lock.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Container
 from fractions import Fraction
@@ -17,8 +18,8 @@ import cloudpickle
 from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
-from accelflow.dataflow import Chain, JobGraph
-from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps
+from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation
+from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps, shared_view
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount
 
@@ -51,7 +52,7 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
     )
     try:
         checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
-        return dumps(ChainPlan(chain.name, chain.nodes, outputs, _rolling(job), checkpointing))
+        return dumps(ChainPlan(chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
@@ -59,6 +60,15 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
             "(locks, open files, connections, models on a device) in open() of a rich "
             "function, or pass the class instead of an instance"
         ) from exc
+
+
+def _as_deployed(chain: Chain) -> list[Transformation]:
+    """The nodes of ``chain`` as its subtasks get them: a source whose arrays are shared reads
+    them through the copy that sharing made (the graph's own node is left as it is)."""
+    head = chain.head
+    if head.source is None or (view := shared_view(head.source)) is head.source:
+        return chain.nodes
+    return [dataclasses.replace(head, spec=SourceSpec(view)), *chain.nodes[1:]]
 
 
 def _rolling(job: Job) -> bool:

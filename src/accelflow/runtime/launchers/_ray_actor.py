@@ -255,7 +255,7 @@ class TaskExecutorActor:
     def _map_array(self, array_id: str, ref: Any, key: SubtaskKey) -> Any:
         """The ``SharedArray`` of ``array_id`` for subtask ``key``: fetched (zero-copy, from
         this node's object store) and copied into this actor's shared memory once."""
-        from accelflow.dataflow import copy_to_memfd  # NumPy only where arrays come
+        from accelflow.runtime import copy_to_memfd  # NumPy only where arrays come
 
         with self.arrays_lock:
             held = self.arrays.get(array_id)

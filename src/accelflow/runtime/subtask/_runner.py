@@ -93,7 +93,7 @@ class _Runner:
     def run(self) -> tuple[list[tuple[int, int]], list[str]]:
         desc, plan = self.desc, self.plan
         if desc.arrays:  # a NumPy source's arrays, mapped by the TaskExecutor (Ray target)
-            from accelflow.dataflow import register_arrays
+            from accelflow.runtime import register_arrays
 
             register_arrays(desc.arrays)
         listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
