@@ -186,7 +186,7 @@ def _example(cls: type) -> object:
     values = {
         "key": key, "sender": key, "error": error, "descriptor": None, "job_id": "job-1",
         "taskexecutor_id": "taskexecutor-1", "pid": 42, "exitcode": 3, "slots": 2,
-        "counts": [(0, 5)], "parts": ["/tmp/p"], "chunk": [1, 2], "name": "c", "reason": "gone",
+        "counts": [(0, 5)], "chunk": [1, 2], "name": "c", "reason": "gone",
         "graph_blob": b"x", "config": {"a": 1}, "url": "http://127.0.0.1:1", "snapshot": {"records": 1},
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,

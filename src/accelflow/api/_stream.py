@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
-from accelflow.connectors import ArraySource, CollectionSource, SequenceSource
+from accelflow.connectors import ArraySource, CollectionSource, SequenceSource, SingleFileSink
 from accelflow.dataflow import (
     CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph, MapBatchesSpec, MapSpec, OperatorSpec,
     Partitioning, PrintSinkSpec, ReduceSpec, Sink, SinkToSpec, Source, SourceSpec, Transformation,
@@ -266,17 +265,10 @@ class DataStream:
     def sink_to_file(self, path: str | os.PathLike[str], *, name: str = "file sink",
                      parallelism: int | None = None) -> None:
         """Write one line per record (``str(record)``) to ``path``, atomically: the file is
-        complete when the job succeeds and absent (or unchanged) when it fails."""
-        if not isinstance(path, str | os.PathLike):
-            raise ConfigError(f"needs a file path (a str or os.PathLike), got {_shown(path)}",
-                              key="sink_to_file(path)")
-        target = Path(path).absolute()
-        if not target.parent.is_dir():
-            raise ConfigError(f"directory {str(target.parent)!r} does not exist",
-                              key=f"sink_to_file({str(path)!r})")
-        if target.is_dir():
-            raise ConfigError("is a directory; give a file path", key=f"sink_to_file({str(path)!r})")
-        self._then(FileSinkSpec(str(target)), name, parallelism)
+        complete when the job succeeds and absent (or unchanged) when it fails: a
+        :class:`~accelflow.connectors.SingleFileSink` (a two-phase sink whose parts are joined
+        into ``path`` once the job has succeeded)."""
+        self._then(FileSinkSpec(SingleFileSink(path)), name, parallelism)
 
     def sink_to(self, sink: Sink[Any], *, name: str | None = None, parallelism: int | None = None) -> None:
         """An exactly-once sink (``accelflow.connectors.files.FileSink``,

@@ -16,6 +16,7 @@ from accelflow.scheduling import ResourceProfile
 
 if TYPE_CHECKING:
     from accelflow.dataflow._functions import Source
+    from accelflow.dataflow._sinks import Sink
     from accelflow.dataflow._specs import OperatorSpec
 
 Partitioning = Literal["forward", "rebalance", "hash"]
@@ -56,6 +57,11 @@ class Transformation:
     def source(self) -> Source[Any] | None:
         """The :class:`Source` of a source operator, else None."""
         return self.spec.reads()
+
+    @property
+    def sink(self) -> Sink[Any] | None:
+        """The two-phase-commit :class:`Sink` of a ``sink_to`` operator, else None."""
+        return self.spec.writes()
 
 
 @dataclass(slots=True)

@@ -72,6 +72,10 @@ class OperatorSpec:
         """The source this operator reads its records from (a source operator's), else None."""
         return None
 
+    def writes(self) -> Sink[Any] | None:
+        """The two-phase-commit sink this operator writes to (``sink_to``'s), else None."""
+        return None
+
 
 # -- sources --------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -221,11 +225,13 @@ class SinkToSpec(OperatorSpec):
             raise ConfigError(f"sink_to needs an accelflow.Sink (e.g. FileSink, KafkaSink), got "
                               f"{type(self.sink).__name__}; use add_sink for a plain function", key=where)
 
+    def writes(self) -> Sink[Any] | None:
+        return self.sink
+
 
 @dataclass(frozen=True, slots=True)
-class FileSinkSpec(OperatorSpec):
-    """``sink_to_file(path)``: one file, written atomically when the job succeeds."""
+class FileSinkSpec(SinkToSpec):
+    """``sink_to_file(path)``: a ``sink_to`` of the sink that writes one file, atomically when
+    the job succeeds (``accelflow.connectors.SingleFileSink``); only its label differs."""
 
     kind: ClassVar[str] = "sink_file"
-    is_sink: ClassVar[bool] = True
-    path: str

@@ -9,7 +9,7 @@
 
 This module re-exports only what every process shares: the typed messages that cross process
 boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
-sink-file protocol, and the data plane of NumPy sources: the handles subtasks read shared
+checkpointed state of a ``sink_to`` operator, and the data plane of NumPy sources: the handles subtasks read shared
 arrays through (:mod:`._arrays`, also mapped by a Ray TaskExecutor) and the JobManager's
 sharing of them (:mod:`._array_sharing`).
 See ``docs/architecture.md``.
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     )
     from accelflow.runtime._pickle import dumps
     from accelflow.runtime._process import die_with_parent
-    from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
+    from accelflow.runtime._sink_state import committables_at, sink_state
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -107,8 +107,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._process": (
         "die_with_parent",
     ),
-    "._sinkfiles": (
-        "commit_files", "create_part", "hold_sink_targets", "remove_stale_parts",
+    "._sink_state": (
+        "committables_at", "sink_state",
     ),
 }
 
@@ -163,19 +163,17 @@ __all__ = [
     "TriggerCheckpoint",
     "TriggerSavepoint",
     "close_listener",
-    "commit_files",
+    "committables_at",
     "copy_to_memfd",
-    "create_part",
     "die_with_parent",
     "dumps",
-    "hold_sink_targets",
     "object_handles",
     "register_arrays",
     "release_arrays",
-    "remove_stale_parts",
     "serve_forever",
     "share_arrays",
     "shared_view",
+    "sink_state",
     "unix_listener",
 ]
 

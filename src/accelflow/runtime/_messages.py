@@ -176,7 +176,6 @@ class Collected(_Message, frozen=True):
 class SubtaskFinished(_Message, frozen=True):
     key: SubtaskKey
     counts: list[tuple[int, int]]
-    parts: list[str]
 
 
 class SubtaskFailed(_Message, frozen=True):

@@ -28,11 +28,12 @@ from accelflow.connectors import ArraySource
 from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
-    SubtaskRunning, commit_files, hold_sink_targets, release_arrays, remove_stale_parts, share_arrays,
+    SubtaskRunning, release_arrays, share_arrays,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
+from accelflow.runtime.jobmanager._job_sinks import FinalAcks, JobSinks, discard_sinks
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, JobResult, SubtaskState, TaskExecutorInfo
 from accelflow.runtime.jobmanager._membership import Membership
 from accelflow.runtime.jobmanager._plan import (
@@ -135,8 +136,8 @@ class JobManager:
         try:
             coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock)
             job.savepoints = coordinator.requests
-            with hold_sink_targets(job.graph):  # a second job on a target fails; stale parts go
-                result = self._run_attempts(job, coordinator)
+            with JobSinks(job.graph) as sinks:  # e.g. a second job on a sink_to_file target fails
+                result = self._run_attempts(job, coordinator, sinks)
         except JobCancelledError as exc:
             with self.state.lock:
                 self._end_subtasks(job)
@@ -244,12 +245,12 @@ class JobManager:
                     f"{type(exc).__name__}: {exc}") from exc
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
-        """After a job (or its cluster's start) failed: shared sources and stale parts go."""
+        """After a job (or its cluster's start) failed: shared sources and what the sinks left go."""
         for source in _array_sources(graph):
             release_arrays(source)
-        remove_stale_parts(graph)
+        discard_sinks(graph)
 
-    def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator) -> JobResult:
+    def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
         self.prepare_sources(job.graph)
         attempts_left = _restarts(job.config, coordinator.enabled)
         restarting = False
@@ -258,7 +259,7 @@ class JobManager:
                 if restarting:  # a replacement that cannot start yet fails this attempt only
                     self.membership.replace_lost()
                 job.restore_from, job.restore_id = coordinator.restored_states()
-                collected, first_record = self._run_attempt(job, coordinator)
+                collected, first_record, finals = self._run_attempt(job, coordinator)
                 break
             except (JobCancelledError, AllocationError, CheckpointError):
                 raise
@@ -277,13 +278,13 @@ class JobManager:
                 restarting = True
         self.state.release_slots(job.id, job.attempt)
         if job.stopped_with_savepoint is None:  # a stopped job's batch files are not complete
-            commit_files(job.graph, lambda c, i: self.state.subtasks[SubtaskKey(job.id, job.attempt, c, i)].parts)
+            sinks.commit(job.id, job.attempt, finals)
         with self.state.lock:
             states = [st for key, st in self.state.subtasks.items()
                       if key.job_id == job.id and key.attempt == job.attempt]
         return result_of(job, states, first_record, collected)
 
-    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None]:
+    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None, FinalAcks]:
         keys = self.deployer.deploy(job)
         attempt = _Attempt(keys)
         coordinator.start_attempt(keys)
@@ -304,7 +305,7 @@ class JobManager:
             raise
         chunks = [chunk for key in sorted(keys, key=lambda k_: (k_.chain, k_.index))
                   for chunk in attempt.collected[key] if len(chunk)]
-        return chunks, attempt.first_record
+        return chunks, attempt.first_record, attempt.finals
 
     def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent,
                   coordinator: CheckpointCoordinator) -> None:
@@ -323,7 +324,7 @@ class JobManager:
             elif isinstance(msg, SubtaskProgress):
                 st.counts, st.metrics = msg.counts, msg.metrics
             elif isinstance(msg, SubtaskFinished):
-                st.state, st.counts, st.parts = "FINISHED", msg.counts, msg.parts
+                st.state, st.counts = "FINISHED", msg.counts
                 self.state.release_devices(key)
                 attempt.pending.discard(key)
                 attempt.finished.add(key)
@@ -337,6 +338,8 @@ class JobManager:
                     raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
                                    f"{msg.exitcode} without finishing")
         if isinstance(msg, CheckpointAck):
+            if msg.final:  # what its sinks prepared last: their job-level commit's input
+                attempt.finals[key] = (msg.checkpoint_id, msg.states)
             coordinator.on_ack(msg)
         elif isinstance(msg, CheckpointCommitted) and coordinator.on_committed(msg):
             job.stopped_with_savepoint = coordinator.finish_stop()
@@ -395,4 +398,5 @@ class _Attempt:
         self.finished: set[SubtaskKey] = set()
         self.exited: set[SubtaskKey] = set()
         self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
+        self.finals: FinalAcks = {}
         self.first_record: float | None = None

@@ -29,7 +29,7 @@ from accelflow.runtime import (
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
 from accelflow.runtime.subtask._operators import Operator, operator_for
-from accelflow.runtime.subtask._sink_operators import CollectSink, FileSink
+from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._shm import ShmReceiver
 
@@ -57,12 +57,12 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     os.environ.update(env)
     try:
         runner = _Runner(desc, status, cancelled)
-        counts, parts = runner.run()
+        counts = runner.run()
         # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
         # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
         # printed a traceback after a successful job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        status.send(SubtaskFinished(desc.key, counts, parts))
+        status.send(SubtaskFinished(desc.key, counts))
     except _Cancelled:
         os._exit(143)
     except BaseException as exc:
@@ -90,7 +90,7 @@ class _Runner:
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
 
-    def run(self) -> tuple[list[tuple[int, int]], list[str]]:
+    def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
         if desc.arrays:  # a NumPy source's arrays, mapped by the TaskExecutor (Ray target)
             from accelflow.runtime import register_arrays
@@ -118,7 +118,7 @@ class _Runner:
             finally:
                 for op in reversed(opened):
                     op.close()
-            return self._counts(), [op.part_path for op in self.ops if isinstance(op, FileSink)]
+            return self._counts()
         finally:
             if listener is not None:
                 listener.close()

@@ -1,20 +1,19 @@
-"""The sink operators of a subtask: ``print``, ``sink_to_file``, ``execute_and_collect``,
-``add_sink`` and ``sink_to`` (see :mod:`._operators` for the operator contract)."""
+"""The sink operators of a subtask: ``print``, ``execute_and_collect``, ``add_sink`` and
+``sink_to`` (also ``sink_to_file``'s sink; see :mod:`._operators` for the operator contract)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
 from accelflow.dataflow import (
-    CollectSinkSpec, Columns, FileSinkSpec, Positioned, PrintSinkSpec, RuntimeContext, SinkToSpec,
-    Transformation, UserSinkSpec, iter_records,
+    CollectSinkSpec, Columns, Positioned, PrintSinkSpec, RuntimeContext, SinkToSpec, Transformation,
+    UserSinkSpec, iter_records,
 )
-from accelflow.runtime import ChainPlan, create_part
+from accelflow.runtime import ChainPlan, sink_state
 from accelflow.runtime.subtask._operators import MapOp, Operator, join_chunks, runs
 
 
@@ -29,34 +28,6 @@ class PrintSink(Operator):
         sys.stdout.write(text)
         sys.stdout.flush()
         return []
-
-
-@runs(FileSinkSpec)
-class FileSink(Operator):
-    """Writes a part file; the JobManager joins the parts atomically when the job succeeds."""
-
-    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
-        super().__init__(node, plan)
-        assert isinstance(node.spec, FileSinkSpec)
-        self.target = node.spec.path
-        self.file: TextIO | None = None
-        self.part_path = ""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        # a new file with a random name, 0600, never through a symlink (see _sinkfiles)
-        fd, self.part_path = create_part(self.target, ctx.index_of_this_subtask, ctx.attempt_number)
-        self.file = os.fdopen(fd, "w", encoding="utf-8")
-
-    def process(self, chunk: Any) -> Any:
-        assert self.file is not None
-        self.file.write("".join(f"{r}\n" for r in iter_records(chunk)))
-        return []
-
-    def close(self) -> None:
-        if self.file is not None and not self.file.closed:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
 
 
 @runs(CollectSinkSpec)
@@ -137,12 +108,15 @@ class SinkToOp(Operator):
         self.obj.write(chunk)
         return []
 
+    def finish(self) -> Any:
+        self.obj.end_of_input()
+        return []
+
     def snapshot_state(self, checkpoint_id: int) -> Any:
         prepared = list(self.obj.prepare_commit(checkpoint_id))
         if prepared:
             self.pending[checkpoint_id] = prepared
-        return {"committables": {n: list(c) for n, c in self.pending.items()},
-                "writer": self.obj.snapshot_state(checkpoint_id)}
+        return sink_state(self.pending, self.obj.snapshot_state(checkpoint_id))
 
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
         # the committables of the checkpoint restored from are published again (idempotent):
