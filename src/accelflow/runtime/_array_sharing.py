@@ -110,10 +110,10 @@ _shares: weakref.WeakKeyDictionary[ArraySource, _Shared] = weakref.WeakKeyDictio
 _lock = threading.Lock()
 
 
-def share_arrays(source: ArraySource, directory: Path, put: PutArray | None = None, *,
-                 copy: bool = False) -> ArraySource:
+def share_arrays(source: Source[Any] | None, directory: Path, put: PutArray | None = None, *,
+                 copy: bool = False) -> Source[Any] | None:
     """Make the arrays of ``source`` readable by the subtasks (idempotent) and return the copy
-    of it that they are sent: read from this process's memory unless ``copy`` or the system
+    of it that they are sent (``source`` itself when it holds no arrays): read from this process's memory unless ``copy`` or the system
     forbids it, else copied into shared memory; without ``memfd`` (not Linux), written as
     ``.npy`` files in ``directory``. With ``put`` (the Ray target: subtasks on other
     machines), each array goes to the object store instead.
@@ -122,6 +122,8 @@ def share_arrays(source: ArraySource, directory: Path, put: PutArray | None = No
         OSError, MemoryError...: as sharing one array raised them; nothing stays shared (the
             JobManager names the source, see ``JobManager.prepare_sources``).
     """
+    if not isinstance(source, ArraySource):
+        return source
     with _lock:
         shared = _shares.get(source)
         if shared is not None and shared.view is not None:
@@ -146,7 +148,7 @@ def object_handles(source: Source[Any]) -> dict[str, Any]:
         return {} if shared is None else dict(shared.handles)
 
 
-def release_arrays(source: Source[Any], wait: bool = True) -> None:
+def release_arrays(source: Source[Any] | None, wait: bool = True) -> None:
     """Give back what sharing ``source``'s arrays holds (idempotent). With ``wait=False`` the
     memory is freed on a thread of its own (the kernel takes ~50 ms for 300 MB, which a job's
     end need not wait for)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import cloudpickle
 
-from accelflow.dataflow import JobGraph, Sink, Transformation
+from accelflow.dataflow import Chain, JobGraph, Sink, Transformation
 from accelflow.runtime import SubtaskKey, committables_at
 
 _log = logging.getLogger("accelflow.runtime")
@@ -40,10 +40,9 @@ class JobSinks:
 
     def __enter__(self) -> JobSinks:
         try:
-            for _, node in _sink_nodes(self.graph):
-                assert node.sink is not None
-                node.sink.open_job()
-                self.opened.append(node.sink)
+            for _, _, sink in _sinks_of(self.graph):
+                sink.open_job()
+                self.opened.append(sink)
         except BaseException:
             self._close(committed=False)
             raise
@@ -56,9 +55,7 @@ class JobSinks:
     def commit(self, job_id: str, attempt: int, finals: FinalAcks) -> None:
         """Give each sink that commits for the job its subtasks' final committables, in
         subtask order (subtasks of attempt ``attempt`` of ``job_id``)."""
-        for chain, node in _sink_nodes(self.graph):
-            sink = node.sink
-            assert sink is not None
+        for chain, node, sink in _sinks_of(self.graph):
             if type(sink).commit_job is Sink.commit_job:
                 continue  # no job-level commit: its state stays unread here
             per_subtask = []
@@ -82,9 +79,7 @@ def discard_sinks(graph: JobGraph) -> None:
     """After a job (or its cluster's start) failed: each sink removes what runs that are over
     left (opened and closed unpublished). Never raises: a sink busy with another job, or
     one that cannot open, is left alone."""
-    for _, node in _sink_nodes(graph):
-        sink = node.sink
-        assert sink is not None
+    for _, _, sink in _sinks_of(graph):
         try:
             sink.open_job()
         except Exception:
@@ -95,6 +90,7 @@ def discard_sinks(graph: JobGraph) -> None:
             continue
 
 
-def _sink_nodes(graph: JobGraph) -> list[tuple[Any, Transformation]]:
-    """(chain, node) of every ``sink_to`` operator of ``graph``, in graph order."""
-    return [(chain, node) for chain in graph.chains for node in chain.nodes if node.sink is not None]
+def _sinks_of(graph: JobGraph) -> list[tuple[Chain, Transformation, Sink[Any]]]:
+    """(chain, node, its sink) of every ``sink_to`` operator of ``graph``, in graph order."""
+    return [(chain, node, sink) for chain in graph.chains for node in chain.nodes
+            if (sink := node.sink) is not None]

@@ -24,7 +24,6 @@ from accelflow._errors import (
 )
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.connectors import ArraySource
 from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
@@ -153,8 +152,8 @@ class JobManager:
                 coordinator.job_ended("FAILED")
             raise
         finally:
-            for source in _array_sources(job.graph):
-                release_arrays(source, wait=False)  # freeing 300 MB takes the kernel ~50 ms
+            for t in job.graph.sources:
+                release_arrays(t.source, wait=False)  # freeing 300 MB takes the kernel ~50 ms
         with self.state.lock:
             job.end("FINISHED", result=result)
         coordinator.job_ended("FINISHED")
@@ -234,8 +233,6 @@ class JobManager:
         """
         copy = self.config.get(k.ARRAY_SHARING) == "copy"
         for t in graph.sources:
-            if not isinstance(t.source, ArraySource):
-                continue
             try:
                 share_arrays(t.source, self.launcher.workdir, self.launcher.put_array, copy=copy)
             except Exception as exc:
@@ -246,8 +243,8 @@ class JobManager:
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
         """After a job (or its cluster's start) failed: shared sources and what the sinks left go."""
-        for source in _array_sources(graph):
-            release_arrays(source)
+        for t in graph.sources:
+            release_arrays(t.source)
         discard_sinks(graph)
 
     def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
@@ -384,10 +381,6 @@ def _restarts(config: Configuration, checkpointing: bool) -> int:
         if not config.is_set(k.RESTART_ATTEMPTS):
             return 2**31 - 1
     return config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
-
-
-def _array_sources(graph: JobGraph) -> list[ArraySource]:
-    return [t.source for t in graph.sources if isinstance(t.source, ArraySource)]
 
 
 class _Attempt:
