@@ -87,6 +87,60 @@ def test_dataflow_imports_neither_api_nor_runtime() -> None:
     assert not bad
 
 
+#: what describing a job never needs: shared memory, memory maps, files and locks, other
+#: processes' memory (issue 26.2: sharing arrays with subtasks is the runtime's)
+OS_LEVEL_MODULES = {"mmap", "ctypes", "fcntl", "multiprocessing", "socket", "tempfile", "shutil", "signal"}
+OS_LEVEL_CALLS = {"memfd_create", "process_vm_readv", "memmap", "mkstemp", "ftruncate", "flock", "getpid"}
+
+
+def _os_level_uses(path: Path) -> list[str]:
+    """The OS-level modules ``path`` imports and the OS-level calls it names, with their lines."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] in OS_LEVEL_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OS_LEVEL_MODULES:
+            found.append(f"{node.lineno}: from {node.module} import ...")
+        elif isinstance(node, ast.Attribute | ast.Name):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id
+            if name in OS_LEVEL_CALLS:
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_dataflow_holds_no_os_level_sharing() -> None:
+    bad = [f"dataflow/{p.name}:{use}" for p in sorted((SRC / "dataflow").glob("*.py")) for use in _os_level_uses(p)]
+    assert not bad, "dataflow/ describes jobs; move this to the runtime:\n" + "\n".join(bad)
+
+
+def test_the_os_level_check_sees_what_the_array_data_plane_uses() -> None:
+    uses = " ".join(_os_level_uses(SRC / "runtime" / "_arrays.py") + _os_level_uses(SRC / "runtime" / "_process_memory.py"))
+    assert all(word in uses for word in ("import mmap", "import ctypes", "memfd_create", "process_vm_readv", "memmap"))
+
+
+def _source_classes(path: Path) -> list[str]:
+    """The classes ``path`` defines on ``Source`` (``class X(Source[Any])``, ``(..., Source)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef):
+            bases = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
+            if any(isinstance(b, ast.Name) and b.id == "Source" for b in bases):
+                found.append(node.name)
+    return found
+
+
+def test_sources_have_one_home() -> None:
+    """Issue 26.7: the contracts in dataflow/, every built-in or connector source in connectors/."""
+    homes = {str(p.relative_to(SRC)): _source_classes(p) for p in _sources() if _source_classes(p)}
+    assert all(path.startswith("connectors/") for path in homes), homes
+    assert {"CollectionSource", "SequenceSource", "ArraySource", "IdxSource", "KafkaSource"} <= {
+        name for names in homes.values() for name in names}
+    import accelflow.connectors
+
+    assert accelflow.IdxSource is accelflow.connectors.IdxSource  # the public path users have
+
+
 def test_runtime_never_imports_the_api() -> None:
     bad = [f"{p}:{line}" for p in (SRC / "runtime").rglob("*.py") for line, m in _imports(p)
            if m.startswith("accelflow.api")]
@@ -132,7 +186,7 @@ def _example(cls: type) -> object:
     values = {
         "key": key, "sender": key, "error": error, "descriptor": None, "job_id": "job-1",
         "taskexecutor_id": "taskexecutor-1", "pid": 42, "exitcode": 3, "slots": 2,
-        "counts": [(0, 5)], "parts": ["/tmp/p"], "chunk": [1, 2], "name": "c", "reason": "gone",
+        "counts": [(0, 5)], "chunk": [1, 2], "name": "c", "reason": "gone",
         "graph_blob": b"x", "config": {"a": 1}, "url": "http://127.0.0.1:1", "snapshot": {"records": 1},
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,

@@ -34,8 +34,8 @@ from accelflow._errors import (
 
 if TYPE_CHECKING:
     from accelflow.api import DataStream, Environment, KeyedStream
+    from accelflow.connectors import IdxSource
     from accelflow.dataflow import (
-        IdxSource,
         RichFilterFunction,
         RichFlatMapFunction,
         RichFunction,
@@ -53,8 +53,9 @@ if TYPE_CHECKING:
 
 #: module (relative) -> the public names it provides, imported on first use
 _LAZY: dict[str, tuple[str, ...]] = {
+    ".connectors": ("IdxSource",),
     ".dataflow": (
-        "IdxSource", "RichFilterFunction", "RichFlatMapFunction", "RichFunction",
+        "RichFilterFunction", "RichFlatMapFunction", "RichFunction",
         "RichMapBatchesFunction", "RichMapFunction", "RichReduceFunction", "RuntimeContext",
         "Sink", "SinkFunction", "Source",
     ),

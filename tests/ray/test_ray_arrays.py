@@ -17,7 +17,8 @@ import pytest
 from ray_jobs import wait_until
 
 from accelflow import Environment
-from accelflow.dataflow import ArraySource, ObjectArray
+from accelflow.connectors import ArraySource
+from accelflow.runtime import ObjectArray, object_handles, shared_view
 from accelflow.runtime.client import ExecutionContext, use_context
 from accelflow.runtime.service._session import SessionCluster
 
@@ -57,15 +58,15 @@ def test_a_numpy_source_goes_through_the_object_store_not_the_clients_memory(
     stream = env.from_collection(data, parallelism=4).map(_WaitFor(tmp_path / "go"), parallelism=4)
     stream.sink_to_file(tmp_path / "out.jsonl")
     client = env.execute_async()
-    (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
+    (source,) = [t.source for t in client.graph.sources if isinstance(t.source, ArraySource)]
     try:
         wait_until(lambda: len(client.launcher.pids) == 2 and client.jobmanager.subtasks
                     and all(st.state == "RUNNING" for st in client.jobmanager.subtasks.values()),
                     "the subtasks to run")
-        (placeholder,) = source.arrays
+        (placeholder,) = shared_view(source).arrays
         assert isinstance(placeholder, ObjectArray)  # what the subtasks were sent
         assert (placeholder.dtype, placeholder.shape) == (data.dtype, data.shape)
-        (ref,) = source.handles.values()
+        (ref,) = object_handles(source).values()
         assert np.array_equal(client.launcher.ray.get(ref), data)  # in the object store, once
         assert _array_memfds(os.getpid()) == []  # never the client's memory
         for pid in client.launcher.pids.values():  # each actor maps it once for its subtasks
@@ -75,7 +76,7 @@ def test_a_numpy_source_goes_through_the_object_store_not_the_clients_memory(
     client.wait(120)
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert sorted(rows) == data.tolist()  # every row once, exactly
-    assert source.handles == {} and source.arrays[0] is data  # the ref is dropped at the end
+    assert object_handles(source) == {} and source.arrays[0] is data  # the ref is dropped at the end
 
 
 

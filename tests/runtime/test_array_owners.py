@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accelflow.dataflow import ArraySource
-from accelflow.dataflow._sources import ProcessArray, SharedArray
+from accelflow.connectors import ArraySource
+from accelflow.runtime import ProcessArray, SharedArray, object_handles, release_arrays, share_arrays, shared_view
 
 def _owned_elsewhere() -> dict[str, Any]:
     data = np.arange(1000, dtype=np.float64)
@@ -35,21 +35,20 @@ def _owned_elsewhere() -> dict[str, Any]:
 def test_arrays_owned_by_a_memoryview_bytes_or_an_mmap_are_shared(tmp_path: Path) -> None:
     for what, array in _owned_elsewhere().items():
         source = ArraySource([array])
-        source.share(tmp_path)
-        assert isinstance(source.arrays[0], ProcessArray), what
-        assert np.array_equal(source.arrays[0].rows(0, 1000), np.arange(1000.)), what
-        source.release()
+        shared = share_arrays(source, tmp_path).arrays[0]
+        assert isinstance(shared, ProcessArray), what
+        assert np.array_equal(shared.rows(0, 1000), np.arange(1000.)), what
+        release_arrays(source)
 
 
 def test_a_memmap_seen_through_a_memoryview_is_still_passed_by_its_file(tmp_path: Path) -> None:
     mapped = np.memmap(tmp_path / "data.bin", dtype=np.int64, mode="w+", shape=(100,))
     mapped[:] = np.arange(100)
     source = ArraySource([np.frombuffer(memoryview(mapped), dtype=np.int64)[10:]])
-    source.share(tmp_path)
-    shared = source.arrays[0]
+    shared = share_arrays(source, tmp_path).arrays[0]
     assert isinstance(shared, SharedArray)
     assert (shared.path, shared.offset, shared.shape) == (str(tmp_path / "data.bin"), 80, (90,))
-    source.release()
+    release_arrays(source)
 
 
 def test_a_share_that_fails_leaves_nothing_shared_and_may_be_tried_again(tmp_path: Path) -> None:
@@ -60,11 +59,11 @@ def test_a_share_that_fails_leaves_nothing_shared_and_may_be_tried_again(tmp_pat
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        source.share(tmp_path, full)
-    assert not source.shared and source.arrays[0] is array and source.handles == {}
-    source.share(tmp_path)  # idempotent only once it worked
-    assert source.shared and isinstance(source.arrays[0], ProcessArray)
-    source.release()
+        share_arrays(source, tmp_path, full)
+    assert shared_view(source) is source and source.arrays[0] is array and object_handles(source) == {}
+    view = share_arrays(source, tmp_path)  # idempotent only once it worked
+    assert shared_view(source) is view and isinstance(view.arrays[0], ProcessArray)
+    release_arrays(source)
 
 
 JOB = textwrap.dedent("""

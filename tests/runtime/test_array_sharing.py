@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 
 from accelflow import Environment, JobError
-from accelflow.dataflow import ArraySource, Columns
-from accelflow.dataflow import _process_memory
-from accelflow.dataflow._sources import ProcessArray, SharedArray
+from accelflow.connectors import ArraySource
+from accelflow.dataflow import Columns
+from accelflow.runtime import (
+    ProcessArray, SharedArray, _process_memory, release_arrays, share_arrays, shared_view,
+)
 
 CONF = {"taskmanager.numberOfTaskSlots": 2}
 
@@ -39,17 +41,17 @@ def _read_all(source: ArraySource) -> list[Any]:
 def test_an_array_is_copied_once_into_anonymous_shared_memory_not_a_file(tmp_path: Path) -> None:
     array = np.arange(300_000, dtype=np.float32).reshape(100_000, 3)
     source = ArraySource([array])
-    source.share(tmp_path, copy=True)
-    (shared,) = source.arrays
+    view = share_arrays(source, tmp_path, copy=True)
+    (shared,) = view.arrays
     assert isinstance(shared, SharedArray) and shared.path.startswith(f"/proc/{os.getpid()}/fd/")
     assert list(tmp_path.iterdir()) == []  # nothing spilled
-    assert len(cloudpickle.dumps(source)) < 10_000  # subtasks get where it is, not the data
-    assert np.array_equal(np.concatenate(_read_all(source)), array)
-    source.share(tmp_path, copy=True)  # idempotent
-    assert source.arrays == [shared]
-    source.release()
+    assert len(cloudpickle.dumps(view)) < 10_000  # subtasks get where it is, not the data
+    assert np.array_equal(np.concatenate(_read_all(view)), array)
+    assert share_arrays(source, tmp_path, copy=True) is view  # idempotent
+    assert source.arrays == [array]  # the user's source is left as it is
+    release_arrays(source)
     assert not os.path.exists(shared.path)  # the memory is given back
-    assert source.arrays[0] is array and not source.shared
+    assert shared_view(source) is source
 
 
 def test_a_memory_mapped_caller_array_is_passed_by_its_file_and_offset(tmp_path: Path) -> None:
@@ -61,28 +63,28 @@ def test_a_memory_mapped_caller_array_is_passed_by_its_file_and_offset(tmp_path:
     source = ArraySource([view, full[1000:3000, 0:1]])  # the second is not contiguous
     workdir = tmp_path / "work"
     workdir.mkdir()
-    source.share(workdir, copy=True)
-    mapped, copied = source.arrays
+    mapped, copied = share_arrays(source, workdir, copy=True).arrays
     assert isinstance(mapped, SharedArray)
     assert (mapped.path, mapped.offset, mapped.shape) == (str(path), 8 + 1000 * 4 * 8, (2000, 4))
     assert isinstance(copied, SharedArray) and copied.path != str(path)
-    chunks = _read_all(source)
+    chunks = _read_all(shared_view(source))
     assert all(isinstance(c, Columns) for c in chunks)
     assert np.array_equal(np.concatenate([c.columns()[0] for c in chunks]), np.asarray(view))
     assert np.array_equal(np.concatenate([c.columns()[1] for c in chunks]), np.asarray(view[:, 0:1]))
     assert list(workdir.iterdir()) == []
-    source.release()
+    release_arrays(source)
 
 
 def test_object_and_empty_arrays_travel_pickled(tmp_path: Path) -> None:
     objects = np.array([{"a": 1}, None, "x"], dtype=object)
     source = ArraySource([objects])
-    source.share(tmp_path)
-    assert source.arrays[0] is objects
-    assert [r for c in _read_all(source) for r in c] == list(objects)
+    view = share_arrays(source, tmp_path)
+    assert view.arrays[0] is objects
+    assert [r for c in _read_all(view) for r in c] == list(objects)
     empty = ArraySource([np.zeros((0, 3))])
-    empty.share(tmp_path)
-    assert isinstance(empty.arrays[0], np.ndarray)
+    assert isinstance(share_arrays(empty, tmp_path).arrays[0], np.ndarray)
+    release_arrays(source)
+    release_arrays(empty)
 
 
 def _fail_on_seven(batch: Any) -> Any:
@@ -100,7 +102,7 @@ def test_a_job_gives_the_shared_memory_back_when_it_ends(fails: bool) -> None:
     out = stream.map_batches(_fail_on_seven if fails else (lambda b: b + 1), parallelism=2)
     out.add_sink(lambda x: None)
     client = env.execute_async()
-    (source,) = [t.fn for t in client.graph.transformations if isinstance(t.fn, ArraySource)]
+    (source,) = [t.source for t in client.graph.sources if isinstance(t.source, ArraySource)]
     if fails:
         with pytest.raises(JobError, match="seven"):
             client.wait(120)
@@ -108,20 +110,21 @@ def test_a_job_gives_the_shared_memory_back_when_it_ends(fails: bool) -> None:
         assert client.wait(120).operators["collection"]["records_out"] == 20_000
     client.jobmanager.state.jobs["job-1"].done.wait(5)
     for _ in range(100):  # the release runs on the job's end, in its own thread
-        if not source.shared:
+        if shared_view(source) is source:
             break
         client._done.wait(0.05)
-    assert not source.shared and source.arrays[0] is array
+    assert shared_view(source) is source and source.arrays[0] is array
     assert _shm() == before  # nothing named in /dev/shm
 
 
 _KILLED_CLIENT = """
     import sys, time
     import numpy as np
-    from accelflow.dataflow import ArraySource
+    from accelflow.connectors import ArraySource
+    from accelflow.runtime import share_arrays
     source = ArraySource([np.ones((1000, 100))])
-    source.share(__import__("pathlib").Path(sys.argv[1]), copy=True)
-    print(source.arrays[0].path, flush=True)
+    view = share_arrays(source, __import__("pathlib").Path(sys.argv[1]), copy=True)
+    print(view.arrays[0].path, flush=True)
     time.sleep(60)
 """
 
@@ -144,15 +147,15 @@ def test_a_sigkilled_client_leaves_no_shared_memory_behind(tmp_path: Path) -> No
 def test_chunks_are_views_of_the_shared_memory_and_writing_one_stays_private(tmp_path: Path) -> None:
     array = np.arange(10_000, dtype=np.int64)
     source = ArraySource([array])
-    source.share(tmp_path, copy=True)
-    first, second = (cloudpickle.loads(cloudpickle.dumps(source)) for _ in range(2))
+    view = share_arrays(source, tmp_path, copy=True)
+    first, second = (cloudpickle.loads(cloudpickle.dumps(view)) for _ in range(2))
     chunk = next(iter(first.read_chunks((0, 10_000), None)))
     assert not chunk.flags.owndata  # no copy per chunk
     chunk *= -1  # a user function may write into its batch
     assert chunk[5] == -5
     again = next(iter(second.read_chunks((0, 10_000), None)))  # another subtask's reading
     assert again[5] == 5 and array[5] == 5
-    source.release()
+    release_arrays(source)
 
 
 def _negate_in_place(batch: Any) -> Any:
@@ -173,10 +176,9 @@ def test_a_batch_function_that_writes_into_its_batch_changes_no_one_elses_data()
 def test_release_without_waiting_frees_the_memory_on_its_own_thread(tmp_path: Path) -> None:
     array = np.ones(1_000_000, dtype=np.uint8)
     source = ArraySource([array])
-    source.share(tmp_path, copy=True)
-    (shared,) = source.arrays
-    source.release(wait=False)
-    assert source.arrays[0] is array and not source.shared  # at once
+    (shared,) = share_arrays(source, tmp_path, copy=True).arrays
+    release_arrays(source, wait=False)
+    assert shared_view(source) is source  # at once
     for _ in range(200):
         if not os.path.exists(shared.path):
             break
@@ -199,30 +201,29 @@ def test_an_array_is_read_out_of_the_clients_memory_by_another_process(tmp_path:
     array = np.arange(300_000, dtype=np.float32).reshape(100_000, 3)
     strided = np.arange(200_000, dtype=np.int16).reshape(100_000, 2)[:, ::-1]  # not contiguous
     source = ArraySource([array, strided])
-    source.share(tmp_path)
-    mine, held = source.arrays
+    view = share_arrays(source, tmp_path)
+    mine, held = view.arrays
     assert isinstance(mine, ProcessArray) and (mine.pid, mine.address) == (os.getpid(), array.ctypes.data)
     assert isinstance(held, ProcessArray) and held.address != strided.ctypes.data  # a contiguous copy
     assert list(tmp_path.iterdir()) == []
-    blob = cloudpickle.dumps(source)
+    blob = cloudpickle.dumps(view)
     assert len(blob) < 10_000  # where the arrays are, not the data
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(_READ_IN_ANOTHER_PROCESS)],
                          input=blob, capture_output=True, check=True).stdout
     first, second = cloudpickle.loads(out)
     assert np.array_equal(first, array) and np.array_equal(second, strided)
-    source.release()
-    assert source.arrays[0] is array and not source.shared
+    release_arrays(source)
+    assert shared_view(source) is source
 
 
 def test_a_chunk_read_from_the_client_is_the_readers_own(tmp_path: Path) -> None:
     array = np.arange(10_000, dtype=np.int64)
     source = ArraySource([array])
-    source.share(tmp_path)
-    reader = cloudpickle.loads(cloudpickle.dumps(source))
+    reader = cloudpickle.loads(cloudpickle.dumps(share_arrays(source, tmp_path)))
     chunk = next(iter(reader.read_chunks((0, 10_000), None)))
     chunk *= -1  # a user function may write into its batch
     assert array[5] == 5 and next(iter(reader.read_chunks((0, 10_000), None)))[5] == 5
-    source.release()
+    release_arrays(source)
 
 
 def test_a_kernel_that_forbids_reading_another_process_gets_the_copy(
@@ -232,9 +233,8 @@ def test_a_kernel_that_forbids_reading_another_process_gets_the_copy(
     monkeypatch.setattr(_process_memory, "_YAMA", str(yama))
     assert "ptrace_scope is 1" in (_process_memory.unreadable_because() or "")
     source = ArraySource([np.arange(1000)])
-    source.share(tmp_path / "absent")
-    assert isinstance(source.arrays[0], SharedArray)
-    source.release()
+    assert isinstance(share_arrays(source, tmp_path / "absent").arrays[0], SharedArray)
+    release_arrays(source)
 
 
 def test_reading_from_a_process_that_is_gone_names_it_and_the_way_out() -> None:

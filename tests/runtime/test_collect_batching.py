@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 
 from accelflow import Environment
-from accelflow.dataflow import Columns
-from accelflow.dataflow._graph import Transformation
-from accelflow.runtime.subtask import _operators
-from accelflow.runtime.subtask._operators import COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, CollectSink
+from accelflow.dataflow import CollectSinkSpec, Columns, Transformation
+from accelflow.runtime import ChainPlan
+from accelflow.runtime.subtask import _sink_operators
+from accelflow.runtime.subtask._sink_operators import COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, CollectSink
 from accelflow.scheduling import ResourceProfile
 
 
 def _sink() -> CollectSink:
-    return CollectSink(Transformation(0, "sink_collect", "collect", None, 1, ResourceProfile.parse({}, operator="collect")))
+    node = Transformation(0, "collect", CollectSinkSpec(), 1, ResourceProfile.parse({}, operator="collect"))
+    return CollectSink(node, ChainPlan("collect", [node], (), rolling=False))
 
 
 def test_chunks_are_held_until_enough_records_then_released_in_order() -> None:
@@ -32,7 +33,7 @@ def test_chunks_are_held_until_enough_records_then_released_in_order() -> None:
 
 
 def test_large_arrays_are_released_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_operators, "COLLECT_MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(_sink_operators, "COLLECT_MAX_BYTES", 1 << 20)
     sink = _sink()
     assert len(sink.process(np.zeros((100, 1024), np.float32))) == 0  # 400 KB
     assert len(sink.process(np.zeros((100, 1024), np.float32))) == 0

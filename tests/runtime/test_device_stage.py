@@ -17,6 +17,8 @@ from runtime_jobs import CommitLog, Paced, published
 
 from accelflow import ConfigError, Environment, RuntimeContext
 from accelflow.runtime.subtask._device import DeviceStage, PlainStage, open_stage
+from accelflow.dataflow import MapBatchesSpec
+from accelflow.runtime import ChainPlan
 from accelflow.runtime.subtask._operators import MapBatchesOp
 
 FAKE_CUPY = r'''"""A fake CuPy (NumPy underneath) that models asynchronous copies honestly: a copy made by
@@ -216,7 +218,8 @@ def _most_in_flight(lines: list[str]) -> int:
 def _operator(fn: Any, **options: Any) -> MapBatchesOp:
     env = Environment()
     env.from_sequence(0, 1).map_batches(fn, name="on device", **options)
-    op = MapBatchesOp(env._transformations[-1])
+    node = env._transformations[-1]
+    op = MapBatchesOp(node, ChainPlan("on device", [node], (), rolling=False))
     op.open(RuntimeContext(task_name="t", index_of_this_subtask=0, number_of_parallel_subtasks=1,
                            attempt_number=0, assigned={}, taskexecutor_infos={}, taskexecutor_id="te"))
     return op
@@ -304,7 +307,7 @@ def test_a_stage_that_skipped_the_copy_event_would_fail(fake_cupy: Path) -> None
     """The fake is strict: computing before waiting for the copy raises."""
     import cupy
 
-    stage = open_stage(_times_ten, {"device": "cuda", "prefetch": 2}, "op")
+    stage = open_stage(_times_ten, MapBatchesSpec(_times_ten, device="cuda", prefetch=2), "op")
     assert isinstance(stage, DeviceStage)
     moved = stage._upload([np.arange(3)], stage.ring[0])
     with pytest.raises(RuntimeError, match="before its copy was waited for"):
@@ -346,10 +349,11 @@ def test_bad_device_options_name_the_operator(options: dict[str, Any], culprit: 
     assert culprit in str(caught.value)
 
 
-def test_without_device_the_options_are_as_before() -> None:
+def test_without_device_the_spec_holds_no_device() -> None:
     env = Environment()
     env.from_sequence(0, 1).map_batches(_times_ten, batch_size=4, prefetch=3)
-    assert env._transformations[-1].options == {"batch_size": 4, "max_wait": None}
+    assert env._transformations[-1].spec == MapBatchesSpec(_times_ten, batch_size=4, prefetch=3)
+    assert env._transformations[-1].spec.device is None
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from accelflow import JobError
-from accelflow.dataflow import ArraySource, ObjectArray, copy_to_memfd, register_arrays
+from accelflow.connectors import ArraySource
+from accelflow.runtime import ObjectArray, copy_to_memfd, object_handles, register_arrays, release_arrays, share_arrays
 
 
 class _Store:
@@ -35,13 +36,14 @@ def test_shared_through_a_store_the_subtasks_get_placeholders_and_read_the_mappe
     objects = np.array([{"a": 1}, None], dtype=object)
     store = _Store()
     source = ArraySource([matrix, strided])
-    source.share(tmp_path, store.put)
-    placeholders = source.arrays
+    view = share_arrays(source, tmp_path, store.put)
+    placeholders = view.arrays
     assert placeholders == [ObjectArray("obj0", matrix.dtype, (4000, 3)), ObjectArray("obj1", strided.dtype, (4000,))]
-    assert source.handles == {"obj0": "ref-obj0", "obj1": "ref-obj1"}
+    assert object_handles(source) == {"obj0": "ref-obj0", "obj1": "ref-obj1"}
     assert list(tmp_path.iterdir()) == []  # neither a file nor the client's memory
-    remote = cloudpickle.loads(cloudpickle.dumps(source))  # what a subtask gets
-    assert remote.handles == {}  # the refs travel in the descriptor, not in the plan
+    blob = cloudpickle.dumps(view)  # what a subtask gets
+    assert b"ref-obj" not in blob  # the refs travel in the descriptor, not in the plan
+    remote = cloudpickle.loads(blob)
     held = [copy_to_memfd(store.objects[f"obj{i}"], f"test-{i}") for i in range(2)]  # its TaskExecutor
     try:
         register_arrays({f"obj{i}": shared for i, (shared, _) in enumerate(held)})
@@ -51,16 +53,16 @@ def test_shared_through_a_store_the_subtasks_get_placeholders_and_read_the_mappe
     finally:
         for _, fd in held:
             os.close(fd)
-    source.release()
-    assert source.handles == {} and source.arrays[0] is matrix
+    release_arrays(source)
+    assert object_handles(source) == {} and source.arrays[0] is matrix
     pickled = ArraySource([objects])
-    pickled.share(tmp_path, store.put)
-    assert pickled.arrays[0] is objects and pickled.handles == {}  # Python objects travel pickled
+    assert share_arrays(pickled, tmp_path, store.put).arrays[0] is objects  # Python objects travel pickled
+    assert object_handles(pickled) == {}
+    release_arrays(pickled)
 
 
 def test_a_placeholder_nobody_mapped_names_the_array_and_the_ray_target() -> None:
-    source = ArraySource([np.zeros(4)])
-    source.arrays = [ObjectArray("never-mapped", np.dtype("float64"), (4,))]
+    source = ArraySource([np.zeros(4)]).with_arrays([ObjectArray("never-mapped", np.dtype("float64"), (4,))])
     remote = cloudpickle.loads(cloudpickle.dumps(source))
     with pytest.raises(JobError, match=r"array never-mapped .*object store.*execution.target: ray"):
         list(remote.read_chunks((0, 4), None))

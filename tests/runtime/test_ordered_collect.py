@@ -13,7 +13,8 @@ from runtime_jobs import Paced
 from test_device_stage import _log_lines, fake_cupy  # noqa: F401  (a fixture)
 
 from accelflow import ConfigError, Environment, JobError
-from accelflow.dataflow import ArraySource, Columns
+from accelflow.connectors import ArraySource
+from accelflow.dataflow import Columns
 
 
 def _times_ten(x: Any) -> Any:

@@ -1,5 +1,6 @@
-"""File sinks attacked through their directory: planted symlinks, two jobs on one target, a
-SIGKILLed client. The target's directory is writable by whoever plants files there."""
+"""File sinks (``sink_to_file``, a ``SingleFileSink``) attacked through their directory:
+planted symlinks, two jobs on one target, a SIGKILLed client. The target's directory is
+writable by whoever plants files there."""
 
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ import pytest
 from runtime_jobs import GatedNumbers
 
 from accelflow import Environment, JobError
-from accelflow.dataflow import JobGraph
-from accelflow.runtime._sinkfiles import create_part, hold_sink_targets, remove_stale_parts
+from accelflow.connectors._file_parts import create_part, holding, remove_stale_parts
 
 N = 40
 VICTIM_TEXT = "the victim's own data\n"
@@ -66,12 +66,6 @@ def _gated_job(target: Path, gate: Path, name: str) -> Iterator[Any]:
     finally:
         gate.touch()
         client.wait(30)
-
-
-def _graph(target: Path) -> JobGraph:
-    env = Environment(CONF)
-    env.from_sequence(1, 2).sink_to_file(target)
-    return env._job_graph("sink files")
 
 
 # -- planted symlinks ---------------------------------------------------------------------------
@@ -137,7 +131,7 @@ def test_stale_part_removal_touches_only_this_users_own_part_files(tmp_path: Pat
     unrelated = tmp_path / ".out.txt.part-notes.tmp"
     unrelated.write_text("mine", encoding="utf-8")
 
-    remove_stale_parts(_graph(target))
+    remove_stale_parts(str(target))
 
     assert not Path(ours).exists()
     assert Path(other_target).exists() and link.is_symlink() and unrelated.exists()
@@ -165,18 +159,18 @@ def test_a_second_job_on_a_target_being_written_fails_naming_it(tmp_path: Path) 
 
 
 def test_the_target_lock_is_exclusive_between_threads_and_reentrant_in_one(tmp_path: Path) -> None:
-    graph = _graph(tmp_path / "out.txt")
+    target = str(tmp_path / "out.txt")
     errors: list[BaseException] = []
 
     def other() -> None:
         try:
-            with hold_sink_targets(graph):
+            with holding(target):
                 pass
         except BaseException as exc:
             errors.append(exc)
 
-    with hold_sink_targets(graph):
-        with hold_sink_targets(graph):  # re-entrant: commit_files takes it again
+    with holding(target):
+        with holding(target):  # re-entrant: two sinks of one job on one target
             pass
         assert (tmp_path / ".out.txt.accelflow-lock").exists()
         thread = threading.Thread(target=other)
@@ -185,7 +179,7 @@ def test_the_target_lock_is_exclusive_between_threads_and_reentrant_in_one(tmp_p
     assert len(errors) == 1 and isinstance(errors[0], JobError)
     assert "is being written by another running job" in str(errors[0])
     assert not (tmp_path / ".out.txt.accelflow-lock").exists()
-    with hold_sink_targets(graph):  # free again
+    with holding(target):  # free again
         pass
 
 

@@ -6,12 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accelflow._errors import ConfigError
-from accelflow.dataflow import Partitioning, Positions, Transformation
-
-
-#: the operators after which each output still has a position in the input (see
-#: ``execute_and_collect(ordered=True)``)
-_KEEP_ORDER = ("map", "filter", "flat_map", "map_batches")
+from accelflow.dataflow import Partitioning, Positions, SourceSpec, Transformation
 
 
 def keep_order(transformations: list[Transformation], last: int, partitioning: Partitioning) -> bool:
@@ -31,13 +26,13 @@ def keep_order(transformations: list[Transformation], last: int, partitioning: P
         lineage.append(transformations[up])
     *operators, source = lineage
     for t in operators:
-        if t.kind not in _KEEP_ORDER or t.partitioning == "hash":
+        if not t.spec.keeps_order or t.partitioning == "hash":
             after = "key_by groups records by key" if t.partitioning == "hash" else f"{t.kind} has no such order"
             raise ConfigError(f"operator {t.name!r} ({t.kind}): the input's order is not defined "
                               f"after it ({after}); collect without ordered=True and sort the "
                               "records yourself", key=where)
-    if not isinstance(source.fn, Positions):
-        raise ConfigError(f"source {source.name!r} ({type(source.fn).__name__}) does not know each "
+    if not isinstance(source.source, Positions):
+        raise ConfigError(f"source {source.name!r} ({type(source.source).__name__}) does not know each "
                           "record's position in its input: ordered=True needs from_collection, "
                           "from_sequence or an IdxSource", key=where)
     moved = partitioning == "rebalance" or any(
@@ -50,5 +45,5 @@ def keep_order(transformations: list[Transformation], last: int, partitioning: P
         if t.input in ids and t.id not in ids:
             raise ConfigError(f"operator {t.name!r} also reads {transformations[t.input].name!r}: "
                               "ordered=True needs a stream that feeds only the collect", key=where)
-    transformations[source.id] = replace(source, fn=source.fn.keeping_positions())
+    transformations[source.id] = replace(source, spec=SourceSpec(source.source.keeping_positions()))
     return True

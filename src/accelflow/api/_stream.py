@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,9 +18,11 @@ import numpy as np
 from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
+from accelflow.connectors import ArraySource, CollectionSource, SequenceSource, SingleFileSink
 from accelflow.dataflow import (
-    ArraySource, CollectionSource, JobGraph, Kind, Partitioning, SequenceSource, Sink, Source,
-    Transformation, build_job_graph, in_order,
+    CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph, MapBatchesSpec, MapSpec, OperatorSpec,
+    Partitioning, PrintSinkSpec, ReduceSpec, Sink, SinkToSpec, Source, SourceSpec, Transformation,
+    UserSinkSpec, build_job_graph, in_order,
 )
 from accelflow.api._ordered import keep_order
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
@@ -95,7 +96,7 @@ class Environment:
                     f"or a NumPy array, got {_shown(items)}; for one record pass a list: [record]",
                     key=where) from None
             source = CollectionSource(list(records))
-        return self._add("source", name, source, 1 if parallelism is None else parallelism, None)
+        return self._add(SourceSpec(source), name, 1 if parallelism is None else parallelism, None)
 
     def from_sequence(self, start: int, end: int, *, name: str = "sequence",
                       parallelism: int | None = None) -> DataStream:
@@ -107,17 +108,12 @@ class Environment:
         start, end = int(start), int(end)
         if end < start:
             raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
-        return self._add("source", name, SequenceSource(start, end), parallelism, None)
+        return self._add(SourceSpec(SequenceSource(start, end)), name, parallelism, None)
 
     def from_source(self, source: Source[Any], *, name: str | None = None,
                     parallelism: int | None = None) -> DataStream:
         """A user :class:`Source` (bounded or unbounded)."""
-        if not isinstance(source, Source):
-            raise ConfigError(
-                f"from_source needs an accelflow.Source, got {type(source).__name__}",
-                key=name or "from_source",
-            )
-        return self._add("source", name or type(source).__name__, source, parallelism, None)
+        return self._add(SourceSpec(source), name or type(source).__name__, parallelism, None)
 
     def enable_checkpointing(self, interval_ms: int) -> Environment:
         """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
@@ -162,26 +158,27 @@ class Environment:
         return graph
 
     # -- internals ----------------------------------------------------------------------------
-    def _add(self, kind: Kind, name: str, fn: Any, parallelism: int | None,
-             upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None,
-             partitioning: Partitioning = "forward", key_fn: Any = None,
-             **options: Any) -> DataStream:
+    def _add(self, spec: OperatorSpec, name: str, parallelism: int | None,
+             upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """Add the operator of ``spec`` reading ``upstream`` (as that stream is partitioned);
+        the spec's arguments are checked here, once (see ``Transformation``)."""
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"an operator's name must be a non-empty string, got {_shown(name)}",
-                              key=f"{kind}(name=)")
+                              key=f"{spec.kind}(name=)")
         if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1):
             raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=f"operator {name!r}")
         if parallelism is None:
-            parallelism = upstream.parallelism if upstream is not None and kind.startswith("sink") \
+            parallelism = upstream.parallelism if upstream is not None and spec.is_sink \
                 else self.config.get(k.PARALLELISM_DEFAULT)
         profile = ResourceProfile.parse(resources, operator=name)
         taken = {t.name for t in self._transformations}
         if name in taken:  # names key the per-operator counts: keep them unique
             name = next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)
         t = Transformation(
-            id=len(self._transformations), kind=kind, name=name, fn=fn, parallelism=parallelism,
+            id=len(self._transformations), name=name, spec=spec, parallelism=parallelism,
             resources=profile, input=None if upstream is None else upstream._id,
-            partitioning=partitioning, key_fn=key_fn, options=options,
+            partitioning="forward" if upstream is None else upstream._partitioning,
+            key_fn=None if upstream is None else upstream._key_fn,
         )
         self._transformations.append(t)
         return DataStream(self, t.id)
@@ -205,26 +202,24 @@ class DataStream:
     def parallelism(self) -> int:
         return self._env._transformations[self._id].parallelism
 
-    def _then(self, kind: Kind, fn: Any, name: str | None, parallelism: int | None,
-              resources: Mapping[str, Amount] | None, **options: Any) -> DataStream:
-        _check_callable(fn, kind, name)
-        return self._env._add(kind, name or kind, fn, parallelism, self, resources=resources,
-                              partitioning=self._partitioning, key_fn=self._key_fn, **options)
+    def _then(self, spec: OperatorSpec, name: str | None, parallelism: int | None,
+              resources: Mapping[str, Amount] | None = None) -> DataStream:
+        return self._env._add(spec, spec.kind if name is None else name, parallelism, self, resources=resources)
 
     def map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
             resources: Mapping[str, Amount] | None = None) -> DataStream:
         """One output per record: ``fn(x)`` or a ``RichMapFunction``."""
-        return self._then("map", fn, name, parallelism, resources)
+        return self._then(MapSpec(fn), name, parallelism, resources)
 
     def flat_map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
                  resources: Mapping[str, Amount] | None = None) -> DataStream:
         """Zero or more outputs per record: ``fn(x)`` returns an iterable."""
-        return self._then("flat_map", fn, name, parallelism, resources)
+        return self._then(FlatMapSpec(fn), name, parallelism, resources)
 
     def filter(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
                resources: Mapping[str, Amount] | None = None) -> DataStream:
         """Keep records for which ``fn(x)`` is true."""
-        return self._then("filter", fn, name, parallelism, resources)
+        return self._then(FilterSpec(fn), name, parallelism, resources)
 
     def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
                     name: str | None = None, parallelism: int | None = None,
@@ -246,31 +241,16 @@ class DataStream:
         ``docs/gpu.md``, "map_batches on the device".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
-        where = f"operator {name or 'map_batches'!r}"
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}", key=where)
-        if max_wait is not None and (isinstance(max_wait, bool) or not isinstance(max_wait, int | float)
-                                     or not 0 <= max_wait <= 3600):
-            raise ConfigError(f"max_wait must be a number of seconds from 0 to 3600, got {max_wait!r}",
-                              key=where)
-        if device not in (None, "auto", "cuda"):
-            raise ConfigError(f"device must be None, 'auto' or 'cuda', got {device!r}", key=where)
-        if device_backend not in (None, "cupy", "torch"):
-            raise ConfigError(f"device_backend must be None, 'cupy' or 'torch', got {device_backend!r}",
-                              key=where)
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= 64:
-            raise ConfigError(f"prefetch must be an integer from 1 to 64 (batches in flight), "
-                              f"got {prefetch!r}", key=where)
-        on_device = {} if device is None else {"device": device, "prefetch": prefetch,
-                                               "device_backend": device_backend}
-        return self._then("map_batches", fn, name, parallelism, resources, batch_size=size,
-                          max_wait=None if max_wait is None else float(max_wait), **on_device)
+        spec = MapBatchesSpec(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
+                              device_backend=device_backend)
+        return self._then(spec, name, parallelism, resources)
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
         """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``. Keys compare as
         in Flink: every NaN (``float("nan")``, NumPy's, also inside a tuple key) is one key,
         although ``nan != nan`` in Python."""
-        _check_callable(key_fn, "key_by", None)
+        if not callable(key_fn):
+            raise ConfigError(f"expected a function of a record, got {type(key_fn).__name__}", key="key_by()")
         return KeyedStream(self._env, self._id, "hash", key_fn)
 
     def rebalance(self) -> DataStream:
@@ -280,42 +260,26 @@ class DataStream:
     # -- sinks ------------------------------------------------------------------------------
     def print(self, *, name: str = "print") -> None:
         """Print every record to stdout (prefixed ``i> `` when parallel, as Flink)."""
-        self._env._add("sink_print", name, None, None, self,
-                       partitioning=self._partitioning, key_fn=self._key_fn)
+        self._then(PrintSinkSpec(), name, None)
 
     def sink_to_file(self, path: str | os.PathLike[str], *, name: str = "file sink",
                      parallelism: int | None = None) -> None:
         """Write one line per record (``str(record)``) to ``path``, atomically: the file is
-        complete when the job succeeds and absent (or unchanged) when it fails."""
-        if not isinstance(path, str | os.PathLike):
-            raise ConfigError(f"needs a file path (a str or os.PathLike), got {_shown(path)}",
-                              key="sink_to_file(path)")
-        target = Path(path).absolute()
-        if not target.parent.is_dir():
-            raise ConfigError(f"directory {str(target.parent)!r} does not exist",
-                              key=f"sink_to_file({str(path)!r})")
-        if target.is_dir():
-            raise ConfigError("is a directory; give a file path", key=f"sink_to_file({str(path)!r})")
-        self._env._add("sink_file", name, str(target), parallelism, self,
-                       partitioning=self._partitioning, key_fn=self._key_fn)
+        complete when the job succeeds and absent (or unchanged) when it fails: a
+        :class:`~accelflow.connectors.SingleFileSink` (a two-phase sink whose parts are joined
+        into ``path`` once the job has succeeded)."""
+        self._then(FileSinkSpec(SingleFileSink(path)), name, parallelism)
 
     def sink_to(self, sink: Sink[Any], *, name: str | None = None, parallelism: int | None = None) -> None:
         """An exactly-once sink (``accelflow.connectors.files.FileSink``,
         ``accelflow.connectors.kafka.KafkaSink``, or any :class:`accelflow.Sink`): what it
         writes is published when the checkpoint covering it completes (two-phase commit),
         and at the end of a bounded job."""
-        if not isinstance(sink, Sink):
-            raise ConfigError(
-                f"sink_to needs an accelflow.Sink (e.g. FileSink, KafkaSink), got {type(sink).__name__}; "
-                "use add_sink for a plain function", key=f"sink_to({name or ''})")
-        self._env._add("sink_to", name or type(sink).__name__, sink, parallelism, self,
-                       partitioning=self._partitioning, key_fn=self._key_fn)
+        self._then(SinkToSpec(sink), name or type(sink).__name__, parallelism)
 
     def add_sink(self, sink: Any, *, name: str = "sink", parallelism: int | None = None) -> None:
         """A user sink: a ``SinkFunction`` (``invoke(x)``) or a plain callable."""
-        _check_callable(sink, "sink_user", name)
-        self._env._add("sink_user", name, sink, parallelism, self,
-                       partitioning=self._partitioning, key_fn=self._key_fn)
+        self._then(UserSinkSpec(sink), name, parallelism)
 
     def execute_and_collect(self, job_name: str = "accelflow job", *, ordered: bool = False) -> list[Any]:
         """Run the job and return this stream's records, in subtask order: each collecting
@@ -350,8 +314,7 @@ class DataStream:
             raise ConfigError(f"ordered must be True or False, got {_shown(ordered)}",
                               key="execute_and_collect(ordered=)")
         positioned = ordered and keep_order(self._env._transformations, self._id, self._partitioning)
-        self._env._add("sink_collect", "collect", None, None, self,
-                       partitioning=self._partitioning, key_fn=self._key_fn)
+        self._then(CollectSinkSpec(), "collect", None)
         result = self._env.execute(job_name)
         if positioned:
             result.chunks = in_order(result.chunks)
@@ -368,7 +331,7 @@ class KeyedStream(DataStream):
 
     def reduce(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
                resources: Mapping[str, Amount] | None = None) -> DataStream:
-        return self._then("reduce", fn, name, parallelism, resources)
+        return self._then(ReduceSpec(fn), name, parallelism, resources)
 
     def sum(self, field: int | None = None, *, name: str | None = None,
             parallelism: int | None = None) -> DataStream:
@@ -377,7 +340,7 @@ class KeyedStream(DataStream):
         if field is not None and (isinstance(field, bool) or not isinstance(field, int) or field < 0):
             raise ConfigError(f"sum(field) needs the index of a tuple field (an integer >= 0) or None "
                               f"to sum whole records, got {_shown(field)}", key=f"operator {name or 'sum'!r}")
-        return self._then("reduce", _Sum(field), name or "sum", parallelism, None)
+        return self._then(ReduceSpec(_Sum(field)), name or "sum", parallelism)
 
 
 class _Sum:
@@ -397,13 +360,3 @@ def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} ({text if len(text) <= 60 else text[:57] + '...'})"
 
-
-def _check_callable(fn: Any, kind: str, name: str | None) -> None:
-    method = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
-              "map_batches": "map_batch", "sink_user": "invoke"}.get(kind)
-    if callable(fn) or (method and hasattr(fn, method)):
-        return
-    raise ConfigError(
-        f"expected a function or an object with a {method}() method, got {type(fn).__name__}",
-        key=f"{kind}({name or ''})",
-    )

@@ -1,2 +1,33 @@
-"""Connectors to systems outside accelflow: exactly-once files (:mod:`.files`) and Kafka
-(:mod:`.kafka`, extra ``accelflow[kafka]``)."""
+"""Sources and sinks: the built-in sources of what the job script holds (a collection, a
+sequence, NumPy arrays) and of IDX files, ``sink_to_file``'s one-file sink, exactly-once part
+files (:mod:`.files`) and Kafka
+(:mod:`.kafka`, extra ``accelflow[kafka]``). Their contracts (``Source``, ``Sink``, splits)
+are in :mod:`accelflow.dataflow`; reading file formats is :mod:`accelflow.io`'s.
+
+The names load on first use (PEP 562): ``import accelflow.connectors.kafka`` does not import
+NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accelflow._exports import lazy_exports
+
+if TYPE_CHECKING:
+    from accelflow.connectors._arrays import ArraySource
+    from accelflow.connectors._idx import IdxSource
+    from accelflow.connectors._single_file import SingleFileSink
+    from accelflow.connectors._sources import CollectionSource, SequenceSource
+
+#: module (relative) -> the names it provides, imported on first use
+_LAZY: dict[str, tuple[str, ...]] = {
+    "._arrays": ("ArraySource",),
+    "._idx": ("IdxSource",),
+    "._single_file": ("SingleFileSink",),
+    "._sources": ("CollectionSource", "SequenceSource"),
+}
+
+__all__ = ["ArraySource", "CollectionSource", "IdxSource", "SequenceSource", "SingleFileSink"]
+
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -1,5 +1,8 @@
 """The dataflow model shared by the API (which builds it) and the runtime (which runs it):
-the job graph, record chunks, function contracts, built-in sources and the runtime context.
+the job graph and its operator specs, record chunks, the contracts of functions, sources and
+sinks, and the runtime context. It describes jobs; it holds no shared memory, file or process
+(the built-in sources are in :mod:`accelflow.connectors`, sharing arrays with subtasks is the
+runtime's).
 
 It imports neither :mod:`accelflow.api` nor :mod:`accelflow.runtime`.
 """
@@ -37,12 +40,12 @@ if TYPE_CHECKING:
         Source,
     )
     from accelflow.dataflow._sinks import Sink
-    from accelflow.dataflow._graph import Chain, JobGraph, Kind, Partitioning, Transformation, build_job_graph
-    from accelflow.dataflow._idx_source import IdxSource
-    from accelflow.dataflow._sources import (
-        ArraySource, CollectionSource, ObjectArray, ProcessArray, SequenceSource, SharedArray,
-        copy_to_memfd, even_ranges, register_arrays,
+    from accelflow.dataflow._graph import Chain, JobGraph, Partitioning, Transformation, build_job_graph
+    from accelflow.dataflow._specs import (
+        CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
+        OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
     )
+    from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
 #: needs only the graph's types (a TaskExecutor) does not import NumPy
@@ -65,55 +68,59 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Sink",
     ),
     "._graph": (
-        "Chain", "JobGraph", "Kind", "Partitioning", "Transformation", "build_job_graph",
+        "Chain", "JobGraph", "Partitioning", "Transformation", "build_job_graph",
     ),
-    "._idx_source": (
-        "IdxSource",
+    "._specs": (
+        "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
+        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "SinkToSpec", "SourceSpec", "UserSinkSpec",
     ),
     "._sources": (
-        "ArraySource", "CollectionSource", "ObjectArray", "ProcessArray", "SequenceSource",
-        "SharedArray", "copy_to_memfd", "even_ranges", "register_arrays",
+        "SharedRows", "even_ranges",
     ),
 }
 
 __all__ = [
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
-    "ArraySource",
     "Chain",
-    "CollectionSource",
+    "CollectSinkSpec",
     "Columns",
-    "IdxSource",
+    "FileSinkSpec",
+    "FilterSpec",
+    "FlatMapSpec",
+    "FunctionSpec",
     "JobGraph",
-    "Kind",
-    "ObjectArray",
+    "MapBatchesSpec",
+    "MapSpec",
+    "OperatorSpec",
     "Partitioning",
     "Positioned",
     "Positions",
+    "PrintSinkSpec",
+    "ReduceSpec",
+    "ResumeSplit",
     "RichFilterFunction",
     "RichFlatMapFunction",
     "RichFunction",
     "RichMapBatchesFunction",
     "RichMapFunction",
-    "ResumeSplit",
     "RichReduceFunction",
     "RuntimeContext",
-    "SequenceSource",
-    "ProcessArray",
-    "SharedArray",
+    "SharedRows",
     "Sink",
     "SinkFunction",
+    "SinkToSpec",
     "Source",
+    "SourceSpec",
     "Transformation",
+    "UserSinkSpec",
     "build_job_graph",
     "chunk_len",
-    "copy_to_memfd",
     "even_ranges",
     "from_batch",
     "group_records",
     "in_order",
     "iter_records",
-    "register_arrays",
     "strided",
     "to_batch",
     "with_positions",

@@ -10,35 +10,58 @@ as in Flink; only operators that requested a resource get the assigned devices).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from accelflow.scheduling import ResourceProfile
 
+if TYPE_CHECKING:
+    from accelflow.dataflow._functions import Source
+    from accelflow.dataflow._sinks import Sink
+    from accelflow.dataflow._specs import OperatorSpec
+
 Partitioning = Literal["forward", "rebalance", "hash"]
-Kind = Literal[
-    "source", "map", "flat_map", "filter", "map_batches", "reduce",
-    "sink_print", "sink_file", "sink_collect", "sink_user", "sink_to",
-]
 
 
 @dataclass(slots=True)
 class Transformation:
-    """One operator as the user declared it."""
+    """One operator as the user declared it: its name, its :class:`~._specs.OperatorSpec`
+    (what kind of operator, with its arguments: checked here, once) and how it is placed
+    and fed.
+
+    Raises:
+        ConfigError: a bad argument of the spec, naming the operator.
+    """
 
     id: int
-    kind: Kind
     name: str
-    fn: Any
+    spec: OperatorSpec
     parallelism: int
     resources: ResourceProfile
     input: int | None = None
     partitioning: Partitioning = "forward"
     key_fn: Any = None
-    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.spec.check(f"operator {self.name!r}")
+
+    @property
+    def kind(self) -> str:
+        """The spec's label, e.g. ``"map"`` (for people: REST, checkpoints, messages)."""
+        return self.spec.kind
 
     @property
     def is_sink(self) -> bool:
-        return self.kind.startswith("sink")
+        return self.spec.is_sink
+
+    @property
+    def source(self) -> Source[Any] | None:
+        """The :class:`Source` of a source operator, else None."""
+        return self.spec.reads()
+
+    @property
+    def sink(self) -> Sink[Any] | None:
+        """The two-phase-commit :class:`Sink` of a ``sink_to`` operator, else None."""
+        return self.spec.writes()
 
 
 @dataclass(slots=True)
@@ -74,6 +97,11 @@ class JobGraph:
     name: str
     transformations: list[Transformation]
     chains: list[Chain]
+
+    @property
+    def sources(self) -> list[Transformation]:
+        """The source operators."""
+        return [t for t in self.transformations if t.source is not None]
 
     @property
     def max_parallelism(self) -> int:

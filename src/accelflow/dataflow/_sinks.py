@@ -12,9 +12,16 @@ covers them completes, so a failure never shows a record twice nor loses one:
    committables of the checkpoint the job restores from are committed again, so ``commit``
    must be idempotent (publishing something already published does nothing).
 
-At the end of a bounded input, the last records are prepared the same way and committed once
+At the end of a bounded input, :meth:`Sink.end_of_input` is called (Flink's
+``flush(endOfInput)``), then the last records are prepared the same way and committed once
 every subtask of the job has finished (the job's final checkpoint). Without checkpointing,
 that end is the only commit: the output appears when the job succeeds.
+
+A sink may also act for the whole job (Flink's global committer), in the process that runs
+the JobManager (the client, or the session cluster), on the sink object the job script built:
+:meth:`Sink.open_job` before the job's first attempt, :meth:`Sink.commit_job` with every
+subtask's final committables once the job has succeeded (``sink_to_file`` joins its parts into
+one file there), and :meth:`Sink.close_job` at the end, however the job ended.
 
 Example (a sink that publishes files by renaming them)::
 
@@ -75,5 +82,24 @@ class Sink(ABC, Generic[IN]):
         """The state :meth:`snapshot_state` returned in the checkpoint this job restores from
         (None when there is none)."""
 
+    def end_of_input(self) -> None:
+        """The subtask's input has ended: the next :meth:`prepare_commit` is its last (for
+        the job's final checkpoint)."""
+
     def close(self) -> None:
         """Called once at the end, also after a failure (discard what was not prepared)."""
+
+    # -- the job's side, in the JobManager's process ----------------------------------------------
+
+    def open_job(self) -> None:
+        """Before the job's first attempt is deployed (e.g. take a lock on the output)."""
+
+    def commit_job(self, committables: Sequence[Sequence[Any]]) -> None:
+        """The job succeeded: publish what concerns the whole job. ``committables``: per
+        subtask, in subtask order, what its last :meth:`prepare_commit` returned (already
+        passed to :meth:`commit` in that subtask). Not called for a job stopped with a
+        savepoint. The default does nothing."""
+
+    def close_job(self, committed: bool) -> None:
+        """The job has ended (``committed``: :meth:`commit_job` ran): give back what
+        :meth:`open_job` took, remove what an unpublished job left. Must not raise."""

@@ -8,8 +8,10 @@
 - :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
 
 This module re-exports only what every process shares: the typed messages that cross process
-boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene and the
-sink-file protocol.
+boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
+checkpointed state of a ``sink_to`` operator, and the data plane of NumPy sources: the handles subtasks read shared
+arrays through (:mod:`._arrays`, also mapped by a Ray TaskExecutor) and the JobManager's
+sharing of them (:mod:`._array_sharing`).
 See ``docs/architecture.md``.
 """
 
@@ -71,9 +73,13 @@ if TYPE_CHECKING:
         TriggerSavepoint,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._array_sharing import object_handles, release_arrays, share_arrays, shared_view
+    from accelflow.runtime._arrays import (
+        NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
+    )
     from accelflow.runtime._pickle import dumps
     from accelflow.runtime._process import die_with_parent
-    from accelflow.runtime._sinkfiles import commit_files, create_part, hold_sink_targets, remove_stale_parts
+    from accelflow.runtime._sink_state import committables_at, sink_state
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -93,14 +99,20 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
     ),
+    "._array_sharing": (
+        "object_handles", "release_arrays", "share_arrays", "shared_view",
+    ),
+    "._arrays": (
+        "NpyFile", "ObjectArray", "ProcessArray", "SharedArray", "copy_to_memfd", "register_arrays",
+    ),
     "._pickle": (
         "dumps",
     ),
     "._process": (
         "die_with_parent",
     ),
-    "._sinkfiles": (
-        "commit_files", "create_part", "hold_sink_targets", "remove_stale_parts",
+    "._sink_state": (
+        "committables_at", "sink_state",
     ),
 }
 
@@ -108,10 +120,10 @@ __all__ = [
     "Barrier",
     "CancelJob",
     "ChainPlan",
-    "CheckpointAck",
-    "CheckpointCommitted",
     "ChannelDone",
     "ChannelFailed",
+    "CheckpointAck",
+    "CheckpointCommitted",
     "Collected",
     "Command",
     "ConfigReply",
@@ -123,9 +135,12 @@ __all__ = [
     "JobProgress",
     "JobSucceeded",
     "NotifyCheckpointComplete",
+    "NpyFile",
+    "ObjectArray",
     "OpenChannel",
     "OutputEdge",
     "PROTOCOL",
+    "ProcessArray",
     "RegisteredDevice",
     "RegisteredResource",
     "Registration",
@@ -133,6 +148,7 @@ __all__ = [
     "SUBTASK_MESSAGES",
     "SavepointDone",
     "SavepointFailed",
+    "SharedArray",
     "Shutdown",
     "StatusReply",
     "StatusRequest",
@@ -154,13 +170,17 @@ __all__ = [
     "TriggerCheckpoint",
     "TriggerSavepoint",
     "close_listener",
-    "commit_files",
-    "create_part",
+    "committables_at",
+    "copy_to_memfd",
     "die_with_parent",
     "dumps",
-    "hold_sink_targets",
-    "remove_stale_parts",
+    "object_handles",
+    "register_arrays",
+    "release_arrays",
     "serve_forever",
+    "share_arrays",
+    "shared_view",
+    "sink_state",
     "unix_listener",
 ]
 

@@ -67,11 +67,14 @@ class OutputEdge(_Message, frozen=True):
 
 
 class ChainPlan(_Message, frozen=True):
-    """Pickled once per chain and attempt with cloudpickle (user code inside)."""
+    """Pickled once per chain and attempt with cloudpickle (user code inside): the chain's
+    operators as the user declared them (their ``Transformation`` nodes), and the facts of this run
+    that the JobManager decided, which never go into the user's graph."""
 
     name: str
     nodes: list[Any]
     outputs: tuple[OutputEdge, ...]
+    #: whether keyed operators emit a value per record (streaming) or once per key at the end
     rolling: bool
     #: whether the job takes checkpoints (every subtask then acks a final one at its end)
     checkpointing: bool = False
@@ -260,7 +263,6 @@ class Collected(_Message, frozen=True):
 class SubtaskFinished(_Message, frozen=True):
     key: SubtaskKey
     counts: list[tuple[int, int]]
-    parts: list[str]
 
 
 class SubtaskFailed(_Message, frozen=True):

@@ -146,7 +146,7 @@ class CheckpointCoordinator:
     def start_attempt(self, keys: list[SubtaskKey]) -> None:
         self.keys = list(keys)
         graph = self.job.graph
-        self.sources = [key for key in keys if graph.chains[key.chain].head.kind == "source"]
+        self.sources = [key for key in keys if graph.chains[key.chain].head.source is not None]
         self.finals = {}
         self.finished = set()
         self.final_done = False
@@ -335,8 +335,8 @@ def _warn_about_replaying_sources(job: Job) -> None:
     """Warn, once per job, about each unbounded source that keeps :class:`Source`'s default
     ``snapshot_split``: a restore reads its whole history again, skipping what was read."""
     for t in job.graph.transformations:
-        fn = t.fn
-        if t.kind != "source" or getattr(fn, "bounded", True) or not isinstance(fn, Source):
+        fn = t.source
+        if getattr(fn, "bounded", True) or not isinstance(fn, Source):
             continue
         if type(fn).snapshot_split is Source.snapshot_split:
             cls = type(fn).__qualname__

@@ -13,8 +13,9 @@ from typing import Any
 
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
-from accelflow.dataflow import ArraySource
-from accelflow.runtime import CancelJob, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited, SubtaskKey
+from accelflow.runtime import (
+    CancelJob, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited, SubtaskKey, object_handles,
+)
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
 from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
@@ -131,7 +132,7 @@ class Deployer:
             restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
                       if job.restore_from else None),
             restored_checkpoint=job.restore_id,
-            arrays=dict(chain.head.fn.handles) if isinstance(chain.head.fn, ArraySource) else {},
+            arrays={} if chain.head.source is None else object_handles(chain.head.source),
         )
 
     def _shares(self, te_id: str, resource: str, items: list[tuple[str, Fraction]]) -> tuple[DeviceShare, ...]:

@@ -24,14 +24,15 @@ from accelflow._errors import (
 )
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.dataflow import ArraySource, JobGraph
+from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
-    SubtaskRunning, commit_files, hold_sink_targets, remove_stale_parts,
+    SubtaskRunning, release_arrays, share_arrays,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
+from accelflow.runtime.jobmanager._job_sinks import FinalAcks, JobSinks, discard_sinks
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, JobResult, SubtaskState, TaskExecutorInfo
 from accelflow.runtime.jobmanager._membership import Membership
 from accelflow.runtime.jobmanager._plan import (
@@ -134,8 +135,8 @@ class JobManager:
         try:
             coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock)
             job.savepoints = coordinator.requests
-            with hold_sink_targets(job.graph):  # a second job on a target fails; stale parts go
-                result = self._run_attempts(job, coordinator)
+            with JobSinks(job.graph) as sinks:  # e.g. a second job on a sink_to_file target fails
+                result = self._run_attempts(job, coordinator, sinks)
         except JobCancelledError as exc:
             with self.state.lock:
                 self._end_subtasks(job)
@@ -151,8 +152,8 @@ class JobManager:
                 coordinator.job_ended("FAILED")
             raise
         finally:
-            for source in _array_sources(job.graph):
-                source.release(wait=False)  # freeing 300 MB takes the kernel ~50 ms
+            for t in job.graph.sources:
+                release_arrays(t.source, wait=False)  # freeing 300 MB takes the kernel ~50 ms
         with self.state.lock:
             job.end("FINISHED", result=result)
         coordinator.job_ended("FINISHED")
@@ -222,7 +223,7 @@ class JobManager:
         overlap cluster start): read from this process's memory, or copied into shared
         memory with ``pipeline.array-sharing: copy`` or where the kernel forbids the reading.
         :meth:`run_job` gives the memory back when the job ends, however it ends; a SIGKILLed
-        client leaves nothing behind (anonymous memory, see ``ArraySource.share``). On the Ray
+        client leaves nothing behind (anonymous memory, see ``runtime._array_sharing``). On the Ray
         target (``Launcher.put_array``) each array goes into Ray's object store once instead:
         subtasks on other machines cannot see this host's memory; each descriptor of a source
         subtask carries the source's handles (``SubtaskDescriptor.arrays``).
@@ -231,11 +232,9 @@ class JobManager:
             JobError: an array could not be shared; names the source and what failed.
         """
         copy = self.config.get(k.ARRAY_SHARING) == "copy"
-        for t in graph.transformations:
-            if not isinstance(t.fn, ArraySource):
-                continue
+        for t in graph.sources:
             try:
-                t.fn.share(self.launcher.workdir, self.launcher.put_array, copy=copy)
+                share_arrays(t.source, self.launcher.workdir, self.launcher.put_array, copy=copy)
             except Exception as exc:
                 raise JobError(
                     f"source {t.name!r}: cannot share its NumPy array with the subtasks "
@@ -243,12 +242,12 @@ class JobManager:
                     f"{type(exc).__name__}: {exc}") from exc
 
     def cleanup_after_failure(self, graph: JobGraph) -> None:
-        """After a job (or its cluster's start) failed: shared sources and stale parts go."""
-        for source in _array_sources(graph):
-            source.release()
-        remove_stale_parts(graph)
+        """After a job (or its cluster's start) failed: shared sources and what the sinks left go."""
+        for t in graph.sources:
+            release_arrays(t.source)
+        discard_sinks(graph)
 
-    def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator) -> JobResult:
+    def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
         self.prepare_sources(job.graph)
         attempts_left = _restarts(job.config, coordinator.enabled)
         restarting = False
@@ -257,7 +256,7 @@ class JobManager:
                 if restarting:  # a replacement that cannot start yet fails this attempt only
                     self.membership.replace_lost()
                 job.restore_from, job.restore_id = coordinator.restored_states()
-                collected, first_record = self._run_attempt(job, coordinator)
+                collected, first_record, finals = self._run_attempt(job, coordinator)
                 break
             except (JobCancelledError, AllocationError, CheckpointError):
                 raise
@@ -276,13 +275,13 @@ class JobManager:
                 restarting = True
         self.state.release_slots(job.id, job.attempt)
         if job.stopped_with_savepoint is None:  # a stopped job's batch files are not complete
-            commit_files(job.graph, lambda c, i: self.state.subtasks[SubtaskKey(job.id, job.attempt, c, i)].parts)
+            sinks.commit(job.id, job.attempt, finals)
         with self.state.lock:
             states = [st for key, st in self.state.subtasks.items()
                       if key.job_id == job.id and key.attempt == job.attempt]
         return result_of(job, states, first_record, collected)
 
-    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None]:
+    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None, FinalAcks]:
         keys = self.deployer.deploy(job)
         attempt = _Attempt(keys)
         coordinator.start_attempt(keys)
@@ -303,7 +302,7 @@ class JobManager:
             raise
         chunks = [chunk for key in sorted(keys, key=lambda k_: (k_.chain, k_.index))
                   for chunk in attempt.collected[key] if len(chunk)]
-        return chunks, attempt.first_record
+        return chunks, attempt.first_record, attempt.finals
 
     def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent,
                   coordinator: CheckpointCoordinator) -> None:
@@ -322,7 +321,7 @@ class JobManager:
             elif isinstance(msg, SubtaskProgress):
                 st.counts, st.metrics = msg.counts, msg.metrics
             elif isinstance(msg, SubtaskFinished):
-                st.state, st.counts, st.parts = "FINISHED", msg.counts, msg.parts
+                st.state, st.counts = "FINISHED", msg.counts
                 self.state.release_devices(key)
                 attempt.pending.discard(key)
                 attempt.finished.add(key)
@@ -336,6 +335,8 @@ class JobManager:
                     raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
                                    f"{msg.exitcode} without finishing")
         if isinstance(msg, CheckpointAck):
+            if msg.final:  # what its sinks prepared last: their job-level commit's input
+                attempt.finals[key] = (msg.checkpoint_id, msg.states)
             coordinator.on_ack(msg)
         elif isinstance(msg, CheckpointCommitted) and coordinator.on_committed(msg):
             job.stopped_with_savepoint = coordinator.finish_stop()
@@ -345,7 +346,7 @@ class JobManager:
         if isinstance(msg, Collected):
             attempt.collected[key].append(msg.chunk)
         if isinstance(msg, SubtaskProgress | SubtaskFinished):
-            is_source = job.graph.chains[key.chain].head.kind == "source"
+            is_source = job.graph.chains[key.chain].head.source is not None
             if attempt.first_record is None and is_source and msg.counts[0][1]:
                 attempt.first_record = time.monotonic() - job.submitted
             self._notify(job.graph)
@@ -382,10 +383,6 @@ def _restarts(config: Configuration, checkpointing: bool) -> int:
     return config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
 
 
-def _array_sources(graph: JobGraph) -> list[ArraySource]:
-    return [t.fn for t in graph.transformations if isinstance(t.fn, ArraySource)]
-
-
 class _Attempt:
     """What one running attempt has heard so far."""
 
@@ -394,4 +391,5 @@ class _Attempt:
         self.finished: set[SubtaskKey] = set()
         self.exited: set[SubtaskKey] = set()
         self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
+        self.finals: FinalAcks = {}
         self.first_record: float | None = None

@@ -46,7 +46,6 @@ class SubtaskState:
     devices: dict[str, list[tuple[str, Fraction]]]
     state: str = "DEPLOYING"
     counts: list[tuple[int, int]] = field(default_factory=list)
-    parts: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)  # the source's (``Source.metrics``)
 
 

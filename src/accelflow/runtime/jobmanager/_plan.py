@@ -7,6 +7,7 @@ what it read under its lock.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Container
 from fractions import Fraction
@@ -17,8 +18,8 @@ import cloudpickle
 from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
-from accelflow.dataflow import Chain, JobGraph
-from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps
+from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation
+from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps, shared_view
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount, is_counted
 
@@ -49,15 +50,9 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
         )
         for o in chain.outputs
     )
-    rolling = _rolling(job)
-    nodes = []
-    for n in chain.nodes:
-        if n.kind == "reduce":
-            n.options["rolling"] = rolling
-        nodes.append(n)
     try:
         checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
-        return dumps(ChainPlan(chain.name, nodes, outputs, rolling, checkpointing))
+        return dumps(ChainPlan(chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
@@ -67,10 +62,19 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
         ) from exc
 
 
+def _as_deployed(chain: Chain) -> list[Transformation]:
+    """The nodes of ``chain`` as its subtasks get them: a source whose arrays are shared reads
+    them through the copy that sharing made (the graph's own node is left as it is)."""
+    head = chain.head
+    if head.source is None or (view := shared_view(head.source)) is head.source:
+        return chain.nodes
+    return [dataclasses.replace(head, spec=SourceSpec(view)), *chain.nodes[1:]]
+
+
 def _rolling(job: Job) -> bool:
     mode = job.config.get(k.RUNTIME_MODE)
     if mode == "automatic":
-        return not all(getattr(t.fn, "bounded", True) for t in job.graph.transformations if t.kind == "source")
+        return not all(getattr(t.source, "bounded", True) for t in job.graph.sources)
     return mode == "streaming"
 
 
@@ -78,9 +82,9 @@ def splits_of(graph: JobGraph) -> dict[tuple[int, int], list[Any]]:
     """Per (chain, subtask index) of every source, its splits (round-robin)."""
     out: dict[tuple[int, int], list[Any]] = {}
     for c in graph.chains:
-        if c.head.kind == "source":
+        if (source := c.head.source) is not None:
             try:
-                splits = list(c.head.fn.create_splits(c.parallelism))
+                splits = list(source.create_splits(c.parallelism))
             except Exception as exc:
                 raise JobError(
                     f"source {c.head.name!r}: create_splits({c.parallelism}) raised "
@@ -94,12 +98,12 @@ def splits_of(graph: JobGraph) -> dict[tuple[int, int], list[Any]]:
 def source_total(graph: JobGraph) -> int | None:
     """How many records the job's sources will read; ``None`` when one is unbounded."""
     total = 0
-    for t in graph.transformations:
-        if t.kind == "source":
-            hint = t.fn.size_hint() if getattr(t.fn, "bounded", True) else None
-            if hint is None:
-                return None
-            total += hint
+    for t in graph.sources:
+        assert t.source is not None
+        hint = t.source.size_hint() if getattr(t.source, "bounded", True) else None
+        if hint is None:
+            return None
+        total += hint
     return total
 
 
@@ -125,7 +129,7 @@ def job_config(cluster: Configuration, job: Configuration) -> Configuration:
 def _unpicklable(chain: Chain) -> str:
     """Name the first operator of ``chain`` whose function (or key function) does not pickle."""
     for node in chain.nodes:
-        for what, obj in (("function", node.fn), ("key function", node.key_fn)):
+        for what, obj in (("function", node.spec), ("key function", node.key_fn)):
             try:
                 cloudpickle.dumps(obj)
             except Exception:
@@ -158,14 +162,10 @@ def requester_name(chain: Chain, index: int) -> str:
     return f"{asked} ({index + 1}/{chain.parallelism})"
 
 
-#: operators after which every record of a bounded job still reaches the sinks
-_ONE_TO_ONE = frozenset({"map", "map_batches"})
-
-
 def progress_of(graph: JobGraph, states: list[SubtaskState]) -> dict[str, Any]:
     """``{"records": records the sinks have taken, "total": ...}``; the total is the
-    sources' bounded size when every operator passes each record on (map, map_batches),
-    else ``None`` (a count without a bar)."""
+    sources' bounded size when every operator passes each record on (its spec is
+    ``one_to_one``: map, map_batches), else ``None`` (a count without a bar)."""
     done = 0
     for st in states:
         chain = graph.chains[st.key.chain]
@@ -173,8 +173,7 @@ def progress_of(graph: JobGraph, states: list[SubtaskState]) -> dict[str, Any]:
             if node.is_sink:
                 done += n_in
     total = source_total(graph)
-    if any(t.kind not in _ONE_TO_ONE and t.kind != "source" and not t.is_sink
-           for t in graph.transformations):
+    if not all(t.spec.one_to_one for t in graph.transformations if t.source is None and not t.is_sink):
         total = None
     return {"records": done, "total": total}
 

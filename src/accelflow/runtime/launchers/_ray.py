@@ -26,8 +26,7 @@ from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.resources import ray_resources_of
 from accelflow.runtime import (
-    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, SubtaskFailed,
-    SubtaskFinished, TaskExecutorLost,
+    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, TaskExecutorLost,
 )
 from accelflow.runtime.subtask import RELAY_PREFIX
 from accelflow.runtime.taskexecutor import TRACE_ENV_VAR, trace
@@ -39,7 +38,6 @@ from accelflow.runtime.launchers._ray_connect import (
 _POLL_S = 0.25
 _STOP_TIMEOUT_S = 15.0
 _MAX_CONCURRENCY = 64
-_PART_BLOCK = 4 << 20  # bytes of a remote part file per actor call
 
 #: the cluster this process joined and keeps connected: ``(ray.address, local working dir)``
 _kept: tuple[str | None, str | None] | None = None
@@ -120,17 +118,6 @@ def _imported_through_pythonpath() -> bool:
     root = os.path.dirname(os.path.dirname(os.path.abspath(accelflow.__file__)))
     entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     return root in {os.path.abspath(p) for p in entries if p}
-
-
-def sink_directories(desc: SubtaskDescriptor) -> list[str]:
-    """The directories of the file sink targets of one subtask's chain (absolute ones)."""
-    if b"sink_file" not in desc.chain_blob:
-        return []
-    import cloudpickle
-
-    plan = cloudpickle.loads(desc.chain_blob)
-    return sorted({os.path.dirname(str(n.fn)) for n in plan.nodes
-                   if n.kind == "sink_file" and os.path.isabs(str(n.fn))})
 
 
 class _RayHandle(TaskExecutorHandle):
@@ -333,33 +320,12 @@ class RayLauncher(Launcher):
             except BaseException:  # a dead actor; SystemExit when Ray shuts down in this process
                 break
             for message in messages:
-                if isinstance(message, SubtaskFinished) and message.parts:
-                    message = self._take_parts(te_id, actor, message)
                 self.events.put((te_id, message))
         with self._lock:
             if self.actors.get(te_id) is actor:
                 self._alive.discard(te_id)
         if not self._stopped:
             self.events.put((te_id, TaskExecutorLost(te_id, pid)))
-
-    def _take_parts(self, te_id: str, actor: Any, finished: SubtaskFinished) -> SubtaskFinished | SubtaskFailed:
-        """Copy the part files of a sink subtask that ran on another machine to the same
-        paths here (the client commits them), then remove them there."""
-        for part in finished.parts:
-            if os.path.exists(part):
-                continue  # a filesystem this client shares with the actor
-            try:
-                fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    while data := self.ray.get(actor.read_part.remote(part, out.tell(), _PART_BLOCK)):
-                        out.write(data)
-                self.ray.get(actor.remove_part.remote(part))
-            except Exception as exc:
-                return SubtaskFailed(finished.key, encode_error(JobError(
-                    f"the part file {part} of its file sink could not be taken from {te_id}'s "
-                    f"machine: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                )))
-        return finished
 
     # -- the JobManager's side -------------------------------------------------------------
     def handle(self, te_id: str) -> TaskExecutorHandle:
@@ -387,12 +353,6 @@ class RayLauncher(Launcher):
             return
         if isinstance(message, Deploy):
             self._broadcast_route(te_id, actor, message.descriptor)
-            directories = sink_directories(message.descriptor)
-            if directories:
-                try:
-                    self.ray.get(actor.make_dirs.remote(directories))
-                except Exception:
-                    pass  # a dead actor: its poll thread reports it
         try:
             self.ray.get(actor.command.remote(message))
         except Exception:

@@ -62,7 +62,7 @@ from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_en
 from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
-    Shutdown, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, TaskExecutorEvent,
+    Shutdown, SubtaskExited, SubtaskFailed, SubtaskKey, TaskExecutorEvent,
 )
 from accelflow.runtime.subtask import (
     CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
@@ -142,8 +142,6 @@ class TaskExecutorActor:
         self.serving: threading.Thread | None = None
         self.listener: Listener | None = None
         self.stopping = threading.Event()
-        self.made_dirs: list[str] = []  # sink directories this actor created (parents first)
-        self.parts: set[str] = set()  # part files written here and not yet taken by the client
 
     # -- life cycle ------------------------------------------------------------------------
     def ping(self) -> int:
@@ -191,18 +189,11 @@ class TaskExecutorActor:
             close_listener(self.listener)
         if self.relay_dir:
             shutil.rmtree(self.relay_dir, ignore_errors=True)
-        for part in list(self.parts):
-            self.remove_part(part)
         with self.arrays_lock:
             for _, fd in self.arrays.values():
                 os.close(fd)
             self.arrays.clear()
             self.array_users.clear()
-        for directory in reversed(self.made_dirs):
-            try:
-                os.rmdir(directory)  # only when empty: never anything of someone else's
-            except OSError:
-                pass
 
     # -- JobManager messages ---------------------------------------------------------------
     def command(self, message: Command) -> None:
@@ -224,9 +215,7 @@ class TaskExecutorActor:
             while len(out) < 256 and self.jm.poll():
                 out.append(self.jm.recv())
         for message in out:
-            if isinstance(message, SubtaskFinished):
-                self.parts.update(message.parts)
-            elif isinstance(message, SubtaskExited):
+            if isinstance(message, SubtaskExited):
                 self._arrays_unused_by(message.key)
         return out
 
@@ -253,7 +242,7 @@ class TaskExecutorActor:
     def _map_array(self, array_id: str, ref: Any, key: SubtaskKey) -> Any:
         """The ``SharedArray`` of ``array_id`` for subtask ``key``: fetched (zero-copy, from
         this node's object store) and copied into this actor's shared memory once."""
-        from accelflow.dataflow import copy_to_memfd  # NumPy only where arrays come
+        from accelflow.runtime import copy_to_memfd  # NumPy only where arrays come
 
         with self.arrays_lock:
             held = self.arrays.get(array_id)
@@ -275,39 +264,6 @@ class TaskExecutorActor:
                     held = self.arrays.pop(array_id, None)
                     if held is not None:
                         os.close(held[1])
-
-    # -- file sinks on a machine of their own ----------------------------------------------
-    def make_dirs(self, directories: list[str]) -> None:
-        """Create the sink target directories missing on this machine (removed at stop, when
-        empty): the subtasks write their parts there, the client then takes them."""
-        for directory in directories:
-            missing = []
-            path = os.path.abspath(directory)
-            while not os.path.isdir(path) and os.path.dirname(path) != path:
-                missing.append(path)
-                path = os.path.dirname(path)
-            try:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-            except OSError:
-                continue  # the subtask then fails naming the path
-            self.made_dirs.extend(reversed(missing))
-
-    def read_part(self, path: str, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of a part file written here, from ``offset`` (``b""``: its end)."""
-        if path not in self.parts:
-            raise TransportError(f"{path} is not a part file of {self.id}")
-        with open(path, "rb") as file:
-            file.seek(offset)
-            return file.read(size)
-
-    def remove_part(self, path: str) -> None:
-        """Remove a part file the client took (or that no job commits any more)."""
-        if path in self.parts:
-            self.parts.discard(path)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
     # -- data channels ---------------------------------------------------------------------
     def add_route(self, name: str, te_id: str, actor: Any) -> None:

@@ -158,7 +158,7 @@ def _job(jm: JobManager, job: Job) -> View:
     states.sort(key=lambda st: (st.key.chain, st.key.index))
     operators = _operators(job, states)
     source_out = sum(
-        st.counts[0][1] for st in states if st.counts and job.graph.chains[st.key.chain].head.kind == "source"
+        st.counts[0][1] for st in states if st.counts and job.graph.chains[st.key.chain].head.source is not None
     )
     end = job.ended_at if job.ended_at is not None else time.time()
     return {

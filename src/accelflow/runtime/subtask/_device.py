@@ -31,7 +31,7 @@ from typing import Any, ContextManager
 import numpy as np
 
 from accelflow._errors import ConfigError
-from accelflow.dataflow import Columns, to_batch
+from accelflow.dataflow import Columns, MapBatchesSpec, to_batch
 
 _log = logging.getLogger("accelflow.runtime")
 
@@ -317,9 +317,9 @@ class DeviceStage:
         return self.backend.host(result)
 
 
-def open_stage(fn: Callable[[Any], Any], options: dict[str, Any], operator: str) -> DeviceStage | PlainStage:
-    """The stage for a ``map_batches`` operator with ``options["device"]`` set."""
-    device, wanted = options["device"], options.get("device_backend")
+def open_stage(fn: Callable[[Any], Any], spec: MapBatchesSpec, operator: str) -> DeviceStage | PlainStage:
+    """The stage for a ``map_batches`` operator whose ``spec.device`` is set."""
+    device, wanted = spec.device, spec.device_backend
     problems = []
     for name in [wanted] if wanted else list(BACKENDS):
         try:
@@ -333,8 +333,8 @@ def open_stage(fn: Callable[[Any], Any], options: dict[str, Any], operator: str)
             continue
         if count > 0:
             _log.info("operator %r: batches on CUDA device 0 with %s, prefetch %d",
-                      operator, name, options["prefetch"])
-            return DeviceStage(backend, fn, options["prefetch"])
+                      operator, name, spec.prefetch)
+            return DeviceStage(backend, fn, spec.prefetch)
         problems.append(f"{name}: no visible CUDA device")
     why = "; ".join(problems)
     if device == "cuda":

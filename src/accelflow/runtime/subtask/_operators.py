@@ -1,39 +1,64 @@
 """Operators as they run inside a subtask: each turns a chunk into a chunk.
 
 An operator has ``open(ctx)``, ``process(chunk) -> chunk``, ``finish() -> chunk`` (what it
-held back, e.g. a partial batch or final reduce values) and ``close()``.
+held back, e.g. a partial batch or final reduce values) and ``close()``. Each runs the
+operators of one spec class (and its subclasses), registered with ``@runs(SpecClass)``; the
+runner finds it with :func:`operator_for`.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from accelflow._errors import JobError
-from accelflow.dataflow import RuntimeContext
-from accelflow.dataflow import Columns, Positioned, from_batch, iter_records, to_batch
-from accelflow.dataflow import Transformation
-from accelflow.runtime import create_part
+from accelflow._errors import AccelflowInternalError, JobError
+from accelflow.dataflow import (
+    Columns, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec, OperatorSpec, Positioned,
+    ReduceSpec, RuntimeContext, Transformation, from_batch, iter_records, to_batch,
+)
+from accelflow.runtime import ChainPlan
 from accelflow.runtime.subtask._partition import canonical_key, stable_hash
 
 if TYPE_CHECKING:
     from accelflow.runtime.subtask._device import DeviceStage, PlainStage
 
-_METHODS = {"map": "map", "flat_map": "flat_map", "filter": "filter", "reduce": "reduce",
-            "map_batches": "map_batch", "sink_user": "invoke"}
+_Op = TypeVar("_Op", bound="type[Operator]")
+#: spec class -> the operator class that runs it (see :func:`runs`)
+_RUNS: dict[type[OperatorSpec], type[Operator]] = {}
 
 
-def _bind(fn: Any, kind: str) -> tuple[Any, Callable[..., Any]]:
+def runs(*specs: type[OperatorSpec]) -> Callable[[_Op], _Op]:
+    """Register the decorated operator class as the one that runs ``specs`` (and their
+    subclasses)."""
+    def register(cls: _Op) -> _Op:
+        for spec in specs:
+            _RUNS[spec] = cls
+        return cls
+    return register
+
+
+def operator_for(node: Transformation, plan: ChainPlan) -> Operator:
+    """The runtime operator of ``node`` (not a source), for this subtask's ``plan``.
+
+    Raises:
+        AccelflowInternalError: no operator is registered for the node's spec class.
+    """
+    for cls in type(node.spec).__mro__:
+        if cls in _RUNS:
+            return _RUNS[cls](node, plan)
+    raise AccelflowInternalError(f"no runtime operator runs {type(node.spec).__name__} "
+                                 f"(operator {node.name!r}): register one with @runs")
+
+
+def _bind(spec: FunctionSpec) -> tuple[Any, Callable[..., Any]]:
     """Instantiate a class if given one; return (object, the callable to use)."""
-    obj = fn() if inspect.isclass(fn) else fn
-    method = _METHODS.get(kind)
+    obj = spec.fn() if inspect.isclass(spec.fn) else spec.fn
+    method = spec.method
     if method and hasattr(obj, method):
         return obj, getattr(obj, method)  # type: ignore[no-any-return]
     return obj, obj  # type: ignore[return-value]
@@ -49,7 +74,7 @@ class Operator:
     #: then waits for the job's final checkpoint at the end of its input)
     needs_commit = False
 
-    def __init__(self, node: Transformation) -> None:
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         self.node = node
         self.records_in = 0
         self.records_out = 0
@@ -90,10 +115,12 @@ class Operator:
             self.obj.close()
 
 
+@runs(MapSpec)
 class MapOp(Operator):
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
-        self.obj, self.fn = _bind(node.fn, node.kind)
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
+        assert isinstance(node.spec, FunctionSpec)
+        self.obj, self.fn = _bind(node.spec)
 
     def process(self, chunk: Any) -> Any:
         fn = self.fn
@@ -102,6 +129,7 @@ class MapOp(Operator):
         return [fn(r) for r in iter_records(chunk)]
 
 
+@runs(FlatMapSpec)
 class FlatMapOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
@@ -110,6 +138,7 @@ class FlatMapOp(MapOp):
         return [out for r in iter_records(chunk) for out in fn(r)]
 
 
+@runs(FilterSpec)
 class FilterOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
@@ -120,14 +149,17 @@ class FilterOp(MapOp):
         return [r for r in iter_records(chunk) if fn(r)]
 
 
+@runs(MapBatchesSpec)
 class MapBatchesOp(MapOp):
     """Batches of ``batch_size`` records; with ``max_wait`` (seconds) a partial batch is
     also called once its first record has waited that long (as Ray Serve's batching)."""
 
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
-        self.batch_size: int = node.options["batch_size"]
-        self.max_wait: float | None = node.options.get("max_wait")
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
+        assert isinstance(node.spec, MapBatchesSpec)
+        self.spec = node.spec
+        self.batch_size = node.spec.batch_size
+        self.max_wait = None if node.spec.max_wait is None else float(node.spec.max_wait)
         self.pending: list[Any] = []
         self.pending_len = 0
         self.first_waiting = 0.0
@@ -137,10 +169,10 @@ class MapBatchesOp(MapOp):
 
     def open(self, ctx: RuntimeContext) -> None:
         super().open(ctx)
-        if self.node.options.get("device") is not None:
+        if self.spec.device is not None:
             from accelflow.runtime.subtask._device import open_stage
 
-            self.stage = open_stage(self.fn, self.node.options, self.node.name)
+            self.stage = open_stage(self.fn, self.spec, self.node.name)
 
     def process(self, chunk: Any) -> Any:
         if not self.pending and len(chunk) == self.batch_size:
@@ -156,7 +188,7 @@ class MapBatchesOp(MapOp):
             self.first_waiting = time.monotonic()  # the rest arrived with the last chunk
         if self.stage is not None:
             outputs = [o for o in outputs if len(o)]  # batches still in flight gave nothing
-        return _join(outputs)
+        return join_chunks(outputs)
 
     def finish(self) -> Any:
         if self.stage is not None:  # the partial batch, then every batch still in flight
@@ -212,7 +244,7 @@ class MapBatchesOp(MapOp):
     def _drained(self, out: Any) -> Any:
         assert self.stage is not None
         chunks = [c for c in (out, self._joined(self.stage.drain())) if len(c)]
-        return _join(chunks) if chunks else []
+        return join_chunks(chunks) if chunks else []
 
     def _joined(self, results: list[Any]) -> Any:
         """The chunk of the stage's ``results`` (what ``fn`` returned per batch), in order."""
@@ -220,7 +252,7 @@ class MapBatchesOp(MapOp):
         if self.staged_positions:  # one result per batch submitted, oldest first
             chunks = [self._placed(self.staged_positions.popleft(), c) for c in chunks]
         chunks = [c for c in chunks if len(c)]
-        return _join(chunks) if chunks else []
+        return join_chunks(chunks) if chunks else []
 
     def _placed(self, positions: np.ndarray[Any, Any] | None, chunk: Any) -> Any:
         """``chunk`` with ``positions`` (None: as it is); one output per record is needed."""
@@ -234,11 +266,15 @@ class MapBatchesOp(MapOp):
         return Positioned(positions, chunk)
 
 
+@runs(ReduceSpec)
 class ReduceOp(MapOp):
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
+    """One value per key: emitted for every record (``rolling``: streaming mode, a fact of
+    the run in the :class:`ChainPlan`), or once per key at the end."""
+
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
         self.key_fn = node.key_fn
-        self.rolling: bool = node.options.get("rolling", False)
+        self.rolling = plan.rolling
         self.state: dict[Any, Any] = {}
 
     def process(self, chunk: Any) -> Any:
@@ -267,164 +303,18 @@ class ReduceOp(MapOp):
                     self.state[canonical_key(key)] = value  # an unpickled NaN is a new object
 
 
-class PrintSink(Operator):
-    def open(self, ctx: RuntimeContext) -> None:
-        n = ctx.number_of_parallel_subtasks
-        self.prefix = f"{ctx.index_of_this_subtask + 1}> " if n > 1 else ""
-
-    def process(self, chunk: Any) -> Any:
-        text = "".join(f"{self.prefix}{r}\n" for r in iter_records(chunk))
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return []
-
-
-class FileSink(Operator):
-    """Writes a part file; the JobManager joins the parts atomically when the job succeeds."""
-
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
-        self.file: TextIO | None = None
-        self.part_path = ""
-
-    def open(self, ctx: RuntimeContext) -> None:
-        # a new file with a random name, 0600, never through a symlink (see _sinkfiles)
-        fd, self.part_path = create_part(str(self.node.fn), ctx.index_of_this_subtask, ctx.attempt_number)
-        self.file = os.fdopen(fd, "w", encoding="utf-8")
-
-    def process(self, chunk: Any) -> Any:
-        assert self.file is not None
-        self.file.write("".join(f"{r}\n" for r in iter_records(chunk)))
-        return []
-
-    def close(self) -> None:
-        if self.file is not None and not self.file.closed:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
-
-
-class CollectSink(Operator):
-    """Hands chunks to the subtask runner, which ships them to the client, a few at a time:
-    every message costs work in three processes (subtask, TaskExecutor, client), and one per
-    chunk took a NumPy job a third of its running time on 2 cores.
-    Chunks wait at most :data:`COLLECT_MAX_DELAY_S` and until :data:`COLLECT_MAX_RECORDS`
-    records or :data:`COLLECT_MAX_BYTES` of arrays are held; the end of the input and a
-    checkpoint barrier release them at once."""
-
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
-        self.held: list[Any] = []
-        self.held_records = self.held_bytes = 0
-        self.first_held = 0.0
-
-    def process(self, chunk: Any) -> Any:
-        if not self.held:
-            self.first_held = time.monotonic()
-        self.held.append(chunk)
-        self.held_records += len(chunk)
-        self.held_bytes += _nbytes(chunk)
-        if self.held_records >= COLLECT_MAX_RECORDS or self.held_bytes >= COLLECT_MAX_BYTES:
-            return self.finish()
-        return []
-
-    def finish(self) -> Any:
-        held, self.held = self.held, []
-        self.held_records = self.held_bytes = 0
-        return _join(held) if held else []
-
-    flush = on_deadline = finish
-
-    def deadline(self) -> float | None:
-        return self.first_held + COLLECT_MAX_DELAY_S if self.held else None
-
-
-#: how long, how many records and how many bytes of arrays a subtask holds collected chunks
-COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, COLLECT_MAX_BYTES = 0.05, 65536, 8 << 20
-
-
-def _nbytes(chunk: Any) -> int:
-    if isinstance(chunk, Positioned):
-        return chunk.positions.nbytes + _nbytes(chunk.data)
-    if isinstance(chunk, Columns):
-        return sum(c.nbytes for c in chunk.columns())
-    return chunk.nbytes if isinstance(chunk, np.ndarray) else 0
-
-
-class UserSink(MapOp):
-    def process(self, chunk: Any) -> Any:
-        fn = self.fn
-        for r in iter_records(chunk):
-            fn(r)
-        return []
-
-
-class SinkToOp(Operator):
-    """A two-phase-commit :class:`accelflow.dataflow.Sink` (``stream.sink_to``): committables
-    prepared at each barrier are published when their checkpoint completes."""
-
-    needs_commit = True
-
-    def __init__(self, node: Transformation) -> None:
-        super().__init__(node)
-        self.obj = node.fn
-        self.pending: dict[int, list[Any]] = {}  # checkpoint id -> committables not yet published
-        self.restored: list[Any] = []
-
-    def open(self, ctx: RuntimeContext) -> None:
-        self.obj.open(ctx)
-
-    def process(self, chunk: Any) -> Any:
-        self.obj.write(chunk)
-        return []
-
-    def snapshot_state(self, checkpoint_id: int) -> Any:
-        prepared = list(self.obj.prepare_commit(checkpoint_id))
-        if prepared:
-            self.pending[checkpoint_id] = prepared
-        return {"committables": {n: list(c) for n, c in self.pending.items()},
-                "writer": self.obj.snapshot_state(checkpoint_id)}
-
-    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
-        # the committables of the checkpoint restored from are published again (idempotent):
-        # the job may have failed before its sinks heard that the checkpoint completed
-        mine = [s for s in states[index::parallelism] if s]
-        for state in mine:
-            for n in sorted(state["committables"]):
-                self.restored.extend(state["committables"][n])
-        if self.restored:
-            self.obj.commit(self.restored)
-            self.restored = []
-        self.obj.restore_state(mine[0]["writer"] if mine else None)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        done = sorted(n for n in self.pending if n <= checkpoint_id)
-        if done:
-            self.obj.commit([c for n in done for c in self.pending[n]])
-            for n in done:
-                del self.pending[n]
-
-
-OPERATORS: dict[str, type[Operator]] = {
-    "map": MapOp, "flat_map": FlatMapOp, "filter": FilterOp, "map_batches": MapBatchesOp,
-    "reduce": ReduceOp, "sink_print": PrintSink, "sink_file": FileSink,
-    "sink_collect": CollectSink, "sink_user": UserSink, "sink_to": SinkToOp,
-}
-
-
 def _slice(chunk: Any, start: int, stop: int) -> Any:
-    from accelflow.dataflow import Columns
-
     if isinstance(chunk, Columns):
         return chunk.slice(start, stop)
     return chunk[start:stop]
 
 
-def _join(outputs: list[Any]) -> Any:
+def join_chunks(outputs: list[Any]) -> Any:
+    """One chunk of ``outputs`` (chunks of one operator, in order)."""
     if len(outputs) == 1:
         return outputs[0]
     if outputs and all(isinstance(o, Positioned) for o in outputs):
-        return Positioned(np.concatenate([o.positions for o in outputs]), _join([o.data for o in outputs]))
+        return Positioned(np.concatenate([o.positions for o in outputs]), join_chunks([o.data for o in outputs]))
     if outputs and all(isinstance(o, np.ndarray) for o in outputs):
         return np.concatenate(outputs)
     if outputs and all(isinstance(o, Columns) for o in outputs) and len({len(o.columns()) for o in outputs}) == 1:

@@ -26,7 +26,8 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
-from accelflow.runtime.subtask._operators import OPERATORS, CollectSink, FileSink, Operator
+from accelflow.runtime.subtask._operators import Operator, operator_for
+from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._shm import ShmReceiver
 
@@ -54,12 +55,12 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     os.environ.update(env)
     try:
         runner = _Runner(desc, status, cancelled)
-        counts, parts = runner.run()
+        counts = runner.run()
         # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
         # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
         # printed a traceback after a successful job.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        status.send(SubtaskFinished(desc.key, counts, parts))
+        status.send(SubtaskFinished(desc.key, counts))
     except _Cancelled:
         os._exit(143)
     except BaseException as exc:
@@ -87,16 +88,16 @@ class _Runner:
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
 
-    def run(self) -> tuple[list[tuple[int, int]], list[str]]:
+    def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
         if desc.arrays:  # a NumPy source's arrays, mapped by the TaskExecutor (Ray target)
-            from accelflow.dataflow import register_arrays
+            from accelflow.runtime import register_arrays
 
             register_arrays(desc.arrays)
         listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
-            self.ops: list[Operator] = [OPERATORS[n.kind](n) for n in plan.nodes if n.kind != "source"]
+            self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
             opened: list[Operator] = []
             try:
                 for op in self.ops:
@@ -105,9 +106,9 @@ class _Runner:
                 self._restore()
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(SubtaskRunning(desc.key))
-                if head.kind == "source":
+                if head.source is not None:
                     self.source_out = 0
-                    self._run_source(head.fn, self._context(head))
+                    self._run_source(head.source, self._context(head))
                 else:
                     self._run_inputs(listener)
                 self._finish()
@@ -115,7 +116,7 @@ class _Runner:
             finally:
                 for op in reversed(opened):
                     op.close()
-            return self._counts(), [op.part_path for op in self.ops if isinstance(op, FileSink)]
+            return self._counts()
         finally:
             if listener is not None:
                 listener.close()
@@ -142,7 +143,7 @@ class _Runner:
         index, parallelism = self.desc.key.index, self.desc.parallelism
         head = self.plan.nodes[0]
         self.splits = list(self.desc.splits or [])
-        if head.kind == "source" and head.name in restored:
+        if head.source is not None and head.name in restored:
             # the splits not yet read when the checkpoint was taken, spread as at the start
             remaining = [s for blob in restored[head.name] for s in (cloudpickle.loads(blob) or [])]
             self.splits = remaining[index::parallelism]
@@ -327,7 +328,7 @@ class _Runner:
 
     def _counts(self) -> list[tuple[int, int]]:
         counts = [(op.records_in, op.records_out) for op in self.ops]
-        if self.plan.nodes[0].kind == "source":
+        if self.plan.nodes[0].source is not None:
             counts.insert(0, (0, getattr(self, "source_out", 0)))
         return counts
 

@@ -1,6 +1,6 @@
 """Reading another process's memory on this host (Linux ``process_vm_readv``): how subtasks
 read a NumPy source array straight out of the client that holds it, chunk by chunk, with no
-copy of the whole array first (see :class:`accelflow.dataflow.ProcessArray`).
+copy of the whole array first (see :class:`._arrays.ProcessArray`).
 
 The kernel allows it where the reading process may trace the owner: the same user, and no
 Yama restriction (``kernel.yama.ptrace_scope`` 0 or absent). :func:`unreadable_because` says

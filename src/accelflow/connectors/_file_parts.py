@@ -1,4 +1,6 @@
-"""Committing a job's file sinks: the part files of every subtask become one file, atomically.
+"""The files of ``sink_to_file`` (:class:`~._single_file.SingleFileSink`) next to its target:
+each subtask's part, the lock a run holds on the target, and joining the parts into the
+target atomically.
 
 The directory of a sink's target may be shared with other users (``/tmp``), so nothing here
 trusts a name in it:
@@ -9,9 +11,9 @@ trusts a name in it:
   ``.<base>.part-<index>.attempt-<attempt>.<random>.tmp``; the joined file is
   ``.<base>.part-all.<random>.tmp`` until it is renamed onto the target (``os.replace``
   replaces a symlink at the target, it never writes through it);
-- a run holds the target's lock file ``.<base>.accelflow-lock`` (``flock``, non-blocking) from
-  before its subtasks write parts until it has committed or cleaned up
-  (:func:`hold_sink_targets`): a second job on the same target fails at once with a
+- a run holds the target's lock file ``.<base>.accelflow-lock`` (``flock``, non-blocking; it
+  holds the holder's pid and a random token) from before its subtasks write parts until it has
+  committed or cleaned up (:func:`holding`): a second job on the same target fails at once with a
   :class:`JobError` naming the target, and the part files found when the lock is taken belong to
   runs that are gone (e.g. a SIGKILLed client), so they are removed. Only regular files of this
   user whose names match the patterns above are ever removed.
@@ -23,15 +25,16 @@ import errno
 import fcntl
 import os
 import re
+import secrets
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import BinaryIO, NamedTuple
 
 from accelflow._errors import JobError
-from accelflow.dataflow import JobGraph
 
 _LOCK_SUFFIX = ".accelflow-lock"
 _BLOCK = 1 << 20
@@ -56,40 +59,30 @@ def _part_pattern(base: str) -> re.Pattern[str]:
     return re.compile(rf"\.{re.escape(base)}\.part-(?:\d+\.attempt-\d+|all)\.[A-Za-z0-9_]{{6,}}\.tmp")
 
 
-def _sink_targets(graph: JobGraph) -> list[str]:
-    return sorted({str(t.fn) for t in graph.transformations if t.kind == "sink_file"})
+class TargetPart(NamedTuple):
+    """A committable of :class:`~._single_file.SingleFileSink`: one subtask's part file, its
+    size in bytes, and, from a machine whose files the JobManager cannot see, its bytes
+    themselves (``data``)."""
+
+    path: str
+    size: int
+    data: bytes | None = None
 
 
 # -- committing ----------------------------------------------------------------------------------
-def commit_files(graph: JobGraph, parts_of: Callable[[int, int], list[str]]) -> None:
-    """Concatenate each file sink's parts (``parts_of(chain_id, index)``) into its target.
+def join_parts(parts: Sequence[TargetPart], target: str) -> None:
+    """Write ``parts``, in order, into ``target`` at once (a new file renamed onto it).
 
     Raises:
-        JobError: another running job holds a target (see :func:`hold_sink_targets`), or a
-            part is not a regular file of this user.
+        JobError: a part is gone, or is not a regular file of this user.
     """
-    with hold_sink_targets(graph, clean=False):
-        for chain in graph.chains:
-            for node in chain.nodes:
-                if node.kind != "sink_file":
-                    continue
-                parts = [p for i in range(chain.parallelism) for p in parts_of(chain.id, i)]
-                _concatenate(parts, str(node.fn))
-                for part in parts:
-                    os.unlink(part)
-        remove_stale_parts(graph)
-
-
-def _concatenate(parts: list[str], target: str) -> None:
     directory, base = os.path.split(target)
     fd, tmp = tempfile.mkstemp(dir=directory or ".", prefix=f".{base}.part-all.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             os.fchmod(out.fileno(), _creation_mode())  # what open(target, "w") would have given
             for part in parts:
-                with os.fdopen(_open_part(part), "rb") as f:
-                    while block := f.read(_BLOCK):
-                        out.write(block)
+                _copy_part(part, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
@@ -100,6 +93,21 @@ def _concatenate(parts: list[str], target: str) -> None:
             pass
         raise
     _fsync_directory(directory or ".")
+
+
+def _copy_part(part: TargetPart, out: BinaryIO) -> None:
+    if part.data is not None:  # it was written on another machine
+        out.write(part.data)
+        return
+    copied = 0
+    with os.fdopen(_open_part(part.path), "rb") as f:
+        while block := f.read(_BLOCK):
+            out.write(block)
+            copied += len(block)
+    if copied != part.size:
+        raise JobError(f"the part file {part.path!r} of a file sink holds {copied} bytes, not the {part.size} "
+                       "its subtask wrote: something changed it while the job ran. Write the sink to a "
+                       "directory only you can write to")
 
 
 def _open_part(part: str) -> int:
@@ -144,21 +152,22 @@ def _fsync_directory(directory: str) -> None:
 
 
 # -- cleaning up ---------------------------------------------------------------------------------
-def remove_stale_parts(graph: JobGraph) -> None:
-    """Remove the part files that runs which are over left next to the file sinks' targets.
+def remove_stale_parts(target: str) -> None:
+    """Remove the part files that runs which are over left next to ``target``.
 
     A target that another running job holds is left alone (its parts are alive). Never raises
     for a busy or unusable lock file: this runs while cleaning up after a failure.
     """
-    for target in _sink_targets(graph):
-        try:
-            with _holding(target, clean=False):
-                _remove_parts(target)
-        except (JobError, OSError):
-            continue
+    try:
+        with holding(target, clean=False):
+            remove_parts(target)
+    except (JobError, OSError):
+        pass
 
 
-def _remove_parts(target: str) -> None:
+def remove_parts(target: str) -> None:
+    """Remove every part file next to ``target`` (regular files of this user only; the
+    caller holds the target's lock)."""
     directory, base = os.path.split(target)
     pattern, me = _part_pattern(base), os.geteuid()
     try:
@@ -189,32 +198,16 @@ _held_guard = threading.Lock()
 
 
 @contextmanager
-def hold_sink_targets(graph: JobGraph, *, clean: bool = True) -> Iterator[None]:
-    """Hold the lock of every file sink target of ``graph`` for the ``with`` block.
+def holding(target: str, *, clean: bool = True) -> Iterator[None]:
+    """Hold the lock of ``target`` for the ``with`` block.
 
     Re-entrant within one thread. With ``clean``, the part files of runs that are over are
     removed when the lock is taken, and this run's own parts when the block raises.
 
     Raises:
-        JobError: another running job (this process or another) writes one of the targets,
-            or a lock file is not a regular file of this user (e.g. a planted symlink).
+        JobError: another running job (this process or another) writes the target, or its
+            lock file is not a regular file of this user (e.g. a planted symlink).
     """
-    with _holding_all(_sink_targets(graph), clean):
-        yield
-
-
-@contextmanager
-def _holding_all(targets: list[str], clean: bool) -> Iterator[None]:
-    if not targets:
-        yield
-        return
-    with _holding(targets[0], clean):
-        with _holding_all(targets[1:], clean):
-            yield
-
-
-@contextmanager
-def _holding(target: str, clean: bool) -> Iterator[None]:
     me = threading.get_ident()
     with _held_guard:
         held = _held.get(target)
@@ -226,11 +219,11 @@ def _holding(target: str, clean: bool) -> Iterator[None]:
         _held[target] = _Held(fd, path, me)
     try:
         if clean:
-            _remove_parts(target)  # left by runs that are over: we hold the lock
+            remove_parts(target)  # left by runs that are over: we hold the lock
         yield
     except BaseException:
         if clean:
-            _remove_parts(target)  # this run's own parts
+            remove_parts(target)  # this run's own parts
         raise
     finally:
         with _held_guard:
@@ -274,7 +267,7 @@ def _lock(target: str) -> tuple[int, str]:
                 os.close(fd)  # its holder removed it as we took it: take the new one
                 continue
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, f"{os.getpid()} {secrets.token_hex(8)}\n".encode())
             return fd, path
         except BaseException:
             try:
@@ -286,10 +279,26 @@ def _lock(target: str) -> tuple[int, str]:
 
 def _holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        text = os.pread(fd, 64, 0).decode("ascii").split()
     except (OSError, UnicodeDecodeError):
         return ""
-    return f" (process {text})" if text.isdigit() else ""
+    return f" (process {text[0]})" if text and text[0].isdigit() else ""
+
+
+def lock_token(target: str) -> str | None:
+    """What the lock file of ``target`` holds (its holder's pid and a random token), as seen
+    from here, or None where there is none: a process that reads what the JobManager wrote
+    sees the JobManager's files (the same machine, or a shared filesystem)."""
+    try:
+        fd = os.open(_lock_path(target), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.pread(fd, 64, 0).decode("ascii", errors="replace").strip() or None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _unlock(fd: int, path: str) -> None:

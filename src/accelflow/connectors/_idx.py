@@ -1,4 +1,5 @@
-"""``IdxSource``: the IDX files of (Fashion-)MNIST as a bounded, splittable source."""
+"""``IdxSource``: the IDX files of (Fashion-)MNIST as a bounded, splittable source (the
+format itself is read by :mod:`accelflow.io`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from accelflow._errors import ConfigError
-from accelflow.dataflow._context import RuntimeContext
-from accelflow.dataflow._functions import Source
-from accelflow.dataflow._chunks import CHUNK_RECORDS, Columns
-from accelflow.dataflow._positions import Positions
+from accelflow.dataflow import CHUNK_RECORDS, Columns, Positions, RuntimeContext, Source
+from accelflow.io import open_idx, open_labeled_pair, split_ranges
 
 
 class IdxSource(Positions, Source[Any]):
@@ -29,8 +28,6 @@ class IdxSource(Positions, Source[Any]):
 
     def __init__(self, images: str | os.PathLike[str], labels: str | os.PathLike[str] | None = None,
                  *, limit: int | None = None) -> None:
-        from accelflow.io import open_idx, open_labeled_pair
-
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"expected a positive integer, got {limit!r}", key="IdxSource(limit=)")
         self.images, self.labels = os.fspath(images), labels and os.fspath(labels)
@@ -43,8 +40,6 @@ class IdxSource(Positions, Source[Any]):
         self.count = count if limit is None else min(limit, count)
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
-        from accelflow.io import split_ranges
-
         return split_ranges(self.count, parallelism)
 
     def read(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
@@ -58,8 +53,6 @@ class IdxSource(Positions, Source[Any]):
         return int(split[0])
 
     def _chunks(self, split: Any) -> Iterator[Any]:
-        from accelflow.io import open_idx, open_labeled_pair
-
         first, stop = split
         if self.labels:
             with open_labeled_pair(self.images, self.labels) as pair:
