@@ -93,8 +93,8 @@ NOT_RUN_COMMANDS = {
 #: Doctests marked ``+SKIP`` (test name: why). Every other doctest runs.
 SKIPPED_DOCTESTS = {
     "accelflow.runtime.launchers._ray.RayLauncher": "starts a Ray instance (tests/ray runs it)",
-    "accelflow.runtime.service._rest.RestServer": "needs a running JobManager (tests/rest)",
-    "accelflow.runtime.service._snapshot": "needs a JobManager running a job (tests/rest)",
+    "accelflow.runtime.rest._rest.RestServer": "needs a running JobManager (tests/rest)",
+    "accelflow.runtime.rest._snapshot": "needs a JobManager running a job (tests/rest)",
     "accelflow.resources.gpu.run_discovery_script": "names a site's own script",
     "accelflow.io.find_fashion_mnist": "a path in a user's home directory",
 }

@@ -161,6 +161,55 @@ def test_packages_import_each_other_through_their_facades() -> None:
     assert not bad, "\n".join(bad)
 
 
+#: Which runtime folder may import which. A folder is a kind of process (docs/architecture.md),
+#: so an import across folders means code of one process running in another: only these are
+#: meant. The runtime's own top-level modules (``runtime/_*.py``: messages, channel addresses,
+#: state files, process hygiene) are shared by every process and import no folder.
+RUNTIME_IMPORTS: dict[str, set[str]] = {
+    # the user's process: the embedded cluster runs its JobManager, launcher and REST server here
+    "client": {"jobmanager", "launchers", "rest"},
+    # the session cluster's process: a JobManager, its launcher and its REST server
+    "service": {"jobmanager", "launchers", "rest"},
+    # runs wherever a JobManager runs, and reads it under its lock
+    "rest": {"jobmanager"},
+    # talks to TaskExecutors only through the launcher boundary
+    "jobmanager": {"launchers"},
+    # starts TaskExecutors: by module name, forked by the zygote, or as the Ray actor class
+    "launchers": {"taskexecutor"},
+    # forks subtasks by module name (``_early.SubtaskEntry``), never imports them
+    "taskexecutor": set(),
+    "subtask": set(),
+}
+
+
+def _runtime_folder(module: str) -> str | None:
+    """``client`` for ``accelflow.runtime.client._remote``; ``""`` for the runtime's shared
+    top-level modules; None outside the runtime."""
+    parts = module.split(".")
+    if parts[:2] != ["accelflow", "runtime"]:
+        return None
+    if len(parts) == 2 or parts[2].startswith("_"):
+        return ""
+    return parts[2]
+
+
+def test_runtime_folders_import_only_what_their_process_runs() -> None:
+    runtime = SRC / "runtime"
+    folders = {p.name for p in runtime.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(RUNTIME_IMPORTS), "a runtime folder without a row in RUNTIME_IMPORTS (or a row without a folder)"
+    bad = []
+    for path in runtime.rglob("*.py"):
+        here = _runtime_folder(_module_name(path) if path.name != "__init__.py" or path.parent != runtime
+                               else "accelflow.runtime")
+        for line, target in _imports(path):
+            there = _runtime_folder(target)
+            if there is None or there == "" or there == here:
+                continue
+            if here == "" or there not in RUNTIME_IMPORTS[here]:
+                bad.append(f"{path.relative_to(SRC)}:{line} ({here or 'shared'}) imports {target} ({there})")
+    assert not bad, "imports across runtime processes:\n" + "\n".join(bad)
+
+
 def test_no_module_is_over_the_size_budget() -> None:
     big = [f"{p.relative_to(SRC)}: {n} lines" for p in _sources()
            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]

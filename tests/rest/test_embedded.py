@@ -17,7 +17,7 @@ from rest_support import wait_until
 from rest_jobs import Slowly, discard, identity
 
 from accelflow import Environment, JobCancelledError
-from accelflow.runtime.service._rest import UNAUTHORIZED_CONFIGURED, UNAUTHORIZED_EMBEDDED
+from accelflow.runtime.rest._rest import UNAUTHORIZED_CONFIGURED, UNAUTHORIZED_EMBEDDED
 
 FPGA = {
     "external-resources": "fpga",
@@ -93,7 +93,7 @@ def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:
 
     from accelflow import ConfigError
     from accelflow.config import config_from
-    from accelflow.runtime.service._rest import RestServer
+    from accelflow.runtime.rest._rest import RestServer
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -106,7 +106,7 @@ def test_a_busy_port_is_a_config_error_naming_rest_port() -> None:
 
 def test_a_non_loopback_address_prints_a_warning() -> None:
     from accelflow.config import config_from
-    from accelflow.runtime.service._rest import RestServer
+    from accelflow.runtime.rest._rest import RestServer
 
     lines: list[str] = []
     server = RestServer(None, config_from(values={"rest.port": 0, "rest.address": "0.0.0.0"}))  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from rest_jobs import Slowly, discard, identity
 from rest_support import Session, cli, start_session, start_session_with, stop_and_check, wait_until
 
 from accelflow import Environment, JobCancelledError
-from accelflow.runtime.service._rest import UNAUTHORIZED
+from accelflow.runtime.rest._rest import UNAUTHORIZED
 
 
 def _running_job() -> Any:

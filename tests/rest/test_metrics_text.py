@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rest_support import start_session_hiding, stop_and_check
 
-from accelflow.runtime.service import render_metrics
+from accelflow.runtime.rest import render_metrics
 
 
 def _samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

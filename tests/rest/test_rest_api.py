@@ -10,7 +10,7 @@ from rest_support import Session, start_session, stop_and_check, wait_until
 from rest_jobs import Slowly, discard, identity
 
 from accelflow import AllocationError, Environment, JobCancelledError
-from accelflow.runtime.service._rest import UNAUTHORIZED
+from accelflow.runtime.rest._rest import UNAUTHORIZED
 
 
 def _submit(gpu: float, parallelism: int, name: str) -> Any:

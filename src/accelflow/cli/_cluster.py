@@ -77,7 +77,8 @@ def register(sub: Any) -> None:
 
 def start_cluster(args: argparse.Namespace) -> int:
     from accelflow.runtime import service
-    from accelflow.runtime.service import state_dir, sweep_stale
+    from accelflow.config import state_dir
+    from accelflow.runtime.client import sweep_stale
 
     config = load_cli_config(args)  # one message for every problem, before anything starts
     sweep_stale(say)
@@ -118,7 +119,7 @@ def _stop_starting(proc: subprocess.Popen[bytes], log: Path) -> int:
     """Ctrl-C while the session cluster starts: SIGTERM it (it stops the TaskExecutors it has
     started and removes its state file), wait until no process of it is left, and say so; when
     that does not happen in time, or Ctrl-C comes again, say how to stop it. Returns 130."""
-    from accelflow.runtime.service import state_dir
+    from accelflow.config import state_dir
 
     say(f"interrupted: stopping the session cluster that was starting (pid {proc.pid})")
     processes = _family(proc.pid)
@@ -156,7 +157,7 @@ def _family(pid: int) -> set[psutil.Process]:
 
 
 def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> Any:
-    from accelflow.runtime.service import running_sessions
+    from accelflow.runtime.client import running_sessions
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -173,7 +174,7 @@ def _await_ready(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> An
 
 
 def status(args: argparse.Namespace) -> int:
-    from accelflow.runtime.service import find_session, sweep_stale
+    from accelflow.runtime.client import find_session, sweep_stale
 
     sweep_stale(say)
     info = find_session(args.cluster)
@@ -192,7 +193,8 @@ def status(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from accelflow.runtime.service import find_session, session_process, sweep_stale
+    from accelflow.runtime import session_process
+    from accelflow.runtime.client import find_session, sweep_stale
 
     sweep_stale(say)
     info = find_session(args.cluster)

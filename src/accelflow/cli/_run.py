@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     load_cli_config(args, show_warnings=False)  # validate --conf/-D up front; Environment warns
     base: dict[str, Any] = {}
     if args.cluster:
-        from accelflow.runtime.service import find_session, session_config
+        from accelflow.runtime.client import find_session, session_config
 
         # fails before the script runs when nothing serves the URL; the cluster's keys are the
         # lowest layer, so the script sees the cluster's external resources

@@ -127,7 +127,7 @@ def print_script_error(exc: BaseException, script: str) -> int:
 def ending_of(source: ProgressSource, graph: Any) -> tuple[str | None, str, str | None]:
     """``(job id, state, retained checkpoint)`` of the job that ``source`` ran."""
     if _is_jobmanager(source):
-        from accelflow.runtime.service import retained_checkpoint
+        from accelflow.runtime.rest import retained_checkpoint
 
         with source.lock:  # type: ignore[attr-defined]
             job = _job_of(source, graph)

@@ -72,7 +72,7 @@ def _savepoint(args: argparse.Namespace, *, stop: bool) -> int:
 
 
 def _ask(args: argparse.Namespace, *, stop: bool) -> str:
-    from accelflow.runtime.service import find_session
+    from accelflow.runtime.client import find_session
 
     info = find_session(args.cluster)
     target = args.target

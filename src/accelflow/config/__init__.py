@@ -6,6 +6,7 @@ from accelflow.config._load import config_from, load_config
 from accelflow.config._read import parse_definitions, read_yaml
 from accelflow.config._parse import memory_bytes
 from accelflow.config._model import Configuration, ExternalResourceSpec, local_slots
+from accelflow.config._paths import state_dir, user_state_dir
 
 __all__ = [
     "KEYS",
@@ -20,5 +21,7 @@ __all__ = [
     "memory_bytes",
     "parse_definitions",
     "read_yaml",
+    "state_dir",
+    "user_state_dir",
     "yarn_resource_type_problem",
 ]

@@ -73,13 +73,19 @@ if TYPE_CHECKING:
         TriggerSavepoint,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._channel_addresses import (
+        CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_PREFIX, RELAY_SOCKET, channel_path, connect_unix,
+    )
     from accelflow.runtime._array_sharing import object_handles, release_arrays, share_arrays, shared_view
     from accelflow.runtime._arrays import (
         NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
     )
     from accelflow.runtime._pickle import dumps
-    from accelflow.runtime._process import die_with_parent
+    from accelflow.runtime._process import die_with_parent, whole_lines
     from accelflow.runtime._sink_state import committables_at, sink_state
+    from accelflow.runtime._statefile import (
+        OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, socket_dir, write_private,
+    )
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -99,6 +105,10 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
     ),
+    "._channel_addresses": (
+        "CONNECT_TIMEOUT_S", "RELAY_DIR_ENV_VAR", "RELAY_PREFIX", "RELAY_SOCKET", "channel_path",
+        "connect_unix",
+    ),
     "._array_sharing": (
         "object_handles", "release_arrays", "share_arrays", "shared_view",
     ),
@@ -109,15 +119,20 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "dumps",
     ),
     "._process": (
-        "die_with_parent",
+        "die_with_parent", "whole_lines",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
+    ),
+    "._statefile": (
+        "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "socket_dir",
+        "write_private",
     ),
 }
 
 __all__ = [
     "Barrier",
+    "CONNECT_TIMEOUT_S",
     "CancelJob",
     "ChainPlan",
     "ChannelDone",
@@ -136,18 +151,24 @@ __all__ = [
     "JobSucceeded",
     "NotifyCheckpointComplete",
     "NpyFile",
+    "OWNER",
     "ObjectArray",
     "OpenChannel",
     "OutputEdge",
     "PROTOCOL",
     "ProcessArray",
+    "RELAY_DIR_ENV_VAR",
+    "RELAY_PREFIX",
+    "RELAY_SOCKET",
     "RegisteredDevice",
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "SOCKET_PREFIX",
     "SUBTASK_MESSAGES",
     "SavepointDone",
     "SavepointFailed",
+    "SessionInfo",
     "SharedArray",
     "Shutdown",
     "StatusReply",
@@ -169,19 +190,26 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "channel_path",
     "close_listener",
     "committables_at",
+    "connect_unix",
     "copy_to_memfd",
     "die_with_parent",
     "dumps",
     "object_handles",
     "register_arrays",
     "release_arrays",
+    "same_process",
     "serve_forever",
+    "session_process",
     "share_arrays",
     "shared_view",
     "sink_state",
+    "socket_dir",
     "unix_listener",
+    "whole_lines",
+    "write_private",
 ]
 
 

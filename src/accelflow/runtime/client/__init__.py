@@ -1,6 +1,6 @@
 """The client side of a job: submitting it and waiting for it (runs in the user's process)."""
 
-from accelflow.runtime.client._client import JobClient, submit, warm_up
+from accelflow.runtime.client._client import JobClient, warm_up
 from accelflow.runtime.client._context import (
     DEFAULT_CONTEXT,
     ExecutionContext,
@@ -9,6 +9,8 @@ from accelflow.runtime.client._context import (
     current_context,
     use_context,
 )
+from accelflow.runtime.client._sessions import find_session, running_sessions, session_config, sweep_stale
+from accelflow.runtime.client._submit import submit
 
 __all__ = [
     "DEFAULT_CONTEXT",
@@ -17,7 +19,11 @@ __all__ = [
     "ProgressHook",
     "ProgressSource",
     "current_context",
+    "find_session",
+    "running_sessions",
+    "session_config",
     "submit",
+    "sweep_stale",
     "use_context",
     "warm_up",
 ]

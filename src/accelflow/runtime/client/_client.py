@@ -4,7 +4,7 @@
 as the job; Ctrl-C (or any exception) in the caller cancels the job and stops the cluster.
 With ``rest.enabled: true`` the cluster serves the REST API and web UI for as long as it
 lives. When the execution context names a session cluster (``accelflow run --cluster URL``),
-jobs go there instead (:class:`accelflow.runtime.client._remote.RemoteJobClient`).
+jobs go there instead (:class:`~._remote.RemoteJobClient`; :func:`~._submit.submit` picks).
 """
 
 from __future__ import annotations
@@ -19,50 +19,11 @@ from accelflow.config import Configuration, config_from, local_slots
 from accelflow.config import keys as k
 from accelflow.dataflow import JobGraph
 from accelflow.runtime.client._context import ExecutionContext
+from accelflow.runtime.client._waitable import Waitable
 from accelflow.runtime.jobmanager import JobManager, JobResult
 from accelflow.runtime.launchers import make_launcher, start_zygote
 
-_CANCEL_WAIT_S = 30.0
-
-
-class _Waitable:
-    """``wait()`` shared by the embedded and the session-cluster job clients."""
-
-    name: str
-    _done: threading.Event
-    _error: BaseException | None
-    _result: JobResult | None
-    _stop_progress: Callable[[], None] | None
-
-    def cancel(self) -> None:
-        raise NotImplementedError
-
-    def wait(self, timeout: float | None = None) -> JobResult:
-        """Wait for the end of the job and return its result.
-
-        Raises:
-            TimeoutError: still running after ``timeout`` seconds.
-            JobCancelledError: the job was cancelled.
-            JobError / AllocationError / ...: the job failed; the message says why.
-        """
-        try:
-            if not self._done.wait(timeout):
-                raise TimeoutError(f"job {self.name!r} still running after {timeout} s")
-        except KeyboardInterrupt:
-            self.cancel()
-            self._done.wait(_CANCEL_WAIT_S)
-            raise
-        finally:
-            if self._done.is_set() and self._stop_progress is not None:
-                self._stop_progress()
-                self._stop_progress = None
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
-class JobClient(_Waitable):
+class JobClient(Waitable):
     """Handle of a running job: ``status()``, ``cancel()``, ``wait()``."""
 
     def __init__(self, graph: JobGraph, config: Configuration, context: ExecutionContext) -> None:
@@ -103,7 +64,7 @@ class JobClient(_Waitable):
             if failed:
                 raise failed[0]
             if self.jobmanager.config.get(k.REST_ENABLED):
-                from accelflow.runtime.service import RestServer  # http.server only when asked
+                from accelflow.runtime.rest import RestServer  # http.server only when asked
 
                 self.rest = RestServer(self.jobmanager, self.jobmanager.config, embedded=True)
                 self.rest.start()
@@ -151,13 +112,3 @@ def warm_up(config: Configuration, context: ExecutionContext) -> None:
     if (context.cluster_url is None and config.get(k.EXECUTION_TARGET) == "local"
             and config.get(k.LOCAL_START_METHOD) == "zygote"):
         threading.Thread(target=start_zygote, name="accelflow-warm-up", daemon=True).start()
-
-
-def submit(graph: JobGraph, config: Configuration, context: ExecutionContext) -> Any:
-    """Start ``graph`` with ``config``: a :class:`JobClient` on a new embedded cluster, or a
-    job on the session cluster that ``context`` names."""
-    if context.cluster_url is not None:
-        from accelflow.runtime.client._remote import RemoteJobClient
-
-        return RemoteJobClient(graph, config, context)
-    return JobClient(graph, config, context)

@@ -29,12 +29,12 @@ from accelflow.dataflow import JobGraph
 from accelflow.runtime import (
     CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob, dumps,
 )
-from accelflow.runtime.client._client import _Waitable
+from accelflow.runtime.client._waitable import Waitable
 from accelflow.runtime.client._context import ExecutionContext
 from accelflow.runtime.jobmanager import JOB_KEYS, JobResult
 
 
-class RemoteJobClient(_Waitable):
+class RemoteJobClient(Waitable):
     """Handle of a job on a session cluster: ``status()``, ``cancel()``, ``wait()``, ``job_id``.
 
     Raises (from the constructor):
@@ -42,7 +42,7 @@ class RemoteJobClient(_Waitable):
     """
 
     def __init__(self, graph: JobGraph, config: Configuration, context: ExecutionContext) -> None:
-        from accelflow.runtime.service import find_session, session_config
+        from accelflow.runtime.client._sessions import find_session, session_config
 
         self.name = graph.name
         self.graph = graph

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from accelflow._errors import CheckpointError
-from accelflow.config import Configuration
+from accelflow.config import Configuration, user_state_dir
 from accelflow.config import keys as k
 
 ALGORITHM = "HMAC-SHA256"
@@ -45,16 +45,6 @@ _TRUST = (f"if it comes from storage that nobody else can write, trust it with "
           f"-D {k.VERIFY_CHECKPOINT_SIGNATURE.name}=false")
 _log = logging.getLogger("accelflow.runtime")
 _TRUSTED: set[str] = set()  # the files restored unchecked, each warned about once
-
-
-def user_state_dir() -> Path:
-    """The per-user state directory: ``$ACCELFLOW_STATE_DIR``, else
-    ``$XDG_STATE_HOME/accelflow`` (``~/.local/state/accelflow``); the same one session
-    clusters keep their files in."""
-    base = os.environ.get(k.STATE_DIR_ENV_VAR)
-    if base:
-        return Path(base)
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "accelflow"
 
 
 def canonical(metadata: Mapping[str, Any]) -> bytes:

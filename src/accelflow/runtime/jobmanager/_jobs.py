@@ -1,7 +1,7 @@
 """The JobManager's book-keeping records: registered TaskExecutors, jobs and their subtasks.
 
 Every field here is read by the REST API while the JobManager changes it, so the JobManager
-mutates these records only while holding its ``lock`` (see :mod:`accelflow.runtime.service._snapshot`).
+mutates these records only while holding its ``lock`` (see :mod:`accelflow.runtime.rest._snapshot`).
 """
 
 from __future__ import annotations

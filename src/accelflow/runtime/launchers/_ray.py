@@ -4,7 +4,7 @@ The JobManager talks to it through the launcher boundary only, so this module tr
 ``handle(id).send(msg)`` becomes the actor call ``command(msg)``; one thread per actor
 long-polls ``poll()`` and puts what the TaskExecutor said on ``events``; an actor that dies
 (``ray.kill``, node loss) becomes a ``("te_lost", id, pid)`` event. Data channels between
-subtasks are relayed through actor calls (see :mod:`._ray_actor`), never through a socket of
+subtasks are relayed through actor calls (see :mod:`accelflow.runtime.taskexecutor._ray_actor`), never through a socket of
 ours between machines.
 
 Requests: each actor asks for its slots' CPUs (``taskmanager.numberOfTaskSlots``), the GPU
@@ -28,7 +28,7 @@ from accelflow.resources import ray_resources_of
 from accelflow.runtime import (
     Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, TaskExecutorLost,
 )
-from accelflow.runtime.subtask import RELAY_PREFIX
+from accelflow.runtime import RELAY_PREFIX
 from accelflow.runtime.taskexecutor import TRACE_ENV_VAR, trace
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 from accelflow.runtime.launchers._ray_connect import (
@@ -214,7 +214,7 @@ class RayLauncher(Launcher):
 
     def _create(self, te_id: str) -> Any:
         if self._actor_class is None:
-            from accelflow.runtime.launchers._ray_actor import TaskExecutorActor
+            from accelflow.runtime.taskexecutor import TaskExecutorActor
 
             self._actor_class = self.ray.remote(TaskExecutorActor)
         options: dict[str, Any] = {"name": None, "max_concurrency": _MAX_CONCURRENCY, "max_restarts": 0,

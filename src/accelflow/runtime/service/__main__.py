@@ -10,7 +10,7 @@ signal.signal(signal.SIGINT, signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 from accelflow.runtime.service._session import main  # noqa: E402
-from accelflow.runtime.taskexecutor import whole_lines  # noqa: E402
+from accelflow.runtime import whole_lines  # noqa: E402
 
 whole_lines()  # its log is shared with its TaskExecutors and subtasks: whole lines each
 sys.exit(main())

@@ -56,10 +56,8 @@ from accelflow.runtime import (
     TriggerSavepoint,
 )
 from accelflow.runtime.jobmanager import Job, JobManager
-from accelflow.runtime.service import _savepoints
-from accelflow.runtime.service._rest import RestServer
-from accelflow.runtime.service._snapshot import cluster_view, retained_checkpoint
-from accelflow.runtime.service._statefile import SessionInfo, socket_dir, write_private
+from accelflow.runtime import SessionInfo, socket_dir, write_private
+from accelflow.runtime.rest import RestServer, answer_savepoint, cluster_view, retained_checkpoint
 from accelflow.runtime.launchers import make_launcher
 
 _STOP_JOBS_S = 20.0
@@ -135,7 +133,7 @@ class SessionCluster:
             elif isinstance(msg, SubmitJob):
                 self._submit(conn, msg.graph_blob, msg.config)
             elif isinstance(msg, TriggerSavepoint):
-                conn.send(_savepoints.answer(self.jobmanager, msg))
+                conn.send(answer_savepoint(self.jobmanager, msg))
         except (EOFError, OSError):
             pass
         except Exception as exc:  # our bug: tell the client instead of leaving it waiting

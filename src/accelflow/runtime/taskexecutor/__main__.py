@@ -3,7 +3,8 @@
 import os
 import sys
 
-from accelflow.runtime.taskexecutor._early import start_forkserver, whole_lines
+from accelflow.runtime import whole_lines
+from accelflow.runtime.taskexecutor._early import start_forkserver
 
 whole_lines()
 

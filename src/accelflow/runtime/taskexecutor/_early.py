@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import traceback
 from multiprocessing import connection, forkserver, process, resource_tracker, util
 from typing import Any, NoReturn
@@ -71,22 +70,6 @@ def start_forkserver(*, fork: bool = False, workdir: str | None = None) -> None:
     finally:
         if key is not None:
             os.environ[AUTHKEY_ENV_VAR] = key
-
-
-def whole_lines() -> None:
-    """Make this process's stdout and stderr write each line in one piece (line buffering).
-
-    A TaskExecutor, its subtasks and the session cluster share one stdout (a session's log, or
-    the client's terminal): block-buffered, a file got 8 KB pieces cut mid-line; unbuffered
-    (``PYTHONUNBUFFERED``), ``print(a, b)`` wrote ``a``, the space, ``b`` and the newline
-    apart. Either way another process's line landed inside one: ``record 1 2record 5\n``.
-    Subtasks forked afterwards (by the forkserver) keep it.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=True, write_through=False)  # type: ignore[union-attr]
-        except (AttributeError, ValueError):  # replaced by something else (e.g. an embedding program)
-            pass
 
 
 def keep_tempdir_in(workdir: str | None) -> None:

@@ -1,6 +1,6 @@
 """Imported first by the TaskExecutor's forkserver (as a preload module): makes it die with
 the TaskExecutor, and makes its stdout and stderr (which every subtask inherits) write whole
-lines (``_early.whole_lines``).
+lines (``accelflow.runtime.whole_lines``).
 
 Every subtask holds the forkserver's "alive" pipe, so a forkserver outlives a SIGKILLed
 TaskExecutor for as long as any subtask runs, and the subtasks (whose parent-death signal
@@ -11,8 +11,7 @@ Only the forkserver imports this module; importing it elsewhere would tie that p
 its parent too.
 """
 
-from accelflow.runtime import die_with_parent
-from accelflow.runtime.taskexecutor._early import whole_lines
+from accelflow.runtime import die_with_parent, whole_lines
 
 die_with_parent()
 whole_lines()

@@ -34,7 +34,8 @@ from accelflow.runtime import (
     RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
-from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver, whole_lines
+from accelflow.runtime import whole_lines
+from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 
 _TERM_GRACE_S = 2.0

@@ -64,9 +64,7 @@ from accelflow.runtime import (
     ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
     Shutdown, SubtaskExited, SubtaskFailed, SubtaskKey, TaskExecutorEvent,
 )
-from accelflow.runtime.subtask import (
-    CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix,
-)
+from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix
 from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_forkserver, trace
 
 log = logging.getLogger("accelflow.runtime")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
-from accelflow.runtime.service._snapshot import View
+from accelflow.runtime.rest._snapshot import View
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,4 +1,4 @@
-"""The JobManager's REST API and web UI (HTTP server: :mod:`accelflow.runtime.service._http`).
+"""The JobManager's REST API and web UI (HTTP server: :mod:`accelflow.runtime.rest._http`).
 
 Routes (JSON unless noted; errors are ``{"error": message}``):
 
@@ -64,7 +64,7 @@ from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow._errors import CheckpointError
-from accelflow.runtime.service._http import (
+from accelflow.runtime.rest._http import (
     MAX_BODY,
     SAFE_HEADERS,
     BoundedHTTPServer,
@@ -73,9 +73,9 @@ from accelflow.runtime.service._http import (
     content_length,
     log_dropped,
 )
-from accelflow.runtime.service._metrics import CONTENT_TYPE, render_metrics
-from accelflow.runtime.service._savepoints import JobNotRunning, Operations, UnknownJob
-from accelflow.runtime.service._snapshot import View, cluster_view, job_summary, pending_view
+from accelflow.runtime.rest._metrics import CONTENT_TYPE, render_metrics
+from accelflow.runtime.rest._savepoints import JobNotRunning, Operations, UnknownJob
+from accelflow.runtime.rest._snapshot import View, cluster_view, job_summary, pending_view
 
 if TYPE_CHECKING:
     from accelflow.runtime.jobmanager import JobManager
