@@ -76,6 +76,44 @@ def test_nothing_is_triggered_before_every_subtask_runs(harness: Harness) -> Non
     assert harness.tick_at(50) == [1]
 
 
+def test_checkpoints_are_triggered_every_interval_from_the_last_trigger_as_flinks(harness: Harness) -> None:
+    """A checkpoint that takes 4 s of a 10 s interval does not push the next one to 24 s."""
+    harness.tick_at(10)
+    harness.clock.advance(4)
+    harness.ack(1)
+    assert harness.status(1) == "COMPLETED"
+    assert harness.job.checkpoints.history[-1].duration_s == 4
+    assert harness.tick_at(19.9) == []
+    assert harness.tick_at(20) == [2]
+
+
+def test_min_pause_holds_the_next_checkpoint_after_the_end_of_the_last(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, **{"execution.checkpointing.min-pause": 8})
+    harness.tick_at(10)
+    harness.clock.advance(5)
+    harness.ack(1)  # ends at 15: the next one no sooner than 23, though the interval says 20
+    assert harness.tick_at(22.9) == []
+    assert harness.tick_at(23) == [2]
+
+
+def test_a_checkpoint_not_complete_within_the_timeout_fails_and_its_late_acks_are_ignored(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, **{"execution.checkpointing.timeout": 30})
+    harness.tick_at(10)
+    harness.ack(1, harness.keys[:1])
+    assert harness.tick_at(40) == [] and harness.status(1) == "IN_PROGRESS"
+    assert harness.tick_at(40.5) == []  # expired on this tick: the next one on the next
+    record = harness.job.checkpoints.history[-1]
+    assert (record.status, record.failure) == ("FAILED", "it did not complete within 30 s")
+    assert harness.job.checkpoints.failed == 1
+    harness.ack(1)  # late: checkpoint 1 was given up
+    assert harness.status(1) == "FAILED" and harness.retained() == []
+    assert harness.tick_at(40.5) == [2]  # the interval passed long ago: at once, as Flink's queued trigger
+    harness.ack(1)
+    assert harness.status(2) == "IN_PROGRESS"  # acks of 1 do not count for 2
+    harness.ack(2)
+    assert harness.status(2) == "COMPLETED" and harness.retained() == [2]
+
+
 def test_a_failed_attempt_declines_its_checkpoint_and_the_next_attempt_takes_the_next_id(harness: Harness) -> None:
     harness.tick_at(10)
     harness.clock.advance(1)

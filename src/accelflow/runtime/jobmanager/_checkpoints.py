@@ -1,12 +1,13 @@
 """The checkpoint coordinator: Flink's asynchronous barrier snapshots, seen from the JobManager.
 
-Every ``execution.checkpointing.interval`` it triggers checkpoint *n* at the source subtasks
-(:class:`TriggerCheckpoint`); barriers flow with the records; every subtask acks its state
-(:class:`CheckpointAck`); with every ack in, the coordinator writes the checkpoint (its
-``_metadata`` last, see :mod:`._checkpoint_store`), tells every subtask it is complete
-(:class:`NotifyCheckpointComplete`: sinks publish), and drops the oldest beyond
-``num-retained``. One checkpoint is in flight at a time; one that does not complete within
-``execution.checkpointing.timeout`` is given up.
+Every ``execution.checkpointing.interval`` (counted from the last trigger, as Flink's periodic
+trigger, and no sooner than ``min-pause`` after the last checkpoint ended) it triggers
+checkpoint *n* at the source subtasks (:class:`TriggerCheckpoint`); barriers flow with the
+records; every subtask acks its state (:class:`CheckpointAck`); with every ack in, the
+coordinator writes the checkpoint (its ``_metadata`` last, see :mod:`._checkpoint_store`),
+tells every subtask it is complete (:class:`NotifyCheckpointComplete`: sinks publish), and
+drops the oldest beyond ``num-retained``. One checkpoint is in flight at a time; one that
+does not complete within ``execution.checkpointing.timeout`` is given up.
 
 At the end of a bounded input every subtask acks a *final* state; when all have, that is the
 job's final checkpoint, and the sinks that publish on commit are told to publish (see
@@ -101,7 +102,8 @@ class CheckpointCoordinator:
         self.finals: dict[SubtaskKey, dict[str, bytes]] = {}  # of subtasks that ended their input
         self.finished: set[SubtaskKey] = set()
         self.final_done = False
-        self.last_end = clock.monotonic()  # of the last checkpoint (for the interval and pause)
+        #: when the last checkpoint was triggered (the interval counts from it) and ended (the pause)
+        self.last_trigger = self.last_end = clock.monotonic()
         self.stopping: tuple[int, set[SubtaskKey], SavepointRequest] | None = None
         #: the checkpoint the next attempt restores from (``-s``, then the latest completed)
         self.restore: RestoredCheckpoint | None = self._initial_restore()
@@ -170,7 +172,7 @@ class CheckpointCoordinator:
         self.final_done = False
         if self.pending is not None:
             self._fail(self.pending, "the attempt it belonged to failed")
-        self.last_end = self.clock.monotonic()
+        self.last_trigger = self.last_end = self.clock.monotonic()
 
     # -- events --------------------------------------------------------------------------------
     def tick(self, running: bool) -> None:
@@ -193,15 +195,23 @@ class CheckpointCoordinator:
         try:
             request = self.requests.get_nowait()
         except queue.Empty:
-            if not self.enabled or now - self.last_end < max(self.interval or 0.0, self.min_pause):
+            if not self._due(now):
                 return
         self._trigger(request, live_sources)
+
+    def _due(self, now: float) -> bool:
+        """Whether the periodic checkpoint is due: an interval after the last trigger (one in
+        flight delays it, as Flink's ``max-concurrent-checkpoints: 1``) and ``min-pause``
+        after the last checkpoint ended."""
+        return (self.interval is not None and now - self.last_trigger >= self.interval
+                and now - self.last_end >= self.min_pause)
 
     def _trigger(self, savepoint: SavepointRequest | None, sources: list[SubtaskKey]) -> None:
         n = self.next_id
         self.next_id += 1
         record = CheckpointRecord(n, "IN_PROGRESS", self.clock.time(), savepoint=savepoint is not None)
-        self.pending = _Pending(record, self.clock.monotonic(), savepoint=savepoint)
+        self.last_trigger = self.clock.monotonic()
+        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint)
         self._remember(record)
         for key in sources:
             self.send(key, TriggerCheckpoint(key, n))
