@@ -185,7 +185,8 @@ EXECUTION_TARGET = _key(
 # -- checkpoints and recovery (issue: streaming) -----------------------------------------------
 CHECKPOINT_INTERVAL = _key(
     "execution.checkpointing.interval", p.seconds, None,
-    "Time between two checkpoints, e.g. '10 s'; not set: no checkpoints.",
+    "Time between the triggers of two checkpoints, e.g. '10 s' (one still in flight delays the "
+    "next, as does min-pause); not set: no checkpoints.",
 )
 CHECKPOINT_DIR = _key(
     "execution.checkpointing.dir", p.string, None,

@@ -9,9 +9,10 @@
 
 This module re-exports only what every process shares: the typed messages that cross process
 boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
-checkpointed state of a ``sink_to`` operator, and the data plane of NumPy sources: the handles subtasks read shared
-arrays through (:mod:`._arrays`, also mapped by a Ray TaskExecutor) and the JobManager's
-sharing of them (:mod:`._array_sharing`).
+checkpointed state of a ``sink_to`` operator, the data plane of NumPy sources (the handles
+subtasks read shared arrays through, :mod:`._arrays`, also mapped by a Ray TaskExecutor, and
+the JobManager's sharing of them, :mod:`._array_sharing`) and the injected clock
+(:mod:`._clock`).
 See ``docs/architecture.md``.
 """
 
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from accelflow.runtime._arrays import (
         NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
     )
+    from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
     from accelflow.runtime._pickle import dumps
     from accelflow.runtime._process import die_with_parent, whole_lines
     from accelflow.runtime._sink_state import committables_at, sink_state
@@ -115,6 +117,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._arrays": (
         "NpyFile", "ObjectArray", "ProcessArray", "SharedArray", "copy_to_memfd", "register_arrays",
     ),
+    "._clock": (
+        "SYSTEM_CLOCK", "Clock", "ManualClock",
+    ),
     "._pickle": (
         "dumps",
     ),
@@ -139,6 +144,7 @@ __all__ = [
     "ChannelFailed",
     "CheckpointAck",
     "CheckpointCommitted",
+    "Clock",
     "Collected",
     "Command",
     "ConfigReply",
@@ -149,6 +155,7 @@ __all__ = [
     "JobFailed",
     "JobProgress",
     "JobSucceeded",
+    "ManualClock",
     "NotifyCheckpointComplete",
     "NpyFile",
     "OWNER",
@@ -166,6 +173,7 @@ __all__ = [
     "RegistrationFailed",
     "SOCKET_PREFIX",
     "SUBTASK_MESSAGES",
+    "SYSTEM_CLOCK",
     "SavepointDone",
     "SavepointFailed",
     "SessionInfo",

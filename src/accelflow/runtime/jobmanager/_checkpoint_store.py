@@ -25,13 +25,13 @@ import math
 import pickle
 import re
 import secrets
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from accelflow._errors import CheckpointError
+from accelflow.runtime import SYSTEM_CLOCK, Clock
 from accelflow.runtime.jobmanager._checkpoint_files import (
     MODES, _chmod, _filesystem, _join, _makedirs, _normalized, _put, _remove,
 )
@@ -82,7 +82,7 @@ class CompletedCheckpoint:
     """A checkpoint or savepoint whose ``_metadata`` is written.
 
     ``path`` is its directory (a local path or a URL, what :func:`load_checkpoint` takes),
-    ``size`` the bytes of all its files, ``timestamp`` when it completed (``time.time()``).
+    ``size`` the bytes of all its files, ``timestamp`` when it completed (seconds since the epoch).
     """
 
     checkpoint_id: int
@@ -112,10 +112,11 @@ class CheckpointStore:
     ``base_url`` is ``execution.checkpointing.dir``, a local path (made absolute) or an fsspec
     URL; ``None`` keeps them in this process's memory (``memory://``), which survives subtask
     and TaskExecutor failures but not the JobManager. ``signing`` signs ``_metadata`` (the
-    per-user key by default); ``permissions`` is a key of :data:`MODES` (local disks only)."""
+    per-user key by default); ``permissions`` is a key of :data:`MODES` (local disks only);
+    ``clock`` gives each checkpoint's ``timestamp``."""
 
     def __init__(self, base_url: str | None, job_uid: str, *, signing: CheckpointSigning | None = None,
-                 permissions: str = "private") -> None:
+                 permissions: str = "private", clock: Clock = SYSTEM_CLOCK) -> None:
         if not isinstance(job_uid, str) or not _JOB_UID.fullmatch(job_uid):
             raise ValueError(f"job_uid must be one path segment of letters, digits, '_', '.', '-'; got {job_uid!r}")
         self.base_url = _normalized(base_url or DEFAULT_CHECKPOINT_URL)
@@ -123,6 +124,7 @@ class CheckpointStore:
         self.job_path = _join(self.base_url, job_uid)
         self.signing = signing or CheckpointSigning()
         self.dir_mode, self.file_mode = MODES[permissions]
+        self.clock = clock
         self._fs, self._job_dir = _filesystem(self.job_path)
 
     def __repr__(self) -> str:
@@ -165,7 +167,7 @@ class CheckpointStore:
                 self._put(fs, f"{directory}/{file}", data)
                 entries.append({"name": op.name, "kind": op.kind, "parallelism": op.parallelism, "file": file,
                                 "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-            timestamp = time.time()
+            timestamp = self.clock.time()
             content: dict[str, Any] = {
                 "format": CHECKPOINT_FORMAT, "version": METADATA_VERSION, "checkpoint_id": checkpoint_id,
                 "job_name": job_name, "job_uid": self.job_uid, "timestamp": timestamp,

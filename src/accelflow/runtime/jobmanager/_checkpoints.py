@@ -1,12 +1,13 @@
 """The checkpoint coordinator: Flink's asynchronous barrier snapshots, seen from the JobManager.
 
-Every ``execution.checkpointing.interval`` it triggers checkpoint *n* at the source subtasks
-(:class:`TriggerCheckpoint`); barriers flow with the records; every subtask acks its state
-(:class:`CheckpointAck`); with every ack in, the coordinator writes the checkpoint (its
-``_metadata`` last, see :mod:`._checkpoint_store`), tells every subtask it is complete
-(:class:`NotifyCheckpointComplete`: sinks publish), and drops the oldest beyond
-``num-retained``. One checkpoint is in flight at a time; one that does not complete within
-``execution.checkpointing.timeout`` is given up.
+Every ``execution.checkpointing.interval`` (counted from the last trigger, as Flink's periodic
+trigger, and no sooner than ``min-pause`` after the last checkpoint ended) it triggers
+checkpoint *n* at the source subtasks (:class:`TriggerCheckpoint`); barriers flow with the
+records; every subtask acks its state (:class:`CheckpointAck`); with every ack in, the
+coordinator writes the checkpoint (its ``_metadata`` last, see :mod:`._checkpoint_store`),
+tells every subtask it is complete (:class:`NotifyCheckpointComplete`: sinks publish), and
+drops the oldest beyond ``num-retained``. One checkpoint is in flight at a time; one that
+does not complete within ``execution.checkpointing.timeout`` is given up.
 
 At the end of a bounded input every subtask acks a *final* state; when all have, that is the
 job's final checkpoint, and the sinks that publish on commit are told to publish (see
@@ -18,7 +19,6 @@ from __future__ import annotations
 import logging
 import pickle
 import queue
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -28,8 +28,8 @@ from typing import Any
 from accelflow._errors import CheckpointError
 from accelflow.config import keys as k
 from accelflow.runtime import (
-    CheckpointAck, CheckpointCommitted, Command, NotifyCheckpointComplete, SubtaskKey,
-    TriggerCheckpoint,
+    SYSTEM_CLOCK, CheckpointAck, CheckpointCommitted, Clock, Command, NotifyCheckpointComplete,
+    SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.dataflow import Source
 from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
@@ -57,16 +57,31 @@ class SavepointRequest:
 @dataclass
 class _Pending:
     record: CheckpointRecord
-    started: float  # time.monotonic()
+    started: float  # clock.monotonic()
     acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)  # of live subtasks
     savepoint: SavepointRequest | None = None
 
 
 class CheckpointCoordinator:
-    def __init__(self, job: Job, send: Callable[[SubtaskKey, Command], None], lock: Any) -> None:
+    """The checkpoints of one job, across its attempts.
+
+    Args:
+        job: the job; its config gives interval, timeout, min-pause, retention...
+        send: sends a command to the TaskExecutor of a subtask.
+        lock: the JobManager's; the job's records change only under it (REST reads them).
+        clock: what interval, min-pause and timeout are measured with (tests: ``ManualClock``).
+        store: where checkpoints go; by default one under ``execution.checkpointing.dir``,
+            made at the first checkpoint (fsspec is slow to import).
+
+    tests/runtime/jobmanager/test_checkpoint_coordinator.py drives one with a ``ManualClock``.
+    """
+
+    def __init__(self, job: Job, send: Callable[[SubtaskKey, Command], None], lock: Any, *,
+                 clock: Clock = SYSTEM_CLOCK, store: CheckpointStore | None = None) -> None:
         self.job = job
-        self.send = send  # to the TaskExecutor of a subtask
-        self.lock = lock  # the JobManager's: the job's records change only under it (REST reads them)
+        self.send = send
+        self.lock = lock
+        self.clock = clock
         config = job.config
         self.interval = config.get_optional(k.CHECKPOINT_INTERVAL)
         self.timeout = config.get(k.CHECKPOINT_TIMEOUT)
@@ -76,7 +91,8 @@ class CheckpointCoordinator:
         self.savepoint_dir = config.get_optional(k.SAVEPOINT_DIR)
         self.trust = CheckpointSigning.from_config(config)  # of the checkpoint it starts from
         self.signing = self.trust.verifying()  # of the checkpoints it writes and restarts from
-        self._store: CheckpointStore | None = None  # made at the first checkpoint (fsspec is slow to import)
+        self._store = store
+        self._store_used = False  # once used: job.checkpoint_path names it, job_ended may discard it
         self.requests: queue.Queue[SavepointRequest] = queue.Queue()
         self.next_id = 1
         self.latest: CompletedCheckpoint | None = None
@@ -86,7 +102,8 @@ class CheckpointCoordinator:
         self.finals: dict[SubtaskKey, dict[str, bytes]] = {}  # of subtasks that ended their input
         self.finished: set[SubtaskKey] = set()
         self.final_done = False
-        self.last_end = time.monotonic()  # of the last checkpoint (for the interval and pause)
+        #: when the last checkpoint was triggered (the interval counts from it) and ended (the pause)
+        self.last_trigger = self.last_end = clock.monotonic()
         self.stopping: tuple[int, set[SubtaskKey], SavepointRequest] | None = None
         #: the checkpoint the next attempt restores from (``-s``, then the latest completed)
         self.restore: RestoredCheckpoint | None = self._initial_restore()
@@ -102,7 +119,10 @@ class CheckpointCoordinator:
         if self._store is None:
             config = self.job.config
             self._store = CheckpointStore(config.get_optional(k.CHECKPOINT_DIR), uuid.uuid4().hex,
-                                          signing=self.signing, permissions=config.get(k.CHECKPOINT_PERMISSIONS))
+                                          signing=self.signing, permissions=config.get(k.CHECKPOINT_PERMISSIONS),
+                                          clock=self.clock)
+        if not self._store_used:
+            self._store_used = True
             with self.lock:
                 self.job.checkpoint_path = self._store.job_path
         return self._store
@@ -137,7 +157,7 @@ class CheckpointCoordinator:
         with self.lock:
             self.job.checkpoints.restored = {
                 "id": self.restore.checkpoint_id, "path": self.restore.path,
-                "time": time.time(), "attempt": self.job.attempt,
+                "time": self.clock.time(), "attempt": self.job.attempt,
             }
         _log.info("%s restores checkpoint %d from %s", self.job.id, self.restore.checkpoint_id,
                   self.restore.path)
@@ -152,14 +172,14 @@ class CheckpointCoordinator:
         self.final_done = False
         if self.pending is not None:
             self._fail(self.pending, "the attempt it belonged to failed")
-        self.last_end = time.monotonic()
+        self.last_trigger = self.last_end = self.clock.monotonic()
 
     # -- events --------------------------------------------------------------------------------
     def tick(self, running: bool) -> None:
         """Trigger, time out or stop; ``running``: every subtask of the attempt has started
         (subtasks that ended their input take part with their final state, as Flink's
         checkpoints after tasks finished)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         pending = self.pending
         if pending is not None:
             if now - pending.started > self.timeout:
@@ -175,15 +195,23 @@ class CheckpointCoordinator:
         try:
             request = self.requests.get_nowait()
         except queue.Empty:
-            if not self.enabled or now - self.last_end < max(self.interval or 0.0, self.min_pause):
+            if not self._due(now):
                 return
         self._trigger(request, live_sources)
+
+    def _due(self, now: float) -> bool:
+        """Whether the periodic checkpoint is due: an interval after the last trigger (one in
+        flight delays it, as Flink's ``max-concurrent-checkpoints: 1``) and ``min-pause``
+        after the last checkpoint ended."""
+        return (self.interval is not None and now - self.last_trigger >= self.interval
+                and now - self.last_end >= self.min_pause)
 
     def _trigger(self, savepoint: SavepointRequest | None, sources: list[SubtaskKey]) -> None:
         n = self.next_id
         self.next_id += 1
-        record = CheckpointRecord(n, "IN_PROGRESS", time.time(), savepoint=savepoint is not None)
-        self.pending = _Pending(record, time.monotonic(), savepoint=savepoint)
+        record = CheckpointRecord(n, "IN_PROGRESS", self.clock.time(), savepoint=savepoint is not None)
+        self.last_trigger = self.clock.monotonic()
+        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint)
         self._remember(record)
         for key in sources:
             self.send(key, TriggerCheckpoint(key, n))
@@ -227,9 +255,9 @@ class CheckpointCoordinator:
         n = self.next_id
         self.next_id += 1
         if self.enabled and len(self.finals) == len(self.keys):
-            record = CheckpointRecord(n, "IN_PROGRESS", time.time())
+            record = CheckpointRecord(n, "IN_PROGRESS", self.clock.time())
             self._remember(record)
-            self._complete(_Pending(record, time.monotonic()), dict(self.finals), notify=False)
+            self._complete(_Pending(record, self.clock.monotonic()), dict(self.finals), notify=False)
         for key in self.finals:
             self.send(key, NotifyCheckpointComplete(key, n))
 
@@ -248,9 +276,9 @@ class CheckpointCoordinator:
             return
         with self.lock:
             record.status, record.path, record.size = "COMPLETED", completed.path, completed.size
-            record.duration_s = time.monotonic() - pending.started
+            record.duration_s = self.clock.monotonic() - pending.started
             self.job.checkpoints.completed += 1
-        self.last_end = time.monotonic()
+        self.last_end = self.clock.monotonic()
         if not completed.is_savepoint:
             self.latest = completed
             self.store.prune(self.retained)
@@ -281,9 +309,9 @@ class CheckpointCoordinator:
             self.pending = None
         with self.lock:
             pending.record.status, pending.record.failure = "FAILED", why
-            pending.record.duration_s = time.monotonic() - pending.started
+            pending.record.duration_s = self.clock.monotonic() - pending.started
             self.job.checkpoints.failed += 1
-        self.last_end = time.monotonic()
+        self.last_end = self.clock.monotonic()
         _log.log(logging.INFO if quiet else logging.WARNING, "%s: checkpoint %d failed: %s",
                  self.job.id, pending.record.id, why)
         if pending.savepoint is not None:
@@ -322,7 +350,7 @@ class CheckpointCoordinator:
             _log.info("%s: checkpoints retained at %s (resume with: accelflow run -s %s ...)",
                       self.job.id, self.latest.path, self.latest.path)
             return
-        if self._store is None:
+        if not self._store_used:
             return  # no checkpoint was ever written
         try:
             self.store.discard_all()

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from fractions import Fraction
 from typing import Any
 
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
 from accelflow.runtime import (
-    CancelJob, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited, SubtaskKey, object_handles,
+    SYSTEM_CLOCK, CancelJob, Clock, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited,
+    SubtaskKey, object_handles,
 )
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
@@ -29,10 +29,21 @@ _log = logging.getLogger("accelflow.runtime")
 
 
 class Deployer:
-    def __init__(self, launcher: Launcher, state: ClusterState, pump: EventPump) -> None:
+    """Places, ships and aborts the subtasks of a job's attempts.
+
+    Args:
+        launcher: ships ``Deploy`` and ``CancelJob`` to TaskExecutors, names channels.
+        state: the cluster's; slots and device shares are taken and given back there.
+        pump: where an abort hears its subtasks exit.
+        clock: what a ``PENDING`` job's wait and an abort's wait are measured with.
+    """
+
+    def __init__(self, launcher: Launcher, state: ClusterState, pump: EventPump, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.launcher = launcher
         self.state = state
         self.pump = pump
+        self.clock = clock
 
     def deploy(self, job: Job, slots: int | None = None) -> list[SubtaskKey]:
         """Place and ship the subtasks of ``job``'s current attempt; their keys.
@@ -95,8 +106,8 @@ class Deployer:
                 if job.pending is None:
                     _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
                 job.state = "PENDING"
-                job.pending = PendingReason(str(now).splitlines()[0], now.reasons, time.time())
-                self.state.released.wait(1.0)
+                job.pending = PendingReason(str(now).splitlines()[0], now.reasons, self.clock.time())
+                self.clock.wait(self.state.released, 1.0)
 
     def _acquire(self, job: Job, assignments: list[SlotAssignment]) -> list[SubtaskKey]:
         keys: list[SubtaskKey] = []
@@ -160,8 +171,8 @@ class Deployer:
                      and self.state.subtasks[key].state != "FINISHED"}
         for te_id in te_ids:
             self.launcher.handle(te_id).send(CancelJob(job.id))
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while alive and time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + EXIT_WAIT_S
+        while alive and self.clock.monotonic() < deadline:
             event = self.pump.next_event(job.events, POLL_S)
             if event is None:
                 continue

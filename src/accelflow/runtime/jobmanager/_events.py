@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelflow.runtime import (
-    SUBTASK_MESSAGES, Registration, RegistrationFailed, TaskExecutorEvent, TaskExecutorExited,
-    TaskExecutorLost,
+    SUBTASK_MESSAGES, SYSTEM_CLOCK, Clock, Registration, RegistrationFailed, TaskExecutorEvent,
+    TaskExecutorExited, TaskExecutorLost,
 )
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Event, Launcher
@@ -47,9 +47,19 @@ RoutedEvent = tuple[str, TaskExecutorEvent | TaskExecutorDied]
 
 
 class EventPump:
-    def __init__(self, launcher: Launcher, state: ClusterState) -> None:
+    """Routes the launcher's events (see the module's description).
+
+    Args:
+        launcher: whose ``events`` queue is read and who starts TaskExecutors.
+        state: the cluster's; registrations and losses are recorded there first.
+        clock: what waits for an event are measured with (tests: ``ManualClock``, whose
+            waits never block).
+    """
+
+    def __init__(self, launcher: Launcher, state: ClusterState, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.launcher = launcher
         self.state = state
+        self.clock = clock
         #: registrations, failed registrations and TaskExecutor ends (see ``_membership``)
         self.membership: queue.Queue[RoutedEvent] = queue.Queue()
         self._pump = threading.Lock()
@@ -75,7 +85,7 @@ class EventPump:
 
     def wait_closed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for :meth:`close`; whether the pump is closed."""
-        return self._closed.wait(timeout)
+        return self.clock.wait_event(self._closed, timeout)
 
     def launch(self, ids: list[str]) -> None:
         """Start TaskExecutors ``ids`` from the dispatcher thread when there is one."""
@@ -97,7 +107,7 @@ class EventPump:
                 except queue.Empty:
                     pass
                 try:
-                    event = self.launcher.events.get(timeout=timeout)
+                    event = self.clock.get(self.launcher.events, timeout)
                 except queue.Empty:
                     return None
                 self.route(event)
@@ -108,7 +118,7 @@ class EventPump:
             except queue.Empty:
                 return None
         try:
-            return source.get(timeout=timeout)
+            return self.clock.get(source, timeout)
         except queue.Empty:
             return None
 
@@ -135,7 +145,7 @@ class EventPump:
         how = (f"exited with code {msg.exitcode}" if isinstance(msg, TaskExecutorExited)
                else "was lost (its process, Ray actor or node died)")
         with self.state.lock:  # read by the deployer under the lock
-            self.lost[te_id] = f"{te_id} {how} at {time.strftime('%H:%M:%S')}"
+            self.lost[te_id] = f"{te_id} {how} at {time.strftime('%H:%M:%S', time.localtime(self.clock.time()))}"
         _log.warning("%s %s; starting a replacement", te_id, how)
         if self.on_lost is not None:
             self.on_lost(te_id)
@@ -150,7 +160,7 @@ class EventPump:
                 except BaseException as exc:
                     done.put(exc)
             try:
-                event = self.launcher.events.get(timeout=POLL_S)
+                event = self.clock.get(self.launcher.events, POLL_S)
             except queue.Empty:
                 continue
             try:

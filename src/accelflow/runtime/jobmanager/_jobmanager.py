@@ -25,6 +25,7 @@ from accelflow._errors import (
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.dataflow import JobGraph
+from accelflow.runtime import SYSTEM_CLOCK, Clock
 from accelflow.runtime import (
     CheckpointAck, CheckpointCommitted, Collected, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey, SubtaskProgress,
     SubtaskRunning, release_arrays, share_arrays,
@@ -46,13 +47,14 @@ _log = logging.getLogger("accelflow.runtime")
 
 
 class JobManager:
-    def __init__(self, config: Configuration, launcher: Launcher) -> None:
+    def __init__(self, config: Configuration, launcher: Launcher, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.launcher = launcher
+        self.clock = clock  # of every part; each can be made alone with its own (unit tests)
         self.state = ClusterState()
-        self.pump = EventPump(launcher, self.state)
-        self.membership = Membership(config, self.state, self.pump)
-        self.deployer = Deployer(launcher, self.state, self.pump)
+        self.pump = EventPump(launcher, self.state, clock=clock)
+        self.membership = Membership(config, self.state, self.pump, clock=clock)
+        self.deployer = Deployer(launcher, self.state, self.pump, clock=clock)
         self.progress_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._job_counter = 0
 
@@ -133,7 +135,7 @@ class JobManager:
         """Run a submitted job to its end in this thread; the job's record ends up ended."""
         coordinator: CheckpointCoordinator | None = None
         try:
-            coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock)
+            coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock, clock=self.clock)
             job.savepoints = coordinator.requests
             with JobSinks(job.graph) as sinks:  # e.g. a second job on a sink_to_file target fails
                 result = self._run_attempts(job, coordinator, sinks)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from accelflow._errors import JobError, decode_error
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.runtime import Registration, RegistrationFailed, TaskExecutorExited, TaskExecutorLost
+from accelflow.runtime import (
+    SYSTEM_CLOCK, Clock, Registration, RegistrationFailed, TaskExecutorExited, TaskExecutorLost,
+)
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump
 from accelflow.runtime.jobmanager._state import ClusterState
 
@@ -25,10 +26,21 @@ _log = logging.getLogger("accelflow.runtime")
 
 
 class Membership:
-    def __init__(self, config: Configuration, state: ClusterState, pump: EventPump) -> None:
+    """The cluster's TaskExecutors: started, awaited, replaced when lost.
+
+    Args:
+        config: how many TaskExecutors, how long registration may take.
+        state: the cluster's; registered TaskExecutors are read there.
+        pump: starts TaskExecutors (through its launcher) and brings their registrations.
+        clock: what the registration timeout is measured with (tests: ``ManualClock``).
+    """
+
+    def __init__(self, config: Configuration, state: ClusterState, pump: EventPump, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.state = state
         self.pump = pump
+        self.clock = clock
         self._starting = threading.Lock()  # one start or replacement at a time
         self._guard = threading.Lock()
         self._replacing = False  # a session's replacement thread runs (under _guard)
@@ -100,14 +112,14 @@ class Membership:
             placement = self.config.get(k.RAY_PLACEMENT_TIMEOUT) + _RAY_MARGIN_S
             if placement > timeout:
                 timeout, which = placement, f"ray.placement-timeout + {_RAY_MARGIN_S:g} s"
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         waiting = set(ids)
         #: TaskExecutors whose end was seen during start-up: (why, until when their own
         #: ``RegistrationFailed`` may still come). Its process end and its last message
         #: travel on different channels, so the end is often seen first.
         ended: dict[str, tuple[str, float]] = {}
         while waiting:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             for te_id, (how, until) in ended.items():
                 if until <= now:
                     raise JobError(f"{te_id} {how} during start-up; see its output above")
@@ -131,4 +143,4 @@ class Membership:
                   and msg.pid not in self.state.lost_pids and te_id not in ended):
                 how = (f"exited (exit code {msg.exitcode})" if isinstance(msg, TaskExecutorExited)
                        else "disconnected")
-                ended[te_id] = (how, time.monotonic() + _LAST_WORDS_S)
+                ended[te_id] = (how, self.clock.monotonic() + _LAST_WORDS_S)
