@@ -39,7 +39,7 @@ class Free:
         self.free: dict[str, list[int]] = {}
         self.mem: dict[str, list[int]] = {}
         self.mem_total: dict[str, list[int]] = {}
-        self.known: dict[str, bool] = {}  # whether any device of the resource has known memory
+        self.known: set[str] = set()  # the resources some device of which knows its memory
         self.keys: dict[str, list[DeviceKey]] = {}
         self.parked: dict[DeviceKey, tuple[int, int]] = {}  # quarantined: real free units, bytes
         self.reasons: dict[DeviceKey, str] = {}
@@ -50,7 +50,8 @@ class Free:
             self.free[resource] = [units(devices[a], unit, offer.id) for a in addresses]
             self.mem[resource] = [memory[a][0] if a in memory else -1 for a in addresses]
             self.mem_total[resource] = [memory[a][1] if a in memory else -1 for a in addresses]
-            self.known[resource] = bool(memory)
+            if memory:
+                self.known.add(resource)
             self.keys[resource] = [DeviceKey(offer.id, resource, a) for a in addresses]
             for a, reason in offer.quarantined.get(resource, {}).items():
                 self._park(resource, addresses.index(a), reason)
@@ -182,7 +183,7 @@ class Plan:
                         return None
                     frees = trial[resource] = base.copy()
                 mems = None
-                if free.known[resource]:
+                if resource in free.known:
                     mems = trial_mem.get(resource)
                     if mems is None:
                         mems = trial_mem[resource] = free.mem[resource].copy()

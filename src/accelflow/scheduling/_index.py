@@ -181,6 +181,8 @@ class CapacityIndex:
             plan.resume = rank
         subtasks = request.subtasks
         shares = {subtasks[i].holder: {key: share for key, share, _ in mine} for i, mine in zip(plan.order, taken)}
+        if not trial_mem:  # no device here knows its memory: nothing taken of it
+            return SlotAssignment(free.id, shares)
         memory = {
             subtasks[i].holder: gone for i, mine in zip(plan.order, taken)
             if (gone := {key: b for key, _, b in mine if b})

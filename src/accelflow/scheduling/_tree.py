@@ -32,7 +32,7 @@ class Capacity(Protocol):
     free: dict[str, list[int]]
     mem: dict[str, list[int]]
     mem_total: dict[str, list[int]]
-    known: dict[str, bool]
+    known: set[str]
 
 
 C = TypeVar("C", bound=Capacity)
@@ -58,7 +58,8 @@ class Tree(Generic[C]):
         self.key = [-1] * size
         resources = sorted({r for f in frees.values() for r in f.free})
         self.most = {r: [-1] * size for r in resources}
-        self.mem = {r: [-1] * size for r in resources}
+        #: only resources whose memory some TaskExecutor knows: most clusters' leaves skip it
+        self.mem = {r: [-1] * size for r in resources if any(r in f.known for f in frees.values())}
         self.whole = {r: [-1] * size for r in resources}
         self.arrays = [self.slots, self.key, *self.most.values(), *self.mem.values(), *self.whole.values()]
         for rank, free in enumerate(self.frees):
@@ -71,7 +72,10 @@ class Tree(Generic[C]):
         """Record what ``te`` offers now (None: gone); its rank, or None when the tree must be
         rebuilt (a new id that does not sort last, a new resource, more units than ``span``)."""
         rank = self.rank.get(te)
-        if free is not None and (free.total >= self.span or any(r not in self.most for r in free.free)):
+        if free is not None and (
+            free.total >= self.span or any(r not in self.most for r in free.free)
+            or any(r not in self.mem for r in free.known)
+        ):
             return None
         if rank is None:
             if free is None:
@@ -93,6 +97,7 @@ class Tree(Generic[C]):
         None when no TaskExecutor has one."""
         checks = []
         for needs, arrays in ((fractions, self.most), (wholes, self.whole), (memories or {}, self.mem)):
+            # a memory request of a resource whose memory no TaskExecutor knows fits nowhere
             for resource, need in needs.items():
                 if resource not in arrays:
                     return None
@@ -185,13 +190,13 @@ class Tree(Generic[C]):
             values[node] = max(units) if units else -1
         for resource, values in self.mem.items():
             sizes = free.mem.get(resource)
-            values[node] = max(sizes) if sizes else -1
+            values[node] = max(sizes) if sizes and resource in free.known else -1
         for resource, values in self.whole.items():
             units = free.free.get(resource)
             if not units:
                 values[node] = -1
                 continue
-            if not free.known[resource]:
+            if resource not in free.known:
                 values[node] = units.count(unit)
                 continue
             sizes, totals = free.mem[resource], free.mem_total[resource]
