@@ -47,15 +47,25 @@ ACCELFLOW = [
 ]
 
 RESOURCES = [
+    "ApplicationFault",
     "ConfigError",
+    "DeviceHealth",
+    "DeviceQuarantined",
+    "DeviceRef",
+    "DeviceRejoined",
     "DiscoveryError",
     "DriverEntryPoint",
     "ExternalResourceDriver",
     "ExternalResourceDriverFactory",
     "ExternalResourceInfo",
     "ExternalResourceInfoProvider",
+    "Fault",
+    "HEALTH_PARAMS",
+    "HealthConfig",
+    "HealthEvent",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "ProbeResult",
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
@@ -65,6 +75,7 @@ RESOURCES = [
     "load_driver_factory",
     "ray_accelerator_env",
     "ray_resources_of",
+    "split_health_params",
 ]
 
 
