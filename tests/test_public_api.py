@@ -48,6 +48,7 @@ ACCELFLOW = [
 
 RESOURCES = [
     "ApplicationFault",
+    "ComputeProcess",
     "ConfigError",
     "DeviceHealth",
     "DeviceQuarantined",
@@ -65,10 +66,12 @@ RESOURCES = [
     "HealthEvent",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "LeftoverCheck",
     "ProbeResult",
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
+    "Verdict",
     "YarnResourceDecorator",
     "info_properties",
     "list_driver_entry_points",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     )
     from accelflow.resources._health_params import HEALTH_PARAMS, HealthConfig, split_health_params
     from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
+    from accelflow.resources._reconcile import ComputeProcess, LeftoverCheck, Verdict
     from accelflow.resources._ray import ask_decorator as ask_decorator  # for accelflow.deploy; not SDK
     from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
     from accelflow.resources._registry import (
@@ -63,12 +64,14 @@ _LAZY: dict[str, tuple[str, ...]] = {
                  "Fault", "HealthEvent", "ProbeResult"),
     "._health_params": ("HEALTH_PARAMS", "HealthConfig", "split_health_params"),
     "._provider": ("ExternalResourceInfoProvider", "ResourceStatus"),
+    "._reconcile": ("ComputeProcess", "LeftoverCheck", "Verdict"),
     "._registry": ("DriverEntryPoint", "list_driver_entry_points", "load_driver_factory"),
     "._ray": ("ask_decorator", "ray_accelerator_env", "ray_resources_of"),
 }
 
 __all__ = [
     "ApplicationFault",
+    "ComputeProcess",
     "ConfigError",
     "DeviceHealth",
     "DeviceQuarantined",
@@ -86,10 +89,12 @@ __all__ = [
     "HealthEvent",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "LeftoverCheck",
     "ProbeResult",
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
+    "Verdict",
     "YarnResourceDecorator",
     "info_properties",
     "list_driver_entry_points",

@@ -13,6 +13,7 @@ from accelflow.connectors.kafka import EmbeddedKafkaBroker
 
 try:
     from accelflow.testing._nvidia_smi import (
+        FakeComputeApp,
         FakeGPU,
         fake_nvidia_smi_env,
         install_fake_nvidia_smi,
@@ -25,6 +26,7 @@ except ImportError:  # pragma: no cover - written by the GPU plugin
 __all__ = [
     "NO_GPU",
     "EmbeddedKafkaBroker",
+    "FakeComputeApp",
     "FakeGPU",
     "StaticDriver",
     "StaticDriverFactory",
