@@ -16,6 +16,7 @@ try:
     from accelflow.testing._nvidia_smi import (
         FakeComputeApp,
         FakeGPU,
+        fake_gpu_uuid,
         fake_nvidia_smi_env,
         install_fake_nvidia_smi,
         use_fake_nvidia_smi,
@@ -32,6 +33,7 @@ __all__ = [
     "FakeGPU",
     "StaticDriver",
     "StaticDriverFactory",
+    "fake_gpu_uuid",
     "fake_nvidia_smi_env",
     "has_real_gpu",
     "inject_nvml_event",

@@ -1,14 +1,21 @@
 """Putting :mod:`accelflow.testing.fake_pynvml` where ``import pynvml`` finds it, and injecting
 NVML events into it (from any process), as DCGM's ``dcgmi test --inject`` does for real GPUs.
 
-Example (in a pytest test)::
-
-    use_fake_nvml(monkeypatch, tmp_path, [FakeGPU(index=0), FakeGPU(index=1)])
-    import pynvml                                   # the fake, in this process
-    inject_nvml_event(tmp_path, fake_gpu_uuid(1), xid=79)
-
-    env = dict(os.environ)
-    install_fake_nvml(tmp_path, 2, environ=env)    # for a child process started with env
+Example (in a pytest test, with its ``monkeypatch`` and ``tmp_path``):
+    >>> _ = use_fake_nvml(monkeypatch, tmp_path, 2)   # this process's pynvml is the fake
+    >>> import pynvml
+    >>> pynvml.nvmlInit()
+    >>> events = pynvml.nvmlEventSetCreate()
+    >>> gpu = pynvml.nvmlDeviceGetHandleByIndex(1)
+    >>> pynvml.nvmlDeviceRegisterEvents(gpu, pynvml.nvmlEventTypeXidCriticalError, events)
+    >>> inject_nvml_event(tmp_path, pynvml.nvmlDeviceGetUUID(gpu), xid=48)
+    >>> pynvml.nvmlEventSetWait_v2(events, 1000).eventData
+    48
+    >>> pynvml.nvmlShutdown()
+    >>> env = dict(os.environ)
+    >>> shim = install_fake_nvml(tmp_path / "child", 2, environ=env)   # a child started with env
+    >>> env["PYTHONPATH"].split(os.pathsep)[0] == str(shim)
+    True
 """
 
 from __future__ import annotations

@@ -7,10 +7,16 @@ loop with a timeout (``NVML_ERROR_TIMEOUT`` is no event). Each event becomes a
 :class:`~accelflow.resources.Fault` (an Xid classified by :mod:`._xid`), naming the GPU by UUID;
 :func:`devices_hit` says which of the TaskExecutor's devices (the GPU, or its MIG units) it hits.
 
-Example (on a real GPU, or with :mod:`accelflow.testing.fake_pynvml`)::
-
-    with open_nvml() as nvml, NvmlEventWatcher(nvml, ["GPU-8f6c..."]) as watcher:
-        event = watcher.wait(5.0)       # None after 5 s without one
+Example (the fake NVML of :mod:`accelflow.testing` here; the same on a real GPU):
+    >>> from accelflow.resources.gpu._nvml import open_nvml
+    >>> from accelflow.testing import fake_gpu_uuid, inject_nvml_event, use_fake_nvml
+    >>> _ = use_fake_nvml(monkeypatch, tmp_path, 2)
+    >>> with open_nvml() as nvml, NvmlEventWatcher(nvml, [fake_gpu_uuid(1)]) as watcher:
+    ...     print(watcher.wait(0.01))                   # nothing within 10 ms
+    ...     inject_nvml_event(tmp_path, fake_gpu_uuid(1), xid=79)
+    ...     print(watcher.wait(5.0).fault.reason)
+    None
+    Xid 79 (GPU has fallen off the bus)
 """
 
 from __future__ import annotations
