@@ -2,7 +2,8 @@
 
 A request amount is either a whole number of devices (``1``, ``2``) or a share of one device
 (``0.25``, ``"1/3"``); shares above one device (``1.5``) are refused because a fractional
-request must fit on a single device.
+request must fit on a single device. A request may also ask for device memory, as a
+Kubernetes quantity (:class:`ResourceProfile`, :mod:`._memory`).
 """
 
 from __future__ import annotations
