@@ -48,24 +48,38 @@ ACCELFLOW = [
 ]
 
 RESOURCES = [
+    "ApplicationFault",
+    "ComputeProcess",
     "ConfigError",
+    "DeviceHealth",
+    "DeviceQuarantined",
+    "DeviceRef",
+    "DeviceRejoined",
     "DiscoveryError",
     "DriverEntryPoint",
     "ExternalResourceDriver",
     "ExternalResourceDriverFactory",
     "ExternalResourceInfo",
     "ExternalResourceInfoProvider",
+    "Fault",
+    "HEALTH_PARAMS",
+    "HealthConfig",
+    "HealthEvent",
     "KubernetesResourceDecorator",
     "KubernetesResources",
+    "LeftoverCheck",
+    "ProbeResult",
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
+    "Verdict",
     "YarnResourceDecorator",
     "info_properties",
     "list_driver_entry_points",
     "load_driver_factory",
     "ray_accelerator_env",
     "ray_resources_of",
+    "split_health_params",
 ]
 
 #: host coordination, for drivers of any resource (issue 26.6)
