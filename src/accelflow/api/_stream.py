@@ -68,10 +68,21 @@ class Environment:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
-        """An environment configured by a YAML file of flat keys."""
-        from accelflow.config import read_yaml
+        """An environment configured by a YAML file of flat keys.
 
-        return cls(read_yaml(path))
+        Raises:
+            ConfigError: every problem of the file at once, a key set twice included.
+        """
+        from accelflow.config import read_yaml_layer
+
+        data, duplicates = read_yaml_layer(path)
+        try:
+            env = cls(data)
+        except ConfigError as exc:
+            raise ConfigError([*duplicates, *exc.problems]) from None
+        if duplicates:
+            raise ConfigError(duplicates)
+        return env
 
     # -- sources ----------------------------------------------------------------------------
     def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], *, name: str = "collection",
