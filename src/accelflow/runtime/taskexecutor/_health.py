@@ -34,7 +34,7 @@ import os
 import signal
 import threading
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from accelflow._errors import AccelflowError, DeviceFault, DiscoveryError, HardwareFailure
@@ -73,6 +73,10 @@ class _Subtask:
     pid: int
     devices: dict[str, list[str]]  # watched resource -> addresses
     checks: list[tuple[str, str, LeftoverCheck]] | None = None  # once it ended
+    pids: set[int] = field(default_factory=set)  # its own, and those of processes it started
+
+    def __post_init__(self) -> None:
+        self.pids.add(self.pid)
 
 
 class HealthMonitor:
@@ -274,11 +278,15 @@ class HealthMonitor:
         return self._owner(pid) is not None
 
     def _owner(self, pid: int) -> SubtaskKey | None:
-        """The subtask ``pid`` is, or was started by (its ``ACCELFLOW_SUBTASK``), if ours."""
+        """The subtask ``pid`` is, or was started by (its ``ACCELFLOW_SUBTASK``), if ours; a
+        process once found ours stays ours (killed, its environment is gone)."""
         for sub in self._subtasks.values():
-            if sub.pid == pid:
+            if pid in sub.pids:
                 return sub.key
-        return owner_of(pid)
+        key = owner_of(pid)
+        if key in self._subtasks:
+            self._subtasks[key].pids.add(pid)
+        return key
 
     # -- under the lock ------------------------------------------------------------------------
     def _feed(self, resource: str, address: str, *, fault: Fault | None = None,
