@@ -77,6 +77,10 @@ def _refused(exc: urllib.error.HTTPError) -> AccelflowError:
         message = json.loads(exc.read()).get("error", exc.reason)
     except ValueError:
         message = exc.reason
-    if exc.code == 400:
-        return ConfigError(str(message).removeprefix("POST /v1/taskexecutors/{id}/faults: "), key="inject-fault")
-    return AccelflowError(f"the session cluster refused the drill ({exc.code}): {message}")
+    text = str(message).removeprefix("POST /v1/taskexecutors/{id}/faults: ")
+    key, _, rest = text.partition(": ")
+    if exc.code == 400 and key in ("device", "resource", "--xid"):
+        return ConfigError(rest, key=key if key.startswith("--") else f"--{key}")
+    if exc.code == 404 and text.startswith("no TaskExecutor"):
+        return ConfigError(text, key="--taskexecutor")
+    return AccelflowError(f"the session cluster refused the drill ({exc.code}): {text}")
