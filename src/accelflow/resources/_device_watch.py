@@ -11,6 +11,8 @@ says to one :class:`~accelflow.resources.DeviceHealth` per device, and the proce
 
 Example (a driver whose devices answer a probe and never fault)::
 
+    from accelflow.resources import DeviceWatch, ExternalResourceDriver, ProbeResult
+
     class FPGAWatch(DeviceWatch):
         def __init__(self, addresses):
             self.addresses = addresses
@@ -21,6 +23,8 @@ Example (a driver whose devices answer a probe and never fault)::
         ...
         def device_watch(self, infos):
             return FPGAWatch([i.address for i in infos])
+
+    assert FPGAWatch(["0"]).probe()["0"].reachable
 """
 
 from __future__ import annotations
