@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_device_stage import fake_cupy  # noqa: F401  (a fixture)
+import test_device_stage
 
 from accelflow import AllocationError, DeviceMemoryExceeded, Environment, RichMapFunction, RuntimeContext
 from accelflow.testing import FakeGPU, use_fake_nvidia_smi
 
 pytestmark = pytest.mark.slow
 GIB, MIB = 2**30, 2**20
+fake_cupy = test_device_stage.fake_cupy  # the fixture, shared
 
 
 class WhereAmI(RichMapFunction[int, int]):

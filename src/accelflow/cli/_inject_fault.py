@@ -49,7 +49,7 @@ def add_parser(actions: Any) -> None:
 
 
 def inject_fault(args: argparse.Namespace) -> int:
-    from accelflow.resources.gpu._xid import drill_xid
+    from accelflow.resources.gpu import drill_xid
     from accelflow.runtime.client import find_session
 
     xid = drill_xid(args.xid, key="--xid")  # ConfigError (exit 2) before any connection

@@ -76,7 +76,7 @@ def inject_fault(state: ClusterState, launcher: Launcher, te_id: str, device: st
         ConfigError: no such device, a resource nobody watches, or an Xid that is not in
             NVIDIA's catalogue (the message lists the known ones).
     """
-    from accelflow.resources.gpu._xid import drill_xid
+    from accelflow.resources.gpu import drill_xid
 
     code = drill_xid(xid).code
     with state.lock:

@@ -36,7 +36,7 @@ def inject_fault(jobmanager: JobManager, te_id: str, body: bytes) -> tuple[HTTPS
     Raises:
         HttpError: 400 or 404, naming what is wrong.
     """
-    from accelflow.resources.gpu._xid import classify
+    from accelflow.resources.gpu import classify
 
     fields = _fields(body)
     try:

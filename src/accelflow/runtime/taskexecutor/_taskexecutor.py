@@ -128,7 +128,7 @@ class TaskExecutor:
 
     def _inject(self, msg: InjectFault) -> None:
         """A drill: the Xid goes where an NVML event of the device would."""
-        from accelflow.resources.gpu._xid import xid_fault
+        from accelflow.resources.gpu import xid_fault
 
         if self.monitor is not None:
             self.monitor.inject(msg.resource, msg.address, xid_fault(msg.xid))
