@@ -35,6 +35,10 @@ def _cancel(session: Session, client: Any) -> None:
     assert (status, body) == (202, {"job": client.job_id, "cancel_requested": True})
     with pytest.raises(JobCancelledError, match=rf"^{client.job_id} \(.*\) was cancelled"):
         client.wait(30)
+    # a stopped subtask's shares come back once its TaskExecutor found no process of its left
+    # on the GPU (docs/gpu.md, "Reconciliation")
+    wait_until(lambda: not any(job == client.job_id for held in _holders(session).values() for job, _, _ in held),
+               f"{client.job_id}'s shares to come back")
 
 
 def test_holders_appear_and_disappear_as_subtasks_start_and_end(session: Session) -> None:
@@ -58,9 +62,7 @@ def test_holders_appear_and_disappear_as_subtasks_start_and_end(session: Session
     wait_until(lambda: all(r["in"] > 0 for s in session.get(f"/v1/jobs/{job}")["subtasks"]
                            for r in s["records"] if r["operator"] == "classify"), "records to flow")
     _cancel(session, client)
-    # the shares of stopped subtasks come back once their TaskExecutor found no process of
-    # theirs left on the GPU (docs/gpu.md, "Reconciliation")
-    wait_until(lambda: _holders(session) == {"taskexecutor-1/0": [], "taskexecutor-1/1": []}, "no holder")
+    assert _holders(session) == {"taskexecutor-1/0": [], "taskexecutor-1/1": []}
     assert all(d["free"]["exact"] == "1" for d in session.devices().values())
     detail = session.get(f"/v1/jobs/{job}")
     assert detail["state"] == "CANCELED" and detail["subtasks_by_state"]["CANCELED"] == 4
