@@ -15,7 +15,7 @@ import pytest
 import accelflow
 import accelflow.runtime
 from accelflow._errors import DataFormatError, RemoteError, encode_error
-from accelflow.runtime import _messages
+from accelflow.runtime import _device_messages, _messages
 
 SRC = Path(accelflow.__file__).parent
 MAX_MODULE_LINES = 450
@@ -224,8 +224,8 @@ def test_module_paths_are_not_spelled_as_strings() -> None:
 
 
 def _message_classes() -> list[type]:
-    return [obj for name, obj in vars(_messages).items()
-            if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == _messages.__name__
+    return [obj for module in (_messages, _device_messages) for name, obj in vars(module).items()
+            if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__
             and not obj.__name__.startswith("_")]
 
 
@@ -252,6 +252,12 @@ def _example(cls: type) -> object:
         "expected_senders": 1, "splits": [(0, 5)],
         "assigned": {"gpu": (_messages.DeviceShare({"index": "0"}, 1, 2),)},
         "taskexecutor_infos": {"gpu": (device,)}, "isolate": True, "authkey": b"k",
+    })
+    values.update({  # device health and memory
+        "resource": "gpu", "uuid": "GPU-1", "health": {"state": "quarantined", "xid_counts": {79: 1}},
+        "change": _device_messages.DeviceChange("quarantined", "Xid 79", 79, True),
+        "kind": "quarantined", "xid": 79, "used": 2**30,
+        "usage": (_device_messages.SubtaskMemory(key, "gpu", "0", 2**30),),
     })
     fields = {f.name: values[f.name] for f in msgspec.structs.fields(cls)
               if f.name in values}

@@ -1,4 +1,5 @@
-"""``accelflow cluster start|status|stop``: the session cluster, as Flink users know it.
+"""``accelflow cluster start|status|stop|inject-fault``: the session cluster, as Flink users know
+it (``inject-fault``, a fault drill: :mod:`._inject_fault`).
 
 ``start`` launches the JobManager and TaskExecutors as a detached process (its own session,
 ``setsid``), returns once they have registered and prints the REST/UI URL with its token;
@@ -22,6 +23,7 @@ from typing import Any
 import psutil
 
 from accelflow._errors import AccelflowError
+from accelflow.cli import _inject_fault
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say
 from accelflow.config import keys as k
 from accelflow.runtime import StatusRequest, StopRequest
@@ -50,6 +52,7 @@ examples:
   accelflow cluster start --conf conf/accelflow.yaml -D rest.port=0
   accelflow run --cluster http://127.0.0.1:8081 job.py
   accelflow cluster status
+  accelflow cluster inject-fault --taskexecutor taskexecutor-1 --device 0 --xid 79
   accelflow cluster stop --cluster http://127.0.0.1:8081"""
 
 
@@ -73,6 +76,7 @@ def register(sub: Any) -> None:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--cluster", metavar="URL", help="which session (default: the only one)")
         p.set_defaults(func=func)
+    _inject_fault.add_parser(actions)
 
 
 def start_cluster(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         HealthEvent,
         ProbeResult,
     )
+    from accelflow.resources._device_watch import DeviceWatch
     from accelflow.resources._health_params import HEALTH_PARAMS, HealthConfig, split_health_params
     from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
     from accelflow.resources._reconcile import ComputeProcess, LeftoverCheck, Verdict
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     "._health": ("ApplicationFault", "DeviceHealth", "DeviceQuarantined", "DeviceRef", "DeviceRejoined",
                  "Fault", "HealthEvent", "ProbeResult"),
+    "._device_watch": ("DeviceWatch",),
     "._health_params": ("HEALTH_PARAMS", "HealthConfig", "split_health_params"),
     "._provider": ("ExternalResourceInfoProvider", "ResourceStatus"),
     "._reconcile": ("ComputeProcess", "LeftoverCheck", "Verdict"),
@@ -77,6 +79,7 @@ __all__ = [
     "DeviceQuarantined",
     "DeviceRef",
     "DeviceRejoined",
+    "DeviceWatch",
     "DiscoveryError",
     "DriverEntryPoint",
     "ExternalResourceDriver",

@@ -13,6 +13,7 @@ named ``param.health.<key>`` (the provider adds the resource prefix) and reporte
 | ``health.rejoin-probes`` | ``3`` | Good probes in a row (after a reset, where one is needed) before a quarantined device rejoins. |
 | ``health.max-faults`` | ``3`` | Faults within ``fault-window`` after which a device stays out. |
 | ``health.fault-window`` | ``1 h`` | The window ``max-faults`` counts in. |
+| ``health.memory-release-timeout`` | ``30 s`` | How long a device's share waits for the memory of an ended subtask's processes to come back before the device is quarantined. |
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ TEMPERATURE_LIMIT = "health.temperature-limit"
 REJOIN_PROBES = "health.rejoin-probes"
 MAX_FAULTS = "health.max-faults"
 FAULT_WINDOW = "health.fault-window"
+MEMORY_RELEASE_TIMEOUT = "health.memory-release-timeout"
 
 HEALTH_PARAMS: Mapping[str, str] = {
     ENABLED: "Watch the devices (Xid events, ECC errors and periodic probes); default true.",
@@ -43,6 +45,9 @@ HEALTH_PARAMS: Mapping[str, str] = {
     MAX_FAULTS: "Faults within health.fault-window after which a device stays out until its "
     "TaskExecutor restarts (default 3).",
     FAULT_WINDOW: "The window health.max-faults counts faults in, e.g. '1 h' (default).",
+    MEMORY_RELEASE_TIMEOUT: "How long the share of an ended subtask's device waits for its "
+    "processes' memory to come back (leftovers are killed) before the device is quarantined, "
+    "e.g. '30 s' (default; 100 ms to 1 h).",
 }
 _MIN_INTERVAL_S, _MAX_INTERVAL_S = 0.1, 3600.0
 _MAX_COUNT = 1000
@@ -66,6 +71,7 @@ class HealthConfig:
     rejoin_probes: int = 3
     max_faults: int = 3
     fault_window: float = 3600.0
+    memory_release_timeout: float = 30.0
 
 
 def split_health_params(params: Mapping[str, str]) -> tuple[HealthConfig, dict[str, str]]:
@@ -101,6 +107,7 @@ def split_health_params(params: Mapping[str, str]) -> tuple[HealthConfig, dict[s
         rejoin_probes=get(REJOIN_PROBES, _count, defaults.rejoin_probes),
         max_faults=get(MAX_FAULTS, _count, defaults.max_faults),
         fault_window=get(FAULT_WINDOW, _parse.seconds, defaults.fault_window),
+        memory_release_timeout=get(MEMORY_RELEASE_TIMEOUT, _interval, defaults.memory_release_timeout),
     )
     if not problems and config.fault_window < config.probe_interval:
         problems.append(ConfigProblem(

@@ -73,6 +73,9 @@ if TYPE_CHECKING:
         TriggerCheckpoint,
         TriggerSavepoint,
     )
+    from accelflow.runtime._device_messages import (
+        DeviceChange, DeviceEvent, DeviceReport, DevicesFree, InjectFault, MemoryReport, SubtaskMemory,
+    )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
     from accelflow.runtime._channel_addresses import (
         CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_PREFIX, RELAY_SOCKET, channel_path, connect_unix,
@@ -92,6 +95,10 @@ if TYPE_CHECKING:
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
 _LAZY: dict[str, tuple[str, ...]] = {
+    "._device_messages": (
+        "DeviceChange", "DeviceEvent", "DeviceReport", "DevicesFree", "InjectFault", "MemoryReport",
+        "SubtaskMemory",
+    ),
     "._messages": (
         "Barrier", "CancelJob", "ChainPlan", "CheckpointAck", "CheckpointCommitted",
         "NotifyCheckpointComplete", "ToSubtask", "TriggerCheckpoint", "ChannelDone", "ChannelFailed", "Collected", "Command",
@@ -150,12 +157,18 @@ __all__ = [
     "ConfigReply",
     "ConfigRequest",
     "Deploy",
+    "DeviceChange",
+    "DeviceEvent",
+    "DeviceReport",
     "DeviceShare",
+    "DevicesFree",
+    "InjectFault",
     "JobAccepted",
     "JobFailed",
     "JobProgress",
     "JobSucceeded",
     "ManualClock",
+    "MemoryReport",
     "NotifyCheckpointComplete",
     "NpyFile",
     "OWNER",
@@ -190,6 +203,7 @@ __all__ = [
     "SubtaskFailed",
     "SubtaskFinished",
     "SubtaskKey",
+    "SubtaskMemory",
     "SubtaskProgress",
     "SubtaskRunning",
     "TaskExecutorEvent",

@@ -35,13 +35,16 @@ savepoint|stop``).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
 
 from msgspec import Struct, field
 
 from accelflow._errors import RemoteError
 from accelflow.dataflow import Partitioning
 from accelflow.resources import ExternalResourceInfo, info_properties
+
+if TYPE_CHECKING:  # device health and memory (``_device_messages``, which imports this module)
+    from accelflow.runtime._device_messages import DeviceEvent, InjectFault
 
 PROTOCOL = 2
 
@@ -122,6 +125,9 @@ class RegisteredResource(_Message, frozen=True):
     #: why discovery degraded, if it did
     message: str | None = None
     devices: tuple[RegisteredDevice, ...] = ()
+    #: the TaskExecutor watches these devices: it reports their health and says when a
+    #: subtask's shares are free again (``DevicesFree``)
+    watched: bool = False
 
     @property
     def counted(self) -> bool:
@@ -179,6 +185,9 @@ class SubtaskDescriptor(_Message, frozen=True):
     #: array id -> a Ray ``ObjectRef`` as the JobManager sends it, replaced by the
     #: ``SharedArray`` where the TaskExecutor mapped it before forking the subtask
     arrays: dict[str, Any] = field(default_factory=dict)
+    #: per resource, the device memory (bytes) this subtask holds of each device it was
+    #: assigned whose memory is known: its per-process limit
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 # -- JobManager → TaskExecutor ------------------------------------------------------------------
@@ -215,7 +224,7 @@ class NotifyCheckpointComplete(_Message, frozen=True):
 
 #: JobManager messages a TaskExecutor hands to one of its subtasks
 ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete
-Command = Deploy | CancelJob | Shutdown | ToSubtask
+Command = Union[Deploy, CancelJob, Shutdown, TriggerCheckpoint, NotifyCheckpointComplete, "InjectFault"]
 
 
 # -- TaskExecutor → JobManager ------------------------------------------------------------------
@@ -315,8 +324,8 @@ class TaskExecutorExited(_Message, frozen=True):
     pid: int
 
 
-TaskExecutorEvent = (Registration | RegistrationFailed | SubtaskExited | SubtaskEvent
-                     | TaskExecutorLost | TaskExecutorExited)
+TaskExecutorEvent = Union[Registration, RegistrationFailed, SubtaskExited, SubtaskEvent,
+                          TaskExecutorLost, TaskExecutorExited, "DeviceEvent"]
 
 
 # -- relay (Ray target) ---------------------------------------------------------------------------

@@ -132,12 +132,15 @@ class FakeComputeApp:
         gpu_uuid: the GPU it runs on.
         used_memory: MiB it holds (``None``: not reported, as in containers without rights).
         name: the process name.
+        while_alive: listed only while process ``pid`` lives (not a zombie), as the driver
+            lists a real one: its memory comes back when it dies.
     """
 
     pid: int
     gpu_uuid: str
     used_memory: int | None = 1024
     name: str = "python"
+    while_alive: bool = False
 
 
 def install_fake_nvidia_smi(
@@ -258,7 +261,15 @@ with open(os.path.join(HERE, "nvidia-smi.calls"), "a") as log:
 with open(os.path.join(HERE, "nvidia-smi.json")) as f:
     STATE = json.load(f)
 GPUS = STATE["gpus"]
-APPS = STATE.get("compute_apps", [])
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+APPS = [a for a in STATE.get("compute_apps", []) if not a.get("while_alive") or alive(a["pid"])]
 LOST_EXIT_CODE = 15  # NVML_ERROR_GPU_IS_LOST
 
 

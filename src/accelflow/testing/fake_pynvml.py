@@ -271,7 +271,17 @@ def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list[SimpleNamespac
 
 
 def _apps(uuid: str) -> list[dict[str, Any]]:
-    return [a for a in _state().get("compute_apps", []) if a["gpu_uuid"] == uuid]
+    return [a for a in _state().get("compute_apps", []) if a["gpu_uuid"] == uuid
+            and (not a.get("while_alive") or _alive(a["pid"]))]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie's memory is back already)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _supported(value: Any) -> Any:

@@ -120,6 +120,9 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
 
 
 def _device(jm: JobManager, device: DeviceKey, registered: RegisteredDevice | None) -> View:
+    memory = jm.ledger.memory(device)
+    used: dict[tuple[Hashable, str], int] = {(u.key, u.address): u.used for u in jm.state.memory_used.get(device.taskexecutor, ())
+            if u.resource == device.resource}
     return {
         "address": device.address,
         # a degraded or driver-less resource is counted by amount: stand-ins
@@ -127,8 +130,23 @@ def _device(jm: JobManager, device: DeviceKey, registered: RegisteredDevice | No
         "placeholder": registered is None,
         "properties": dict(registered.properties) if registered is not None else {},
         "free": share(jm.ledger.free(device)),
-        "holders": [_holder(jm, h, s) for h, s in _sorted_holders(jm.ledger.holders(device))],
+        # bytes (the ledger's: what holders took, not what they use; None: unknown)
+        "memory": None if memory is None else {"free": memory[0], "total": memory[1]},
+        # None where nobody watches it (see docs/gpu.md, "Health and memory")
+        "health": _health(jm.state.health.get(device)),
+        "quarantined": jm.ledger.quarantined().get(device),
+        "holders": [{**_holder(jm, h, s), "memory": jm.ledger.memory_held_by(h).get(device),
+                     "memory_used": used.get((h, device.address))}
+                    for h, s in _sorted_holders(jm.ledger.holders(device))],
     }
+
+
+def _health(health: dict[str, Any] | None) -> View | None:
+    """A device's health as its TaskExecutor reported it, Xid counts by Xid (as strings)."""
+    if health is None:
+        return None
+    return {**health, "xid_counts": dict(health.get("xid_counts", {})),
+            "history": [dict(h) for h in health.get("history", [])]}
 
 
 def _sorted_holders(holders: Mapping[Hashable, Fraction]) -> list[tuple[Hashable, Fraction]]:

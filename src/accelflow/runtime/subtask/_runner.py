@@ -26,6 +26,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
+from accelflow.runtime.subtask._memory_limit import before_user_code, explain, hold_frameworks
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
@@ -53,6 +54,8 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
+    before_user_code(desc)  # the device memory it asked for: CuPy reads it at import
+    runner: _Runner | None = None
     try:
         runner = _Runner(desc, status, cancelled)
         counts = runner.run()
@@ -66,6 +69,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
         try:
+            exc = explain(exc, desc, runner.plan if runner is not None else None)
             status.send(SubtaskFailed(desc.key, encode_error(exc, with_traceback=True)))
         finally:
             os._exit(1)
@@ -103,6 +107,7 @@ class _Runner:
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
+                hold_frameworks(desc)  # PyTorch, when the user's functions imported it
                 self._restore()
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(SubtaskRunning(desc.key))

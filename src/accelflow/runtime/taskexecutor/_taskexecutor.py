@@ -30,12 +30,13 @@ from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider
 from accelflow.runtime import (
-    CancelJob, Deploy, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
-    RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
+    CancelJob, Deploy, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
+    RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
+from accelflow.runtime.taskexecutor._health import SUBTASK_ENV_VAR, FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 
 _TERM_GRACE_S = 2.0
@@ -51,6 +52,11 @@ class TaskExecutor:
         self.slots = slots
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
+        self.descriptors: dict[SubtaskKey, SubtaskDescriptor] = {}
+        watches = provider.device_watches()
+        self.monitor = HealthMonitor(watches, {
+            name: [i.address for i in provider.get_external_resource_infos(name)] for name in watches
+        }) if watches else None
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
@@ -59,22 +65,42 @@ class TaskExecutor:
         """What this TaskExecutor registers: its slots and what its drivers discovered."""
         resources = tuple(
             RegisteredResource(s.spec.name, s.spec.amount, s.spec.driver_factory, s.status, s.message,
-                               tuple(RegisteredDevice.of(info) for info in s.infos))
+                               tuple(RegisteredDevice.of(info) for info in s.infos),
+                               watched=self.monitor is not None and self.monitor.watched(s.spec.name))
             for s in self.provider.statuses.values()
         )
         return Registration(self.id, os.getpid(), self.slots, resources)
 
     def serve(self) -> None:
+        if self.monitor is not None:
+            self.monitor.start()
         while True:
             sources: list[Any] = [self.jm]
+            if self.monitor is not None:
+                sources.append(self.monitor.wakeup)
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
             for ready in wait(sources):
                 if ready is self.jm:
                     if not self._command():
                         return
+                elif self.monitor is not None and ready == self.monitor.wakeup:
+                    self._health()
                 else:
                     self._child_event(ready)
+
+    def _health(self) -> None:
+        """Send what the health monitor saw; fail the subtasks on a device that failed."""
+        assert self.monitor is not None
+        for notice in self.monitor.drain():
+            if not isinstance(notice, FailDevice):
+                self.jm.send(notice)
+                continue
+            keys = [key for key, desc in self.descriptors.items() if key in self.children and any(
+                d.info().address == notice.address for d in desc.assigned.get(notice.resource, ()))]
+            for key in keys:  # before they are stopped: the failure, not the exit, is the news
+                self.jm.send(SubtaskFailed(key, encode_error(notice.error)))
+            self._terminate(keys)
 
     def _command(self) -> bool:
         try:
@@ -94,12 +120,21 @@ class TaskExecutor:
                     child[1].send(msg)
                 except OSError:
                     pass  # it is exiting: its exit is reported as usual
+        elif isinstance(msg, InjectFault):
+            self._inject(msg)
         elif isinstance(msg, Shutdown):
             return False
         return True
 
+    def _inject(self, msg: InjectFault) -> None:
+        """A drill: the Xid goes where an NVML event of the device would."""
+        from accelflow.resources.gpu import xid_fault
+
+        if self.monitor is not None:
+            self.monitor.inject(msg.resource, msg.address, xid_fault(msg.xid))
+
     def _deploy(self, desc: SubtaskDescriptor) -> None:
-        env = dict(self.base_env)
+        env = {**self.base_env, SUBTASK_ENV_VAR: subtask_marker(desc.key)}
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
@@ -112,6 +147,10 @@ class TaskExecutor:
         trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
+        self.descriptors[desc.key] = desc
+        if self.monitor is not None:
+            self.monitor.subtask_started(desc.key, proc.pid or -1, {
+                r: [d.info().address for d in shares] for r, shares in desc.assigned.items()})
 
     def _child_event(self, ready: Any) -> None:
         for key, (proc, conn) in list(self.children.items()):
@@ -130,7 +169,10 @@ class TaskExecutor:
                 proc.join()
                 conn.close()
                 del self.children[key]
+                self.descriptors.pop(key, None)
                 self.jm.send(SubtaskExited(key, proc.exitcode))
+                if self.monitor is not None:
+                    self.monitor.subtask_ended(key)
                 return
 
     def _terminate(self, keys: list[SubtaskKey]) -> None:
@@ -154,6 +196,8 @@ class TaskExecutor:
         try:
             self._terminate(list(self.children))
         finally:
+            if self.monitor is not None:
+                self.monitor.close()
             self.provider.close()
 
 
