@@ -17,15 +17,22 @@ if TYPE_CHECKING:
     from accelflow.dataflow._chunks import (
         CHUNK_LATENCY_S,
         CHUNK_RECORDS,
+        Annotated,
         Columns,
         Positioned,
+        Timestamped,
         chunk_len,
         from_batch,
         group_records,
         iter_records,
+        select,
+        stamped,
         strided,
+        timestamps_of,
         to_batch,
+        unstamped,
     )
+    from accelflow.dataflow._async import AsyncFunction
     from accelflow.dataflow._positions import Positions, in_order, with_positions
     from accelflow.dataflow._context import RuntimeContext
     from accelflow.dataflow._functions import (
@@ -40,7 +47,14 @@ if TYPE_CHECKING:
         Source,
     )
     from accelflow.dataflow._sinks import Sink
-    from accelflow.dataflow._graph import Chain, JobGraph, Partitioning, Transformation, build_job_graph
+    from accelflow.dataflow._graph import (
+        DEFAULT_MAX_PARALLELISM, Chain, ChainInput, Edge, JobGraph, Partitioning, Transformation, build_job_graph,
+        default_max_parallelism, rescale_targets,
+    )
+    from accelflow.dataflow._stream_specs import (
+        AsyncSpec, CoProcessSpec, IntervalJoinSpec, KeyedCoProcessSpec, KeyedProcessSpec, ProcessSpec,
+        TimestampsSpec, UnionSpec, WindowSpec,
+    )
     from accelflow.dataflow._specs import (
         CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
         OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
@@ -51,8 +65,12 @@ if TYPE_CHECKING:
 #: needs only the graph's types (a TaskExecutor) does not import NumPy
 _LAZY: dict[str, tuple[str, ...]] = {
     "._chunks": (
-        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Columns", "Positioned", "chunk_len", "from_batch",
-        "group_records", "iter_records", "strided", "to_batch",
+        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Annotated", "Columns", "Positioned", "Timestamped", "chunk_len",
+        "from_batch", "group_records", "iter_records", "select", "stamped", "strided", "timestamps_of", "to_batch",
+        "unstamped",
+    ),
+    "._async": (
+        "AsyncFunction",
     ),
     "._positions": (
         "Positions", "in_order", "with_positions",
@@ -68,7 +86,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Sink",
     ),
     "._graph": (
-        "Chain", "JobGraph", "Partitioning", "Transformation", "build_job_graph",
+        "DEFAULT_MAX_PARALLELISM", "Chain", "ChainInput", "Edge", "JobGraph", "Partitioning", "Transformation",
+        "build_job_graph", "default_max_parallelism", "rescale_targets",
+    ),
+    "._stream_specs": (
+        "AsyncSpec", "CoProcessSpec", "IntervalJoinSpec", "KeyedCoProcessSpec", "KeyedProcessSpec", "ProcessSpec",
+        "TimestampsSpec", "UnionSpec", "WindowSpec",
     ),
     "._specs": (
         "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
@@ -80,16 +103,26 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "Annotated",
+    "AsyncFunction",
+    "AsyncSpec",
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
     "Chain",
+    "ChainInput",
+    "CoProcessSpec",
     "CollectSinkSpec",
     "Columns",
+    "DEFAULT_MAX_PARALLELISM",
+    "Edge",
     "FileSinkSpec",
     "FilterSpec",
     "FlatMapSpec",
     "FunctionSpec",
+    "IntervalJoinSpec",
     "JobGraph",
+    "KeyedCoProcessSpec",
+    "KeyedProcessSpec",
     "MapBatchesSpec",
     "MapSpec",
     "OperatorSpec",
@@ -97,6 +130,7 @@ __all__ = [
     "Positioned",
     "Positions",
     "PrintSinkSpec",
+    "ProcessSpec",
     "ReduceSpec",
     "ResumeSplit",
     "RichFilterFunction",
@@ -112,17 +146,27 @@ __all__ = [
     "SinkToSpec",
     "Source",
     "SourceSpec",
+    "Timestamped",
+    "TimestampsSpec",
     "Transformation",
+    "UnionSpec",
     "UserSinkSpec",
+    "WindowSpec",
     "build_job_graph",
     "chunk_len",
+    "default_max_parallelism",
     "even_ranges",
     "from_batch",
     "group_records",
     "in_order",
     "iter_records",
+    "rescale_targets",
+    "select",
+    "stamped",
     "strided",
+    "timestamps_of",
     "to_batch",
+    "unstamped",
     "with_positions",
 ]
 

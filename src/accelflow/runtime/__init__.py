@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         ConfigRequest,
         Deploy,
         DeviceShare,
+        InputChannel,
         JobAccepted,
         JobFailed,
         JobProgress,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         StatusRequest,
         StopRequest,
         Stopping,
+        StreamStatus,
         SubmitJob,
         SubtaskDescriptor,
         SubtaskEvent,
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
         ToSubtask,
         TriggerCheckpoint,
         TriggerSavepoint,
+        Watermark,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
     from accelflow.runtime._channel_addresses import (
@@ -100,7 +103,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SubtaskExited", "SubtaskFailed", "SubtaskFinished", "SubtaskKey", "SubtaskProgress",
         "SubtaskRunning", "TaskExecutorEvent", "TaskExecutorExited", "TaskExecutorLost",
         "SavepointDone", "SavepointFailed", "TriggerSavepoint",
-        "DeviceShare", "RegisteredDevice", "RegisteredResource",
+        "DeviceShare", "RegisteredDevice", "RegisteredResource", "InputChannel", "StreamStatus", "Watermark",
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
@@ -210,6 +213,9 @@ __all__ = [
     "unix_listener",
     "whole_lines",
     "write_private",
+    "InputChannel",
+    "StreamStatus",
+    "Watermark",
 ]
 
 
