@@ -8,7 +8,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from accelflow._errors import ConfigError
+from accelflow._errors import JobError
 from accelflow.resources import ExternalResourceInfo
 
 
@@ -78,8 +78,8 @@ class RuntimeContext:
     # -- keyed state (on a keyed stream: after key_by) ---------------------------------------------
     def _keyed(self) -> Any:
         if self.keyed_state is None:
-            raise ConfigError("Keyed state can only be used on a 'keyed stream', i.e., after a 'key_by()' "
-                              "operation", key=f"operator {self.operator_name!r}")
+            raise JobError(f"operator {self.operator_name!r}: Keyed state can only be used on a 'keyed stream', "
+                           "i.e., after a 'key_by()' operation.")
         return self.keyed_state
 
     def get_state(self, state_descriptor: Any) -> Any:
