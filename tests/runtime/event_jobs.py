@@ -124,11 +124,13 @@ class SlowWithFallback(Slow):
 
 
 class PacedSource(Source[Any]):
-    """``records`` one at a time, ``pause_s`` apart (an unbounded-looking, slow input)."""
+    """``records`` one at a time, ``pause_s`` apart (a slow input), then a pause of ``tail_s``
+    before the end."""
 
-    def __init__(self, records: list[Any], pause_s: float) -> None:
+    def __init__(self, records: list[Any], pause_s: float, tail_s: float = 0.0) -> None:
         self.records = records
         self.pause_s = pause_s
+        self.tail_s = tail_s
 
     def create_splits(self, parallelism: int) -> list[Any]:
         return [self.records] + [[] for _ in range(parallelism - 1)]
@@ -137,6 +139,8 @@ class PacedSource(Source[Any]):
         for record in split:
             time.sleep(self.pause_s)
             yield record
+        if split:
+            time.sleep(self.tail_s)
 
 
 class MarkerSource(Source[Any]):
@@ -159,3 +163,17 @@ class MarkerSource(Source[Any]):
                     time.sleep(0.01)
             time.sleep(self.pause_s)
             yield record
+
+
+class Concurrency(AsyncFunction):
+    """Emits how many calls were running at once when each started."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.running = 0
+
+    async def async_invoke(self, value: Any) -> list[Any]:
+        self.running += 1
+        seen = self.running
+        await asyncio.sleep(0.01)
+        self.running -= 1
+        return [seen]

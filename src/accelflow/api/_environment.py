@@ -109,9 +109,9 @@ class Environment:
             raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
         return self._add(SourceSpec(SequenceSource(start, end)), name, parallelism, [])
 
-    def from_elements(self, *elements: Any, type_info: Any = None) -> DataStream:
+    def from_elements(self, *elements: Any, type_info: Any = None, name: str = "elements") -> DataStream:
         """A bounded stream of ``elements`` (PyFlink's ``from_elements``), in one subtask."""
-        return self.from_collection(list(elements), name="elements")
+        return self.from_collection(list(elements), name=name)
 
     def from_source(self, source: Source[Any], watermark_strategy: Any = None, source_name: str | None = None,
                     type_info: Any = None, *, name: str | None = None,

@@ -16,7 +16,8 @@ import numpy as np
 from accelflow.dataflow._time import MIN_TIMESTAMP
 
 CHUNK_RECORDS = 1024
-CHUNK_LATENCY_S = 0.05
+#: ``execution.buffer-timeout``'s default (Flink's 100 ms), in seconds
+CHUNK_LATENCY_S = 0.1
 
 
 class Columns(tuple):  # type: ignore[type-arg]

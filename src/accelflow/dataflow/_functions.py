@@ -114,11 +114,12 @@ class Source(ABC, Generic[OUT]):
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
         """Yield chunks of records (lists or arrays whose rows are records).
 
-        Override for speed (e.g. yield NumPy slices); the default groups :meth:`read`.
+        Override for speed (e.g. yield NumPy slices); the default groups :meth:`read`'s
+        records as ``execution.buffer-timeout`` says (see ``group_records``).
         """
-        from accelflow.dataflow._chunks import group_records
+        from accelflow.dataflow._chunks import CHUNK_LATENCY_S, group_records
 
-        return group_records(self.read(split, ctx))
+        return group_records(self.read(split, ctx), latency_s=getattr(ctx, "buffer_timeout_s", CHUNK_LATENCY_S))
 
     def size_hint(self) -> int | None:
         """Total records, if known (drives the progress bar)."""
