@@ -177,3 +177,35 @@ class Concurrency(AsyncFunction):
         await asyncio.sleep(0.01)
         self.running -= 1
         return [seen]
+
+
+def window_sum(a: Any, b: Any) -> Any:
+    """(key, window's first record, sum, count) of two partial results."""
+    return a[0], min(a[1], b[1]), a[2] + b[2], a[3] + b[3]
+
+
+class Enrich(AsyncFunction):
+    """An async lookup that takes a little while (so that inputs are in flight at checkpoints)."""
+
+    async def async_invoke(self, value: Any) -> list[Any]:
+        await asyncio.sleep(0.002)
+        return [("enriched", *value)]
+
+
+class FirstSeen(KeyedProcessFunction):
+    """Remembers a key's first timestamp (``ValueState``) and 300 ms after it (an event-time
+    timer) emits (key, first timestamp, records of the key seen by then)."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.first = runtime_context.get_state(ValueStateDescriptor("first", Types.LONG()))
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        if self.first.value() is None:
+            self.first.update(ctx.timestamp())
+            ctx.timer_service().register_event_time_timer(ctx.timestamp() + 300)
+        self.count.update((self.count.value() or 0) + 1)
+        return None
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield ctx.get_current_key(), self.first.value(), self.count.value()
