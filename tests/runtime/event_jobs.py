@@ -11,7 +11,7 @@ from typing import Any
 
 from accelflow import (
     AggregateFunction, AsyncFunction, KeyedProcessFunction, ProcessAllWindowFunction, ProcessJoinFunction,
-    ProcessWindowFunction, RichMapFunction, RuntimeContext, SessionWindowTimeGapExtractor, Source,
+    ProcessWindowFunction, RichMapFunction, RuntimeContext, SessionWindowTimeGapExtractor, Sink, Source,
     TimestampAssigner, Types, ValueStateDescriptor, WatermarkStrategy, WindowFunction,
 )
 
@@ -209,3 +209,26 @@ class FirstSeen(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: Any) -> Any:
         yield ctx.get_current_key(), self.first.value(), self.count.value()
+
+
+class ChunkSizes(Sink[Any]):
+    """A sink that writes the size of every chunk it gets to ``path`` (one line each)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.sizes: list[int] = []
+
+    def write(self, chunk: Any) -> None:
+        self.sizes.append(len(chunk))
+
+    def prepare_commit(self, checkpoint_id: int) -> list[Any]:
+        return []
+
+    def commit(self, committables: list[Any]) -> None:
+        pass
+
+    def end_of_input(self) -> None:
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write("".join(f"{n}\n" for n in self.sizes))
