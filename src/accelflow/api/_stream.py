@@ -152,9 +152,25 @@ class DataStream:
         """Each record to a random subtask of the next operator."""
         return self._view("shuffle")
 
-    def broadcast(self) -> DataStream:
-        """Every record to every subtask of the next operator."""
+    def broadcast(self, *broadcast_state_descriptors: Any) -> DataStream:
+        """Every record to every subtask of the next operator. PyFlink's broadcast state
+        pattern (``broadcast(MapStateDescriptor)`` then ``connect`` with a
+        ``BroadcastProcessFunction``) is not implemented: it fails here, naming it."""
+        if broadcast_state_descriptors:
+            raise _not_implemented("broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)",
+                                   "broadcast() without descriptors, then connect(...).process(CoProcessFunction) "
+                                   "keeping the broadcast side in the function's own attributes")
         return self._view("broadcast")
+
+    def join(self, other_stream: Any) -> Any:
+        """PyFlink's window join is not implemented: fails, naming it and the way around."""
+        raise _not_implemented("window join (join().where().equal_to().window())",
+                               "key_by(...).interval_join(other.key_by(...)), or union both and window the union")
+
+    def co_group(self, other_stream: Any) -> Any:
+        """PyFlink's window co-group is not implemented: fails, naming it and the way around."""
+        raise _not_implemented("window co_group (co_group().where().equal_to().window())",
+                               "connect(...).key_by(k1, k2).process(KeyedCoProcessFunction) with timers")
 
     def forward(self) -> DataStream:
         """Each subtask to the next operator's subtask of the same index (the default)."""
@@ -328,3 +344,9 @@ class DataStream:
 def _no_key(record: Any) -> int:
     """The key of ``window_all``: one for every record."""
     return 0
+
+
+def _not_implemented(what: str, instead: str) -> ConfigError:
+    """The error of a PyFlink API this version does not implement (listed in docs/event-time.md)."""
+    return ConfigError(f"{what} is not implemented in this version of accelflow; instead: {instead}",
+                       key="see docs/event-time.md#not-implemented")
