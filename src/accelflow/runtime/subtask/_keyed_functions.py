@@ -5,6 +5,8 @@
 
 Example (what a keyed map's function sees)::
 
+    from accelflow import RichMapFunction, Types, ValueStateDescriptor
+
     class Count(RichMapFunction):
         def open(self, ctx):
             self.seen = ctx.get_state(ValueStateDescriptor("seen", Types.INT()))
