@@ -240,6 +240,7 @@ def _example(cls: type) -> object:
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
         "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
+        "timestamp": 1_700_000_000_000, "idle": True, "input_index": 1,  # data-channel messages
     }
     device = _messages.RegisteredDevice("0", {"index": "0", "uuid": "GPU-1"})
     values.update({  # devices: a registration's and a SubtaskDescriptor's

@@ -138,6 +138,17 @@ def non_negative_seconds(value: object) -> float:
     return seconds(value)
 
 
+def buffer_timeout(value: object) -> float:
+    """``execution.buffer-timeout``: a duration with its unit (``"100 ms"``), ``0`` (flush
+    every record) or ``-1`` (only full buffers), in seconds (-1.0 for -1)."""
+    if value in (-1, "-1") or (isinstance(value, str) and value.strip().replace(" ", "") in ("-1ms", "-1s")):
+        return -1.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and value != 0:
+        raise ValueError(f"expected a duration with its unit such as '100 ms', or 0 (flush every record) or -1 "
+                         f"(only full buffers), got {_describe(value)}")
+    return non_negative_seconds(value)
+
+
 _QUANTITY = re.compile(
     r"(?P<number>\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?",
     re.ASCII,

@@ -157,6 +157,24 @@ ARRAY_SHARING = _key(
     "(the job holds the array twice and waits for the copy at start, but its chunks are views: "
     "faster for CPU-bound batch functions, see benchmarks/dataplane.py).",
 )
+PIPELINE_MAX_PARALLELISM = _key(
+    "pipeline.max-parallelism", p.int_in_range(1, MAX_PARALLELISM, "Flink's upper bound"), None,
+    "Key groups of keyed state and timers (the most a keyed operator can be rescaled to); "
+    "not set: Flink's rule, 1.5 x the operator's parallelism rounded up to a power of two, "
+    "at least 128.",
+)
+AUTO_WATERMARK_INTERVAL = _key(
+    "pipeline.auto-watermark-interval", p.non_negative_seconds, 0.2,
+    "How often assign_timestamps_and_watermarks emits a watermark (and checks idleness), e.g. "
+    "'200 ms'; 0 disables periodic watermarks (the end of a bounded input still emits the last).",
+)
+BUFFER_TIMEOUT = _key(
+    "execution.buffer-timeout", p.buffer_timeout, 0.1,
+    "How long a record may wait in a partly filled chunk before it is sent on (a source's "
+    "chunks, the records collected for the client), e.g. '100 ms' (Flink's default); 0 sends "
+    "every record at once (lowest latency), -1 only full chunks. A source that pauses sends "
+    "what it has at once whatever the timeout.",
+)
 RESTART_STRATEGY = _key(
     "restart-strategy", p.choice("none", "fixed-delay"), "none",
     "What to do when a subtask or TaskExecutor fails: 'none' fails the job.",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ConfigRequest,
         Deploy,
         DeviceShare,
+        InputChannel,
         JobAccepted,
         JobFailed,
         JobProgress,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         StatusRequest,
         StopRequest,
         Stopping,
+        StreamStatus,
         SubmitJob,
         SubtaskDescriptor,
         SubtaskEvent,
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
         ToSubtask,
         TriggerCheckpoint,
         TriggerSavepoint,
+        Watermark,
     )
     from accelflow.runtime._device_messages import (
         DeviceChange, DeviceEvent, DeviceReport, DevicesFree, InjectFault, MemoryReport, SubtaskMemory,
@@ -109,7 +112,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SubtaskExited", "SubtaskFailed", "SubtaskFinished", "SubtaskKey", "SubtaskProgress",
         "SubtaskRunning", "TaskExecutorEvent", "TaskExecutorExited", "TaskExecutorLost",
         "SavepointDone", "SavepointFailed", "TriggerSavepoint",
-        "DeviceShare", "RegisteredDevice", "RegisteredResource",
+        "DeviceShare", "RegisteredDevice", "RegisteredResource", "InputChannel", "StreamStatus", "Watermark",
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
@@ -232,6 +235,9 @@ __all__ = [
     "unix_listener",
     "whole_lines",
     "write_private",
+    "InputChannel",
+    "StreamStatus",
+    "Watermark",
 ]
 
 

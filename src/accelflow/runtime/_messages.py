@@ -64,9 +64,20 @@ class SubtaskKey(NamedTuple):
 
 
 class OutputEdge(_Message, frozen=True):
+    """Where one edge out of a chain sends its records: the consumer's subtasks
+    (``addresses``), spread by ``partitioning`` (``key_fn`` for ``hash`` and ``custom``,
+    ``partitioner`` for ``custom``, over ``max_parallelism`` key groups for ``hash``), into
+    the consumer's input ``input_index``; the records of node ``node`` of the chain (-1: the
+    last), of its side output ``side`` (None: its main output)."""
+
     partitioning: Partitioning
     key_fn: Any
     addresses: tuple[str, ...]
+    input_index: int = 0
+    node: int = -1
+    side: str | None = None
+    partitioner: Any = None
+    max_parallelism: int = 128
 
 
 class ChainPlan(_Message, frozen=True):
@@ -81,6 +92,13 @@ class ChainPlan(_Message, frozen=True):
     rolling: bool
     #: whether the job takes checkpoints (every subtask then acks a final one at its end)
     checkpointing: bool = False
+    #: the number of key groups of the chain's keyed state (``pipeline.max-parallelism``)
+    max_parallelism: int = 128
+    #: how often watermarks are generated (``pipeline.auto-watermark-interval``), in ms
+    watermark_interval_ms: int = 200
+    #: how long a record may wait in a partly filled chunk (``execution.buffer-timeout``), in
+    #: ms; 0: never, -1: until the chunk is full (or the input pauses)
+    buffer_timeout_ms: int = 100
 
 
 # -- devices (inside Registration and SubtaskDescriptor) ------------------------------------------
@@ -310,6 +328,27 @@ class Barrier(_Message, frozen=True):
     none after it."""
 
     checkpoint_id: int
+
+
+class Watermark(_Message, frozen=True):
+    """A watermark, in a data channel between chunks: no record with ``timestamp <= this``
+    is expected any more on this channel."""
+
+    timestamp: int
+
+
+class StreamStatus(_Message, frozen=True):
+    """The sending subtask's output became idle (its watermarks do not hold the receiver's
+    back) or active again, in a data channel between chunks (Flink's ``WatermarkStatus``)."""
+
+    idle: bool
+
+
+class InputChannel(_Message, frozen=True):
+    """The first message on a data channel: which input of the receiving operator it feeds
+    (0, or 1 for the second stream of ``connect`` or ``interval_join``)."""
+
+    input_index: int
 
 
 # -- Launcher → JobManager ------------------------------------------------------------------------

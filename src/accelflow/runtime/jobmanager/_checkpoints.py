@@ -151,7 +151,7 @@ class CheckpointCoordinator:
             self.restore = load_checkpoint(self.latest.path, self.signing)
         if self.restore is None:
             return None, 0
-        kinds = {t.name: t.kind for t in self.job.graph.transformations}
+        kinds = {t.state_name: t.kind for t in self.job.graph.transformations}
         matched = match_operators(self.restore, kinds, self.job.config.get(k.ALLOW_NON_RESTORED_STATE))
         with_state = {name: list(op.subtask_states) for name, op in matched.items()}
         with self.lock:
@@ -298,9 +298,9 @@ class CheckpointCoordinator:
         for chain in graph.chains:
             keys = [SubtaskKey(self.job.id, self.job.attempt, chain.id, i) for i in range(chain.parallelism)]
             for node in chain.nodes:
-                blobs = [acks.get(key, {}).get(node.name) for key in keys]
+                blobs = [acks.get(key, {}).get(node.state_name) for key in keys]
                 if any(b is not None for b in blobs):
-                    out.append(OperatorState(node.name, node.kind, chain.parallelism,
+                    out.append(OperatorState(node.state_name, node.kind, chain.parallelism,
                                              tuple(b if b is not None else _NO_STATE for b in blobs)))
         return out
 

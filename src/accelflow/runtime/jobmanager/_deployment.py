@@ -143,7 +143,7 @@ class Deployer:
             taskexecutor_infos={r.name: r.devices for r in te.registration.resources},
             isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
             taskexecutor_id=te.id,
-            restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
+            restored=({n.state_name: job.restore_from[n.state_name] for n in chain.nodes if n.state_name in job.restore_from}
                       if job.restore_from else None),
             restored_checkpoint=job.restore_id,
             arrays={} if chain.head.source is None else object_handles(chain.head.source),

@@ -19,7 +19,7 @@ from accelflow._errors import JobError
 from accelflow.dataflow.eventtime import KeyedStateStore, OutputTag, TimerService
 from accelflow.runtime.subtask._keyed_state import KeyedStateBackend
 from accelflow.runtime.subtask._keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
-from accelflow.runtime.subtask._partition import canonical_key
+from accelflow.runtime.subtask._keys import canonical_key
 from accelflow.runtime.subtask._timers import InternalTimer, InternalTimerService
 
 #: Flink's message for a timer on a non-keyed stream
