@@ -28,6 +28,8 @@ EXAMPLES: list[AccelflowError] = [
     DataFormatError("bad magic number", path="/data/t10k-images-idx3-ubyte.gz"),
     CheckpointError("corrupt JSON", path="/ckpt/job/chk-3/_metadata"),
     MissingDependencyError("NVML discovery", extra="nvml"),
+    accelflow.DeviceMemoryError("operator 'm' ran out of device memory", operator="m", share="1/2",
+                                bound=2**30, used=2**30 + 1),
 ]
 
 

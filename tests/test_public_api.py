@@ -23,6 +23,7 @@ ACCELFLOW = [
     "DataFormatError",
     "DataStream",
     "DeploymentError",
+    "DeviceMemoryError",
     "DiscoveryError",
     "DriverLoadError",
     "Environment",

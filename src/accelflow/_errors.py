@@ -14,7 +14,8 @@ message and a non-zero exit code, without a traceback::
     ├── CheckpointError          a checkpoint or savepoint cannot be read, written or matched
     ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
     │   ├── JobCancelledError    the job was cancelled on request
-    │   └── TransportError       a channel between accelflow's own processes broke
+    │   ├── TransportError       a channel between accelflow's own processes broke
+    │   └── DeviceMemoryError    a subtask went over its share of a device's memory
     ├── DeploymentError          a Kubernetes/YARN/Ray request cannot be rendered or placed
     ├── MissingDependencyError   an optional extra is needed; names the ``pip install`` to run
     └── AccelflowInternalError   a bug in accelflow itself: please report it
@@ -164,6 +165,23 @@ class JobCancelledError(JobError):
 class TransportError(JobError):
     """A data or control channel between accelflow's own processes broke (e.g. a downstream
     subtask never came up, or a relay lost its receiver). Not a bug in user code."""
+
+
+class DeviceMemoryError(JobError):
+    """A subtask ran out of device memory within the bound of its share of the device (each
+    subtask sharing a device may use its share of the device's memory, see ``docs/gpu.md``).
+
+    Attributes:
+        operator: the operators of the subtask that asked for the device, e.g. ``'classify'``.
+        share: the subtask's share of the device, e.g. ``'1/2'``.
+        bound: the bytes that share allows (None where the device's memory is unknown).
+        used: the bytes the subtask's device framework held then (None where unknown).
+    """
+
+    def __init__(self, message: str, *, operator: str, share: str, bound: int | None = None,
+                 used: int | None = None) -> None:
+        self.operator, self.share, self.bound, self.used = operator, share, bound, used
+        super().__init__(message)
 
 
 class DeploymentError(AccelflowError):
@@ -351,6 +369,7 @@ __all__ = [
     "CoordinationError",
     "DataFormatError",
     "DeploymentError",
+    "DeviceMemoryError",
     "DiscoveryError",
     "DriverLoadError",
     "JobCancelledError",

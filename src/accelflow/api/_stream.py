@@ -21,8 +21,8 @@ from accelflow.config import keys as k
 from accelflow.connectors import ArraySource, CollectionSource, SequenceSource, SingleFileSink
 from accelflow.dataflow import (
     CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph, MapBatchesSpec, MapSpec, OperatorSpec,
-    Partitioning, PrintSinkSpec, ReduceSpec, Sink, SinkToSpec, Source, SourceSpec, Transformation,
-    UserSinkSpec, build_job_graph, in_order,
+    Partitioning, PrintSinkSpec, ReduceSpec, ResidentMapBatchesSpec, ResidentMapSpec, Sink, SinkToSpec, Source,
+    SourceSpec, Transformation, UserSinkSpec, build_job_graph, in_order,
 )
 from accelflow.api._ordered import keep_order
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
@@ -207,9 +207,11 @@ class DataStream:
         return self._env._add(spec, spec.kind if name is None else name, parallelism, self, resources=resources)
 
     def map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
-            resources: Mapping[str, Amount] | None = None) -> DataStream:
-        """One output per record: ``fn(x)`` or a ``RichMapFunction``."""
-        return self._then(MapSpec(fn), name, parallelism, resources)
+            resources: Mapping[str, Amount] | None = None, resident: bool = False) -> DataStream:
+        """One output per record: ``fn(x)`` or a ``RichMapFunction``. ``resident=True``: one
+        instance per device, opened once and kept (see :meth:`map_batches`)."""
+        spec = (ResidentMapSpec if _resident(resident, name or "map") else MapSpec)(fn)
+        return self._then(spec, name, parallelism, resources)
 
     def flat_map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
                  resources: Mapping[str, Amount] | None = None) -> DataStream:
@@ -224,7 +226,7 @@ class DataStream:
     def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
                     name: str | None = None, parallelism: int | None = None,
                     resources: Mapping[str, Amount] | None = None, device: str | None = None,
-                    prefetch: int = 2, device_backend: str | None = None) -> DataStream:
+                    prefetch: int = 2, device_backend: str | None = None, resident: bool = False) -> DataStream:
         """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
         array of rows, a tuple of column arrays for tuple records, or a list) and returns a
         batch of outputs (array, tuple of arrays, or list).
@@ -239,10 +241,18 @@ class DataStream:
         batches in flight; its outputs come back as NumPy. ``device="auto"``: the same where
         CuPy or PyTorch sees a GPU, else plain NumPy batches (the log says why). See
         ``docs/gpu.md``, "map_batches on the device".
+
+        ``resident=True``: ``fn`` (e.g. a model class) gets one instance per device, in the
+        device's host process, opened once and kept for the job's later attempts and, on a
+        session cluster, later jobs with the same operator (its pickled bytes); every subtask on
+        the device (e.g. two at ``{"gpu": 0.5}``) sends its records there, and batches of
+        several subtasks run together up to ``batch_size``. The operator must ask for (a share
+        of) one device. See ``docs/gpu.md``, "Warm devices and resident models".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
-        spec = MapBatchesSpec(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
-                              device_backend=device_backend)
+        cls = ResidentMapBatchesSpec if _resident(resident, name or "map_batches") else MapBatchesSpec
+        spec = cls(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
+                   device_backend=device_backend)
         return self._then(spec, name, parallelism, resources)
 
     def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
@@ -353,6 +363,12 @@ class _Sum:
         out = list(a)
         out[self.field] = a[self.field] + b[self.field]
         return tuple(out)
+
+
+def _resident(resident: Any, name: str) -> bool:
+    if not isinstance(resident, bool):
+        raise ConfigError(f"resident must be True or False, got {_shown(resident)}", key=f"operator {name!r}")
+    return resident
 
 
 def _shown(value: Any) -> str:

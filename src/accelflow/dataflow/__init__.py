@@ -43,8 +43,10 @@ if TYPE_CHECKING:
     from accelflow.dataflow._graph import Chain, JobGraph, Partitioning, Transformation, build_job_graph
     from accelflow.dataflow._specs import (
         CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
-        OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
+        OperatorSpec, PrintSinkSpec, ReduceSpec, ResidentMapBatchesSpec, ResidentMapSpec, SinkToSpec,
+        SourceSpec, UserSinkSpec,
     )
+    from accelflow.dataflow._resident import ResidentFunction
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -72,7 +74,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._specs": (
         "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
-        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "SinkToSpec", "SourceSpec", "UserSinkSpec",
+        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "ResidentMapBatchesSpec", "ResidentMapSpec",
+        "SinkToSpec", "SourceSpec", "UserSinkSpec",
+    ),
+    "._resident": (
+        "ResidentFunction",
     ),
     "._sources": (
         "SharedRows", "even_ranges",
@@ -98,6 +104,9 @@ __all__ = [
     "Positions",
     "PrintSinkSpec",
     "ReduceSpec",
+    "ResidentFunction",
+    "ResidentMapBatchesSpec",
+    "ResidentMapSpec",
     "ResumeSplit",
     "RichFilterFunction",
     "RichFlatMapFunction",

@@ -5,7 +5,9 @@
 - :mod:`.launchers`: how TaskExecutors come to life (OS processes or Ray actors);
 - :mod:`.taskexecutor`: a TaskExecutor process (drivers, slots, forks subtasks);
 - :mod:`.subtask`: one subtask process (operators, channels, partitioning, sinks);
-- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
+- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI);
+- :mod:`.devicehost`: a device host (one per device with resident operators on a
+  TaskExecutor: their instances, shared by the subtasks on that device).
 
 This module re-exports only what every process shares: the typed messages that cross process
 boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
@@ -72,7 +74,17 @@ if TYPE_CHECKING:
         TriggerCheckpoint,
         TriggerSavepoint,
     )
+    from accelflow.runtime._device_messages import (
+        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, DevicePool, DeviceStatus, HostAddress, HostFailed, HostReady, HostReport,
+        HostRequest, ResidentInstance, ResidentOptions, ResidentReply, ResidentRequest, StartSubtask,
+        WarmReady,
+    )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._oob import recv_chunk, send_chunk
+    from accelflow.runtime._warmup import (
+        device_memory, is_out_of_memory, limit_device_memory, memory_text, preload, resolve_framework,
+        share_for, warm_device,
+    )
     from accelflow.runtime._channel_addresses import (
         CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_PREFIX, RELAY_SOCKET, channel_path, connect_unix,
     )
@@ -102,8 +114,20 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SavepointDone", "SavepointFailed", "TriggerSavepoint",
         "DeviceShare", "RegisteredDevice", "RegisteredResource",
     ),
+    "._device_messages": (
+        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "Attach", "Attached", "DevicePool", "DeviceStatus", "HostAddress", "HostFailed", "HostReady",
+        "HostReport", "HostRequest", "ResidentInstance", "ResidentOptions", "ResidentReply",
+        "ResidentRequest", "StartSubtask", "WarmReady",
+    ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
+    ),
+    "._oob": (
+        "recv_chunk", "send_chunk",
+    ),
+    "._warmup": (
+        "device_memory", "is_out_of_memory", "limit_device_memory", "memory_text", "preload",
+        "resolve_framework", "share_for", "warm_device",
     ),
     "._channel_addresses": (
         "CONNECT_TIMEOUT_S", "RELAY_DIR_ENV_VAR", "RELAY_PREFIX", "RELAY_SOCKET", "channel_path",
@@ -131,6 +155,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "Attach",
+    "Attached",
     "Barrier",
     "CONNECT_TIMEOUT_S",
     "CancelJob",
@@ -144,7 +170,16 @@ __all__ = [
     "ConfigReply",
     "ConfigRequest",
     "Deploy",
+    "DevicePool",
     "DeviceShare",
+    "DeviceStatus",
+    "HOSTS_ENV_VAR",
+    "HOSTS_KEY_ENV_VAR",
+    "HostAddress",
+    "HostFailed",
+    "HostReady",
+    "HostReport",
+    "HostRequest",
     "JobAccepted",
     "JobFailed",
     "JobProgress",
@@ -164,6 +199,10 @@ __all__ = [
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "ResidentInstance",
+    "ResidentOptions",
+    "ResidentReply",
+    "ResidentRequest",
     "SOCKET_PREFIX",
     "SUBTASK_MESSAGES",
     "SavepointDone",
@@ -171,6 +210,7 @@ __all__ = [
     "SessionInfo",
     "SharedArray",
     "Shutdown",
+    "StartSubtask",
     "StatusReply",
     "StatusRequest",
     "StopRequest",
@@ -190,24 +230,35 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WarmReady",
     "channel_path",
     "close_listener",
     "committables_at",
     "connect_unix",
     "copy_to_memfd",
+    "device_memory",
     "die_with_parent",
     "dumps",
+    "is_out_of_memory",
+    "limit_device_memory",
+    "memory_text",
     "object_handles",
+    "preload",
+    "recv_chunk",
     "register_arrays",
     "release_arrays",
+    "resolve_framework",
     "same_process",
+    "send_chunk",
     "serve_forever",
     "session_process",
     "share_arrays",
+    "share_for",
     "shared_view",
     "sink_state",
     "socket_dir",
     "unix_listener",
+    "warm_device",
     "whole_lines",
     "write_private",
 ]

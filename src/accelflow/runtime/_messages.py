@@ -9,7 +9,7 @@ JobManager → TaskExecutor (:data:`Command`): :class:`Deploy`, :class:`CancelJo
 
 TaskExecutor → JobManager: :class:`Registration` (its devices as :class:`RegisteredResource`
 and :class:`RegisteredDevice`) or :class:`RegistrationFailed` once, then :class:`SubtaskExited`
-and every subtask event, relayed. A :class:`SubtaskDescriptor` hands a subtask its devices as
+and every subtask event, relayed, and ``DeviceStatus`` (warm devices: ``_device_messages``). A :class:`SubtaskDescriptor` hands a subtask its devices as
 :class:`DeviceShare`.
 
 Subtask → TaskExecutor (:data:`SubtaskEvent`): :class:`SubtaskRunning`,
@@ -41,6 +41,7 @@ from msgspec import Struct, field
 
 from accelflow._errors import RemoteError
 from accelflow.dataflow import Partitioning
+from accelflow.runtime._device_messages import DeviceStatus
 from accelflow.resources import ExternalResourceInfo, info_properties
 
 PROTOCOL = 2
@@ -316,7 +317,7 @@ class TaskExecutorExited(_Message, frozen=True):
 
 
 TaskExecutorEvent = (Registration | RegistrationFailed | SubtaskExited | SubtaskEvent
-                     | TaskExecutorLost | TaskExecutorExited)
+                     | TaskExecutorLost | TaskExecutorExited | DeviceStatus)  # see _device_messages
 
 
 # -- relay (Ray target) ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelflow.runtime import (
-    SUBTASK_MESSAGES, Registration, RegistrationFailed, TaskExecutorEvent, TaskExecutorExited,
+    SUBTASK_MESSAGES, DeviceStatus, Registration, RegistrationFailed, TaskExecutorEvent, TaskExecutorExited,
     TaskExecutorLost,
 )
 from accelflow.runtime.jobmanager._state import ClusterState
@@ -124,7 +124,11 @@ class EventPump:
                     running.events.put((te_id, TaskExecutorDied(te_id)))
                 if self._dispatcher is not None and not (self._closed.is_set() or self.state.cancel_all):
                     self._lost_in_session(te_id, msg)
-        if isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
+        if isinstance(msg, DeviceStatus):  # what is resident and warm there (REST, cluster status)
+            with self.state.lock:
+                if te_id in self.state.taskexecutors:
+                    self.state.taskexecutors[te_id].devices = msg
+        elif isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
             self.membership.put((te_id, msg))
         elif isinstance(msg, SUBTASK_MESSAGES):
             job = self.state.jobs.get(msg.key.job_id)

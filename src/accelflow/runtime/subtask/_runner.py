@@ -26,7 +26,9 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
+from accelflow.runtime.subtask._memory_bound import MemoryBound
 from accelflow.runtime.subtask._operators import Operator, operator_for
+from accelflow.runtime.subtask import _resident  # noqa: F401  (registers the resident operators)
 from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._shm import ShmReceiver
@@ -53,6 +55,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
+    runner = None
     try:
         runner = _Runner(desc, status, cancelled)
         counts = runner.run()
@@ -65,6 +68,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
         os._exit(143)
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
+        exc = runner.bound.explain(exc) if runner is not None else exc  # out of its device memory
         try:
             status.send(SubtaskFailed(desc.key, encode_error(exc, with_traceback=True)))
         finally:
@@ -87,6 +91,7 @@ class _Runner:
         self.ended = False  # the input has ended (the final state is acked)
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
+        self.bound = MemoryBound.of(desc, self.plan)  # its share of a device's memory
 
     def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
@@ -100,9 +105,11 @@ class _Runner:
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
             opened: list[Operator] = []
             try:
+                self.bound.opening()
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
+                self.bound.opened()
                 self._restore()
                 self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
                 self.status.send(SubtaskRunning(desc.key))

@@ -37,13 +37,14 @@ from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._trace import process_started, trace
+from accelflow.runtime.taskexecutor._warm import WarmDevices, WarmSettings
 
 _TERM_GRACE_S = 2.0
 
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int, base_env: dict[str, str] | None = None) -> None:
+                 slots: int, base_env: dict[str, str] | None = None, warm: WarmSettings | None = None) -> None:
         self.id = te_id
         self.base_env = dict(base_env or {})  # every subtask's env (e.g. the Ray relay dir)
         self.jm = jm
@@ -51,6 +52,9 @@ class TaskExecutor:
         self.slots = slots
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
+        #: warm subtask processes and device hosts, per device with work (``_warm``)
+        self.devices = WarmDevices(te_id, provider, warm or WarmSettings(), dict(self.base_env))
+        self.base_env.update(self.devices.subtask_env)
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
@@ -66,15 +70,23 @@ class TaskExecutor:
 
     def serve(self) -> None:
         while True:
-            sources: list[Any] = [self.jm]
+            sources: list[Any] = [self.jm, *self.devices.sources()]
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
             for ready in wait(sources):
                 if ready is self.jm:
                     if not self._command():
                         return
+                elif self.devices.event(ready):
+                    self._device_status()
                 else:
                     self._child_event(ready)
+
+    def _device_status(self) -> None:
+        """Tell the JobManager what is resident and warm, when that changed."""
+        status = self.devices.status()
+        if status is not None:
+            self.jm.send(status)
 
     def _command(self) -> bool:
         try:
@@ -103,6 +115,12 @@ class TaskExecutor:
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
+        warm = self.devices.start_subtask(desc, env)  # a process of its device, ready ahead
+        if warm is not None:
+            trace(f"subtask warm {desc.key}")
+            self.children[desc.key] = (warm, warm.conn)
+            self._device_status()
+            return
         parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
             target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
@@ -112,6 +130,7 @@ class TaskExecutor:
         trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
+        self._device_status()
 
     def _child_event(self, ready: Any) -> None:
         for key, (proc, conn) in list(self.children.items()):
@@ -153,6 +172,7 @@ class TaskExecutor:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             self._terminate(list(self.children))
+            self.devices.close()
         finally:
             self.provider.close()
 
@@ -251,12 +271,13 @@ def _main(argv: list[str] | None, client: int | None) -> int:
             print(f"accelflow: error: {te_id} cannot reach its JobManager: {exc}", file=sys.stderr)
         return 1
     try:
+        warm = WarmSettings.from_config(config)
         provider = ExternalResourceInfoProvider.from_config(config)
     except AccelflowError as exc:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     trace("te drivers done")
-    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm)
     try:
         jm.send(te.registration())
         trace("te registered")
