@@ -28,6 +28,7 @@ def gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
     (tmp_path / "device").mkdir()
     monkeypatch.setenv("FAKE_CUPY_DEVICE", str(tmp_path / "device"))
+    monkeypatch.setenv("FAKE_CUPY_MEMORY", str(64 << 20))
     return {
         "external-resources": "gpu",
         "external-resource.gpu.amount": 2,

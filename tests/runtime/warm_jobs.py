@@ -114,6 +114,45 @@ class SmallChunks(Source[int]):
             yield np.array(mine[start:start + self.chunk], dtype=np.int64)
 
 
+class UntilFile(Source[int]):
+    """Chunks of ``chunk`` records, one every ``delay`` s, until the file ``stop`` exists."""
+
+    def __init__(self, stop: str, chunk: int = 4, delay: float = 0.01) -> None:
+        self.stop, self.chunk, self.delay = stop, chunk, delay
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return list(range(parallelism))
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Any:
+        raise NotImplementedError
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Any:
+        start = 0
+        while not os.path.exists(self.stop):
+            time.sleep(self.delay)
+            yield np.arange(start, start + self.chunk, dtype=np.int64)
+            start += self.chunk
+
+
+class Spiky:
+    """A GPU map_batches on (fake) CuPy that needs ``spike_mib`` of device memory for a moment
+    in every batch (and logs ``spike``)."""
+
+    def __init__(self, log: str, spike_mib: int) -> None:
+        self.log, self.spike_mib = log, spike_mib
+
+    def open(self, ctx: RuntimeContext) -> None:
+        import cupy
+
+        self.cupy = cupy
+
+    def map_batch(self, batch: Any) -> Any:
+        scratch = self.cupy.empty((self.spike_mib << 20,), dtype=np.uint8)
+        del scratch
+        log_line(self.log, "spike")
+        return batch
+
+
 class Leaky:
     """A GPU map_batches on (fake) CuPy that keeps ``leak_mib`` of device memory per batch."""
 
@@ -144,7 +183,7 @@ import os
 
 import numpy
 
-TOTAL = int(os.environ.get("FAKE_CUPY_MEMORY", str(64 << 20)))
+TOTAL = int(os.environ.get("FAKE_CUPY_MEMORY", str(81920 << 20)))  # a fake GPU's, by default
 _DEVICE = os.environ.get("FAKE_CUPY_DEVICE", "")
 
 

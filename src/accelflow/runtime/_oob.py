@@ -1,11 +1,12 @@
 """A message and its chunk over a ``Connection``, the chunk's arrays out of band (pickle
 protocol 5): between a subtask and the device host of a resident operator.
 
-``conn.send(chunk)`` pickles an array's bytes into the pickle (one copy), and the receiver
-copies them out again. Here the pickle holds only the arrays' metadata and each array's
-buffer goes to the socket as it is (``send_bytes`` of the buffer), and is received straight
-into a fresh ``bytearray`` that the array is rebuilt on (writable, as a chunk from a data
-channel is). ``benchmarks/warm.py`` measures it against ``conn.send``.
+``conn.send(chunk)`` pickles an array's bytes into the pickle (a copy), and the receiver
+reads the message into a buffer of its own and unpickles it (two more). Here the pickle
+(sent with ``conn.send``) holds only the arrays' metadata and sizes; each array's buffer then
+goes to the socket as it is, and is read straight into a fresh ``bytearray`` that the array
+is rebuilt on (writable, as a chunk from a data channel is). ``benchmarks/warm.py`` measures
+both (``benchmarks/results/warm.txt``).
 
 Example:
     >>> import numpy as np
@@ -18,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import pickle
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,8 +31,10 @@ def send_chunk(conn: Connection, header: Any, chunk: Any) -> None:
     data = pickle.dumps((header, chunk), protocol=5, buffer_callback=buffers.append)
     views = [b.raw() for b in buffers]
     conn.send((data, [v.nbytes for v in views]))
+    fd = conn.fileno()
     for view in views:
-        conn.send_bytes(view)
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def recv_chunk(conn: Connection) -> tuple[Any, Any]:
@@ -40,13 +44,16 @@ def recv_chunk(conn: Connection) -> tuple[Any, Any]:
         EOFError: the other side closed the connection.
     """
     data, sizes = conn.recv()
+    fd = conn.fileno()
     buffers = []
     for size in sizes:
         buffer = bytearray(size)
-        if size:
-            conn.recv_bytes_into(buffer)
-        else:
-            conn.recv_bytes()
+        view, got = memoryview(buffer), 0
+        while got < size:
+            n = os.readv(fd, [view[got:]])
+            if not n:
+                raise EOFError("the connection closed in the middle of a chunk")
+            got += n
         buffers.append(buffer)
     header, chunk = pickle.loads(data, buffers=buffers)
     return header, chunk

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -40,7 +41,8 @@ class WarmProcess:
 
     def __init__(self, popen: subprocess.Popen[bytes], conn: Connection, device: Device) -> None:
         self.popen, self.conn, self.device = popen, conn, device
-        self.sentinel = os.pidfd_open(popen.pid)
+        self.sentinel = os.pidfd_open(popen.pid)  # readable once it exited; closed with this object
+        weakref.finalize(self, os.close, self.sentinel)
         self.ready: WarmReady | None = None
 
     @property
@@ -76,10 +78,7 @@ class WarmProcess:
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            return
-        if self.sentinel >= 0:
-            os.close(self.sentinel)
-            self.sentinel = -1
+            pass
 
     def stop(self) -> None:
         """End an unused one: closing its socket makes it exit; then make sure."""
