@@ -5,7 +5,8 @@
 A session cluster (``accelflow cluster start``) with one fake GPU (``accelflow.testing``'s fake
 ``nvidia-smi``) runs a job of two subtasks at half the GPU each: a paced source, then
 ``map_batches(SlowModel(...), resources={"gpu": 0.5}, parallelism=2)``, whose module takes
-``--import-s`` to import and whose ``open()`` takes ``--open-s`` (a model's load), then a sink
+``--import-s`` of CPU work to import and whose ``open()`` loads a 32 MiB weights file and works
+the CPU until ``--open-s`` have passed (a model's load; nothing sleeps), then a sink
 that notes when outputs come. Jobs are ``accelflow run --cluster`` runs of a job script, as a
 user's. Three ways, in turns (each round starts a fresh cluster per way):
 
@@ -41,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 WAYS = {
     "today": {"taskmanager.device-pool.size": 0},
     "warm": {"taskmanager.device-pool.size": 2, "external-resource.gpu.warm.preload": "slow_model"},
@@ -48,18 +51,32 @@ WAYS = {
 }
 
 SLOW_MODEL = '''
-"""The model: importing this module takes IMPORT_S, open() takes OPEN_S."""
+"""The model. Importing this module takes IMPORT_S of real CPU work (matrix products, as a
+framework's import initialising itself), open() loads the model's weights from a file
+(WEIGHTS, written by the benchmark) and then works the CPU until OPEN_S have passed (as a
+model's load and warm-up). Neither sleeps: both take a core, as the real ones do."""
 import os, time
+import numpy as np
 IMPORT_S, OPEN_S = {import_s}, {open_s}
-LOG = {log!r}
-time.sleep(IMPORT_S)
+LOG, WEIGHTS = {log!r}, {weights!r}
+
+
+def _work(seconds, started):
+    a = np.ones((128, 128))
+    while time.perf_counter() - started < seconds:
+        a = a @ a / 128.0
+
+
+_work(IMPORT_S, time.perf_counter())
 with open(LOG, "a") as f:
     f.write(f"import {{os.getpid()}} {{time.time()}}\\n")
 
 
 class SlowModel:
     def open(self, ctx):
-        time.sleep(OPEN_S)
+        started = time.perf_counter()
+        self.weights = np.load(WEIGHTS)
+        _work(OPEN_S, started)
         with open(LOG, "a") as f:
             f.write(f"open {{os.getpid()}} {{time.time()}}\\n")
 
@@ -204,7 +221,9 @@ def one_round(way: str, open_s: float, import_s: float) -> dict[str, dict[str, f
         # script travel with the job instead, by value: nothing to import)
         (tmp / "lib").mkdir()
         (tmp / "lib" / "slow_model.py").write_text(
-            SLOW_MODEL.format(import_s=import_s, open_s=open_s, log=str(tmp / "model.log")))
+            SLOW_MODEL.format(import_s=import_s, open_s=open_s, log=str(tmp / "model.log"),
+                              weights=str(tmp / "weights.npy")))
+        np.save(tmp / "weights.npy", np.random.default_rng(0).standard_normal((4096, 2048), dtype=np.float32))
         (tmp / "lib" / "bench_ops.py").write_text(textwrap.dedent(BENCH_OPS))
         (tmp / "job").mkdir()
         (tmp / "job" / "job.py").write_text(textwrap.dedent(JOB))
@@ -225,8 +244,6 @@ def one_round(way: str, open_s: float, import_s: float) -> dict[str, dict[str, f
 def round_trip(rounds: int = 20) -> dict[str, float]:
     """Seconds for a 4096x784 uint8 batch to go to another process and back, two ways."""
     import multiprocessing
-
-    import numpy as np
 
     from accelflow.runtime import recv_chunk, send_chunk
 
