@@ -176,9 +176,13 @@ RUNTIME_IMPORTS: dict[str, set[str]] = {
     "jobmanager": {"launchers"},
     # starts TaskExecutors: by module name, forked by the zygote, or as the Ray actor class
     "launchers": {"taskexecutor"},
-    # forks subtasks by module name (``_early.SubtaskEntry``), never imports them
+    # forks subtasks by module name (``_early.SubtaskEntry``), never imports them; spawns warm
+    # subtask processes and device hosts by module name too
     "taskexecutor": set(),
     "subtask": set(),
+    # a device host (issue 27): its resident instances run the device stage of ``map_batches``
+    # (``subtask/_device.py``) and join chunks as a subtask does, in the host's process
+    "devicehost": {"subtask"},
 }
 
 
@@ -259,6 +263,15 @@ def _example(cls: type) -> object:
         "change": _device_messages.DeviceChange("quarantined", "Xid 79", 79, True),
         "kind": "quarantined", "xid": 79, "used": 2**30,
         "usage": (_device_messages.SubtaskMemory(key, "gpu", "0", 2**30),),
+    })
+    instance = _device_messages.ResidentInstance("gpu", "0", "classify", "3f2a", 2**20, 2, 1.5)
+    values.update({  # warm devices' (runtime/_device_messages.py)
+        "framework": "torch", "note": "CUDA context on device 0", "env": {"A": "1"}, "address": "/tmp/h.sock",
+        "instances": (instance,), "resource": "gpu", "blob": b"fn", "operator": "classify",
+        "options": _device_messages.ResidentOptions("map_batches", "map_batch", 64), "subtask": "classify (1/2)",
+        "kind": "map", "seq": 3, "records": 64, "resident": (instance,),
+        "pools": (_device_messages.DevicePool("gpu", "0", 1, 1),), "opened": True, "memory": 2**20,
+        "ready": 1, "size": 1, "users": 2, "since": 1.5,
     })
     fields = {f.name: values[f.name] for f in msgspec.structs.fields(cls)
               if f.name in values}

@@ -16,7 +16,8 @@ from accelflow._errors import ConfigError
 from accelflow.connectors import SingleFileSink
 from accelflow.dataflow import (
     CollectSinkSpec, Edge, FileSinkSpec, FilterSpec, FlatMapSpec, MapBatchesSpec, MapSpec, OperatorSpec,
-    Partitioning, PrintSinkSpec, ProcessSpec, Sink, SinkToSpec, TimestampsSpec, UnionSpec, UserSinkSpec, in_order,
+    Partitioning, PrintSinkSpec, ProcessSpec, ResidentMapBatchesSpec, ResidentMapSpec, Sink, SinkToSpec,
+    TimestampsSpec, UnionSpec, UserSinkSpec, in_order,
 )
 from accelflow.dataflow.eventtime import OutputTag
 from accelflow.config import keys as k
@@ -65,10 +66,12 @@ class DataStream:
 
     # -- one record at a time -------------------------------------------------------------------
     def map(self, fn: Any, output_type: Any = None, *, name: str | None = None, parallelism: int | None = None,
-            resources: Mapping[str, Amount] | None = None) -> DataStream:
+            resources: Mapping[str, Amount] | None = None, resident: bool = False) -> DataStream:
         """One output per record: ``fn(x)`` or a ``RichMapFunction`` (after ``key_by``, its
-        ``open(ctx)`` gets keyed state: ``ctx.get_state(ValueStateDescriptor(...))``)."""
-        return self._then(MapSpec(fn), name, parallelism, resources)
+        ``open(ctx)`` gets keyed state: ``ctx.get_state(ValueStateDescriptor(...))``).
+        ``resident=True``: one instance per device, opened once and kept (see :meth:`map_batches`)."""
+        spec = (ResidentMapSpec if _resident(resident, name or "map") else MapSpec)(fn)
+        return self._then(spec, name, parallelism, resources)
 
     def flat_map(self, fn: Any, output_type: Any = None, *, name: str | None = None,
                  parallelism: int | None = None, resources: Mapping[str, Amount] | None = None) -> DataStream:
@@ -83,7 +86,7 @@ class DataStream:
     def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
                     name: str | None = None, parallelism: int | None = None,
                     resources: Mapping[str, Amount] | None = None, device: str | None = None,
-                    prefetch: int = 2, device_backend: str | None = None) -> DataStream:
+                    prefetch: int = 2, device_backend: str | None = None, resident: bool = False) -> DataStream:
         """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
         array of rows, a tuple of column arrays for tuple records, or a list) and returns a
         batch of outputs (array, tuple of arrays, or list).
@@ -98,10 +101,18 @@ class DataStream:
         batches in flight; its outputs come back as NumPy. ``device="auto"``: the same where
         CuPy or PyTorch sees a GPU, else plain NumPy batches (the log says why). See
         ``docs/gpu.md``, "map_batches on the device".
+
+        ``resident=True``: ``fn`` (e.g. a model class) gets one instance per device, in the
+        device's host process, opened once and kept for the job's later attempts and, on a
+        session cluster, later jobs with the same operator (its pickled bytes); every subtask on
+        the device (e.g. two at ``{"gpu": 0.5}``) sends its records there, and batches of
+        several subtasks run together up to ``batch_size``. The operator must ask for (a share
+        of) one device. See ``docs/gpu.md``, "Warm devices and resident models".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
-        spec = MapBatchesSpec(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
-                              device_backend=device_backend)
+        cls = ResidentMapBatchesSpec if _resident(resident, name or "map_batches") else MapBatchesSpec
+        spec = cls(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
+                   device_backend=device_backend)
         return self._then(spec, name, parallelism, resources)
 
     def process(self, fn: Any, output_type: Any = None, *, name: str | None = None,
@@ -350,3 +361,9 @@ def _not_implemented(what: str, instead: str) -> ConfigError:
     """The error of a PyFlink API this version does not implement (listed in docs/event-time.md)."""
     return ConfigError(f"{what} is not implemented in this version of accelflow; instead: {instead}",
                        key="see docs/event-time.md#not-implemented")
+
+
+def _resident(resident: Any, name: str) -> bool:
+    if not isinstance(resident, bool):
+        raise ConfigError(f"resident must be True or False, got {shown(resident)}", key=f"operator {name!r}")
+    return resident

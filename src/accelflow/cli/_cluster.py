@@ -193,7 +193,24 @@ def status(args: argparse.Namespace) -> int:
     for name, r in overview["resources"].items():
         print(f"  {name}: {r['free']['exact']} free of {r['total']['exact']} ({r['devices']} devices)")
     print(f"  jobs: {jobs}")
+    for line in _warm_lines(overview):
+        print(f"  {line}")
     return 0
+
+
+def _warm_lines(overview: dict[str, Any]) -> list[str]:
+    """What is resident where, and the warm pools, one line each, e.g. ``resident: classify on
+    taskexecutor-1 gpu 0 (key 3f2a..., 812.0 MiB, 2 subtasks, since 12:01:07)``."""
+    lines = []
+    for i in overview.get("resident", []):
+        memory = "memory unmeasured" if i["memory"] is None else f"{i['memory'] / 2**20:.1f} MiB"
+        lines.append(f"resident: {i['operator']} on {i['taskexecutor']} {i['resource']} {i['address']} "
+                     f"(key {i['key']}, {memory}, {i['users']} subtask(s), since "
+                     f"{time.strftime('%H:%M:%S', time.localtime(i['since']))})")
+    for p in overview.get("device_pools", []):
+        lines.append(f"warm processes: {p['ready']} ready of {p['size']} on {p['taskexecutor']} "
+                     f"{p['resource']} {p['address']}")
+    return lines
 
 
 def stop(args: argparse.Namespace) -> int:

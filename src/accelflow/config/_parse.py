@@ -299,6 +299,20 @@ def string_map(value: object) -> Mapping[str, str]:
     return items
 
 
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def module_names(value: object) -> tuple[str, ...]:
+    """Python module names: ``"torchvision, my_models.cnn"`` or, in YAML, a list of them."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    bad = [name for name in names if not _MODULE.fullmatch(name)]
+    if bad:
+        raise ValueError(f"expected module names such as 'torchvision' or 'my_models.cnn', separated by "
+                         f"commas, got {', '.join(map(repr, bad))}")
+    return names
+
+
 def json_list(value: object) -> list[Any]:
     """A JSON list given as text or, in YAML, as a sequence."""
     if isinstance(value, list | tuple):

@@ -103,6 +103,17 @@ RAY_RESOURCE_NAME = _suffix(
     "ray.resource-name", p.string, None,
     "Ray custom resource that stands for this resource (default: the resource name).",
 )
+WARM_FRAMEWORK = _suffix(
+    "warm.framework", p.choice("auto", "torch", "cupy", "none"), "auto",
+    "What a warm process of one of this resource's devices (a device host, a warm subtask "
+    "process) imports and initialises before its first use: 'torch' (import, CUDA context), "
+    "'cupy' (the same), 'auto' (torch where installed, else CuPy, else nothing) or 'none'.",
+)
+WARM_PRELOAD: Key[tuple[str, ...]] = _suffix(
+    "warm.preload", p.module_names, None,
+    "Modules a warm process of this resource's devices imports ahead of its first use, e.g. "
+    "'torchvision, my_models.cnn' (the module of a resident model's class).",
+)
 PARAM_PREFIX = "param."
 
 # -- local cluster and scheduling (issue: runtime) ---------------------------------------------
@@ -131,6 +142,17 @@ NUMBER_OF_TASK_SLOTS = _key(
     p.int_in_range(1, MAX_SLOTS_PER_TASKEXECUTOR, "each slot can run a subtask process"), 1,
     f"Slots per TaskExecutor (at most {MAX_SLOTS_PER_TASKEXECUTOR}). When not set, a local "
     "environment gives each TaskExecutor enough slots for the job's largest parallelism.",
+)
+DEVICE_POOL_SIZE = _key(
+    "taskmanager.device-pool.size", p.int_in_range(0, 16, "each is a process holding a device context"), 1,
+    "Warm subtask processes a TaskExecutor keeps ready per device that has had work (its device "
+    "framework imported, its CUDA context made); a subtask holding one device starts in one. "
+    "0: none (every subtask is forked).",
+)
+RESIDENT_MAX_INSTANCES = _key(
+    "taskmanager.resident.max-instances", p.int_in_range(1, 1024, "each holds a model in device memory"), 8,
+    "Resident operator instances (resident=True) a device host keeps per device; beyond it, the "
+    "least recently used one that no subtask uses is closed.",
 )
 PARALLELISM_DEFAULT = _key(
     "parallelism.default", p.int_in_range(1, MAX_PARALLELISM, "each subtask is a process"), 1,

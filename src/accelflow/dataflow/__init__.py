@@ -120,8 +120,10 @@ if TYPE_CHECKING:
     )
     from accelflow.dataflow._specs import (
         CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec,
-        OperatorSpec, PrintSinkSpec, ReduceSpec, SinkToSpec, SourceSpec, UserSinkSpec,
+        OperatorSpec, PrintSinkSpec, ReduceSpec, ResidentMapBatchesSpec, ResidentMapSpec, SinkToSpec,
+        SourceSpec, UserSinkSpec,
     )
+    from accelflow.dataflow._resident import ResidentFunction
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -175,7 +177,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._specs": (
         "CollectSinkSpec", "FileSinkSpec", "FilterSpec", "FlatMapSpec", "FunctionSpec", "MapBatchesSpec",
-        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "SinkToSpec", "SourceSpec", "UserSinkSpec",
+        "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "ResidentMapBatchesSpec", "ResidentMapSpec",
+        "SinkToSpec", "SourceSpec", "UserSinkSpec",
+    ),
+    "._resident": (
+        "ResidentFunction",
     ),
     "._sources": (
         "SharedRows", "even_ranges",
@@ -250,6 +256,9 @@ __all__ = [
     "ReduceSpec",
     "ReducingState",
     "ReducingStateDescriptor",
+    "ResidentFunction",
+    "ResidentMapBatchesSpec",
+    "ResidentMapSpec",
     "ResumeSplit",
     "RichFilterFunction",
     "RichFlatMapFunction",

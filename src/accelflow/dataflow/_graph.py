@@ -93,6 +93,7 @@ class Transformation:
 
     def __post_init__(self) -> None:
         self.spec.check(f"operator {self.name!r}")
+        self.spec.check_resources(self.resources, f"operator {self.name!r}")
 
     @property
     def kind(self) -> str:

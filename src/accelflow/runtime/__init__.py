@@ -5,7 +5,9 @@
 - :mod:`.launchers`: how TaskExecutors come to life (OS processes or Ray actors);
 - :mod:`.taskexecutor`: a TaskExecutor process (drivers, slots, forks subtasks);
 - :mod:`.subtask`: one subtask process (operators, channels, partitioning, sinks);
-- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
+- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI);
+- :mod:`.devicehost`: a device host (one per device with resident operators on a
+  TaskExecutor: their instances, shared by the subtasks on that device).
 
 This module re-exports only what every process shares: the typed messages that cross process
 boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
@@ -77,9 +79,17 @@ if TYPE_CHECKING:
         Watermark,
     )
     from accelflow.runtime._device_messages import (
-        DeviceChange, DeviceEvent, DeviceReport, DevicesFree, InjectFault, MemoryReport, SubtaskMemory,
+        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, DeviceChange, DeviceEvent, DevicePool, DeviceReport,
+        DevicesFree, DeviceStatus, HostAddress, HostFailed, HostReady, HostReport, HostRequest, InjectFault,
+        MemoryReport, ResidentInstance, ResidentOptions, ResidentReply, ResidentRequest, StartSubtask,
+        SubtaskMemory, WarmReady,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._oob import recv_chunk, send_chunk
+    from accelflow.runtime._warmup import (
+        device_memory, is_out_of_memory, memory_text, preload, resolve_framework,
+        share_for, warm_device,
+    )
     from accelflow.runtime._channel_addresses import (
         CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_PREFIX, RELAY_SOCKET, channel_path, connect_unix,
     )
@@ -98,10 +108,6 @@ if TYPE_CHECKING:
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
 _LAZY: dict[str, tuple[str, ...]] = {
-    "._device_messages": (
-        "DeviceChange", "DeviceEvent", "DeviceReport", "DevicesFree", "InjectFault", "MemoryReport",
-        "SubtaskMemory",
-    ),
     "._messages": (
         "Barrier", "CancelJob", "ChainPlan", "CheckpointAck", "CheckpointCommitted",
         "NotifyCheckpointComplete", "ToSubtask", "TriggerCheckpoint", "ChannelDone", "ChannelFailed", "Collected", "Command",
@@ -114,8 +120,21 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SavepointDone", "SavepointFailed", "TriggerSavepoint",
         "DeviceShare", "RegisteredDevice", "RegisteredResource", "InputChannel", "StreamStatus", "Watermark",
     ),
+    "._device_messages": (
+        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "Attach", "Attached", "DeviceChange", "DeviceEvent", "DevicePool",
+        "DeviceReport", "DevicesFree", "DeviceStatus", "HostAddress", "HostFailed", "HostReady", "HostReport",
+        "HostRequest", "InjectFault", "MemoryReport", "ResidentInstance", "ResidentOptions", "ResidentReply",
+        "ResidentRequest", "StartSubtask", "SubtaskMemory", "WarmReady",
+    ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
+    ),
+    "._oob": (
+        "recv_chunk", "send_chunk",
+    ),
+    "._warmup": (
+        "device_memory", "is_out_of_memory", "memory_text", "preload",
+        "resolve_framework", "share_for", "warm_device",
     ),
     "._channel_addresses": (
         "CONNECT_TIMEOUT_S", "RELAY_DIR_ENV_VAR", "RELAY_PREFIX", "RELAY_SOCKET", "channel_path",
@@ -146,6 +165,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "Attach",
+    "Attached",
     "Barrier",
     "CONNECT_TIMEOUT_S",
     "CancelJob",
@@ -162,9 +183,18 @@ __all__ = [
     "Deploy",
     "DeviceChange",
     "DeviceEvent",
+    "DevicePool",
     "DeviceReport",
-    "DeviceShare",
     "DevicesFree",
+    "DeviceShare",
+    "DeviceStatus",
+    "HostAddress",
+    "HostFailed",
+    "HostReady",
+    "HostReport",
+    "HostRequest",
+    "HOSTS_ENV_VAR",
+    "HOSTS_KEY_ENV_VAR",
     "InjectFault",
     "JobAccepted",
     "JobFailed",
@@ -187,6 +217,10 @@ __all__ = [
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "ResidentInstance",
+    "ResidentOptions",
+    "ResidentReply",
+    "ResidentRequest",
     "SOCKET_PREFIX",
     "SUBTASK_MESSAGES",
     "SYSTEM_CLOCK",
@@ -195,6 +229,7 @@ __all__ = [
     "SessionInfo",
     "SharedArray",
     "Shutdown",
+    "StartSubtask",
     "StatusReply",
     "StatusRequest",
     "StopRequest",
@@ -215,24 +250,34 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WarmReady",
     "channel_path",
     "close_listener",
     "committables_at",
     "connect_unix",
     "copy_to_memfd",
+    "device_memory",
     "die_with_parent",
     "dumps",
+    "is_out_of_memory",
+    "memory_text",
     "object_handles",
+    "preload",
+    "recv_chunk",
     "register_arrays",
     "release_arrays",
+    "resolve_framework",
     "same_process",
+    "send_chunk",
     "serve_forever",
     "session_process",
     "share_arrays",
+    "share_for",
     "shared_view",
     "sink_state",
     "socket_dir",
     "unix_listener",
+    "warm_device",
     "whole_lines",
     "write_private",
     "InputChannel",

@@ -9,7 +9,7 @@ JobManager → TaskExecutor (:data:`Command`): :class:`Deploy`, :class:`CancelJo
 
 TaskExecutor → JobManager: :class:`Registration` (its devices as :class:`RegisteredResource`
 and :class:`RegisteredDevice`) or :class:`RegistrationFailed` once, then :class:`SubtaskExited`
-and every subtask event, relayed. A :class:`SubtaskDescriptor` hands a subtask its devices as
+and every subtask event, relayed, and ``DeviceStatus`` (warm devices: ``_device_messages``). A :class:`SubtaskDescriptor` hands a subtask its devices as
 :class:`DeviceShare`.
 
 Subtask → TaskExecutor (:data:`SubtaskEvent`): :class:`SubtaskRunning`,
@@ -44,7 +44,7 @@ from accelflow.dataflow import Partitioning
 from accelflow.resources import ExternalResourceInfo, info_properties
 
 if TYPE_CHECKING:  # device health and memory (``_device_messages``, which imports this module)
-    from accelflow.runtime._device_messages import DeviceEvent, InjectFault
+    from accelflow.runtime._device_messages import DeviceEvent, DeviceStatus, InjectFault
 
 PROTOCOL = 2
 
@@ -364,7 +364,7 @@ class TaskExecutorExited(_Message, frozen=True):
 
 
 TaskExecutorEvent = Union[Registration, RegistrationFailed, SubtaskExited, SubtaskEvent,
-                          TaskExecutorLost, TaskExecutorExited, "DeviceEvent"]
+                          TaskExecutorLost, TaskExecutorExited, "DeviceEvent", "DeviceStatus"]
 
 
 # -- relay (Ray target) ---------------------------------------------------------------------------

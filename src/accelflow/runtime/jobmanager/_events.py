@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelflow.runtime import (
-    SUBTASK_MESSAGES, SYSTEM_CLOCK, Clock, DeviceReport, DevicesFree, MemoryReport, Registration,
-    RegistrationFailed, TaskExecutorEvent, TaskExecutorExited, TaskExecutorLost,
+    SUBTASK_MESSAGES, SYSTEM_CLOCK, Clock, DeviceReport, DevicesFree, DeviceStatus, MemoryReport,
+    Registration, RegistrationFailed, TaskExecutorEvent, TaskExecutorExited, TaskExecutorLost,
 )
 from accelflow.runtime.jobmanager._quarantine import on_device_event
 from accelflow.runtime.jobmanager._state import ClusterState
@@ -156,6 +156,11 @@ class EventPump:
                     self._lost_in_session(te_id, msg)
         if isinstance(msg, DeviceReport | MemoryReport | DevicesFree):
             on_device_event(self.state, te_id, msg)
+            return
+        if isinstance(msg, DeviceStatus):  # what is resident and warm there (REST, cluster status)
+            with self.state.lock:
+                if te_id in self.state.taskexecutors:
+                    self.state.taskexecutors[te_id].devices = msg
         elif isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
             self.membership.put((te_id, msg))
         elif isinstance(msg, SUBTASK_MESSAGES):

@@ -20,6 +20,8 @@ from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from msgspec import structs
+
 from accelflow.runtime import RegisteredDevice, SubtaskKey
 from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
@@ -93,6 +95,8 @@ def _overview(taskexecutors: list[View], jobs: list[View]) -> View:
             name: {"devices": e["devices"], "total": share(e["total"]), "free": share(e["free"])}
             for name, e in sorted(resources.items())
         },
+        "resident": [i for te in taskexecutors for i in te["resident"]],
+        "device_pools": [p for te in taskexecutors for p in te["device_pools"]],
         "time": time.time(),
     }
 
@@ -112,10 +116,14 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
             "status": r.status, "message": r.message,
             "devices": [_device(jm, d, registered.get(d.address)) for d in devices_of.get(r.name, [])],
         })
+    warm = te.devices
     return {
         "id": te_id, "pid": reg.pid,
         "slots": {"total": reg.slots, "free": reg.slots - te.used_slots},
         "resources": resources,
+        # what resident operators keep on its devices, and its warm subtask processes
+        "resident": [dict(structs.asdict(i), taskexecutor=te_id) for i in warm.resident] if warm else [],
+        "device_pools": [dict(structs.asdict(p), taskexecutor=te_id) for p in warm.pools] if warm else [],
     }
 
 

@@ -28,9 +28,9 @@ from accelflow.runtime import (
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._chain_io import ChainIO
 from accelflow.runtime.subtask._channels import listen
-from accelflow.runtime.subtask._memory_limit import before_user_code, explain, hold_frameworks
+from accelflow.runtime.subtask._memory_limit import before_user_code, check_opened, explain, hold_frameworks
 from accelflow.runtime.subtask._inputs import InputGate
-from accelflow.runtime.subtask import _async_operator, _event_operators  # noqa: F401 (register their operators)
+from accelflow.runtime.subtask import _async_operator, _event_operators, _resident  # noqa: F401 (register their operators)
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._partition import Router
 #: how often a subtask that skips a :class:`ResumeSplit`'s records says how far it got
@@ -54,7 +54,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
-    before_user_code(desc)  # the device memory it asked for: CuPy reads it at import
+    before_user_code(desc)  # its part of the device's memory: CuPy reads it at import
     runner: _Runner | None = None
     try:
         runner = _Runner(desc, status, cancelled)
@@ -104,10 +104,12 @@ class _Runner(ChainIO):
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
             opened: list[Operator] = []
             try:
+                hold_frameworks(desc)  # those a warm process imported ahead
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
-                hold_frameworks(desc)  # PyTorch, when the user's functions imported it
+                hold_frameworks(desc)  # those the user's functions imported
+                check_opened(desc, self.plan)
                 self._restore()
                 self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
                              for edge in plan.outputs], len(plan.nodes) - len(self.ops))

@@ -38,13 +38,14 @@ from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._health import SUBTASK_ENV_VAR, FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
+from accelflow.runtime.taskexecutor._warm import WarmDevices, WarmSettings
 
 _TERM_GRACE_S = 2.0
 
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int, base_env: dict[str, str] | None = None) -> None:
+                 slots: int, base_env: dict[str, str] | None = None, warm: WarmSettings | None = None) -> None:
         self.id = te_id
         self.base_env = dict(base_env or {})  # every subtask's env (e.g. the Ray relay dir)
         self.jm = jm
@@ -57,6 +58,9 @@ class TaskExecutor:
         self.monitor = HealthMonitor(watches, {
             name: [i.address for i in provider.get_external_resource_infos(name)] for name in watches
         }) if watches else None
+        #: warm subtask processes and device hosts, per device with work (``_warm``)
+        self.devices = WarmDevices(te_id, provider, warm or WarmSettings(), dict(self.base_env))
+        self.base_env.update(self.devices.subtask_env)
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
@@ -75,7 +79,7 @@ class TaskExecutor:
         if self.monitor is not None:
             self.monitor.start()
         while True:
-            sources: list[Any] = [self.jm]
+            sources: list[Any] = [self.jm, *self.devices.sources()]
             if self.monitor is not None:
                 sources.append(self.monitor.wakeup)
             for proc, conn in self.children.values():
@@ -86,6 +90,8 @@ class TaskExecutor:
                         return
                 elif self.monitor is not None and ready == self.monitor.wakeup:
                     self._health()
+                elif self.devices.event(ready):
+                    self._device_status()
                 else:
                     self._child_event(ready)
 
@@ -101,6 +107,12 @@ class TaskExecutor:
             for key in keys:  # before they are stopped: the failure, not the exit, is the news
                 self.jm.send(SubtaskFailed(key, encode_error(notice.error)))
             self._terminate(keys)
+
+    def _device_status(self) -> None:
+        """Tell the JobManager what is resident and warm, when that changed."""
+        status = self.devices.status()
+        if status is not None:
+            self.jm.send(status)
 
     def _command(self) -> bool:
         try:
@@ -138,6 +150,12 @@ class TaskExecutor:
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
+        warm = self.devices.start_subtask(desc, env)  # a process of its device, ready ahead
+        if warm is not None:
+            trace(f"subtask warm {desc.key}")
+            self.children[desc.key] = (warm, warm.conn)
+            self._started(desc, warm.pid)
+            return
         parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
             target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
@@ -147,10 +165,15 @@ class TaskExecutor:
         trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
+        self._started(desc, proc.pid or -1)
+
+    def _started(self, desc: SubtaskDescriptor, pid: int) -> None:
+        """A subtask's process runs: its devices are watched for its leftovers, and what is warm changed."""
         self.descriptors[desc.key] = desc
         if self.monitor is not None:
-            self.monitor.subtask_started(desc.key, proc.pid or -1, {
+            self.monitor.subtask_started(desc.key, pid, {
                 r: [d.info().address for d in shares] for r, shares in desc.assigned.items()})
+        self._device_status()
 
     def _child_event(self, ready: Any) -> None:
         for key, (proc, conn) in list(self.children.items()):
@@ -195,6 +218,7 @@ class TaskExecutor:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             self._terminate(list(self.children))
+            self.devices.close()
         finally:
             if self.monitor is not None:
                 self.monitor.close()
@@ -295,12 +319,13 @@ def _main(argv: list[str] | None, client: int | None) -> int:
             print(f"accelflow: error: {te_id} cannot reach its JobManager: {exc}", file=sys.stderr)
         return 1
     try:
+        warm = WarmSettings.from_config(config)
         provider = ExternalResourceInfoProvider.from_config(config)
     except AccelflowError as exc:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     trace("te drivers done")
-    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm)
     try:
         jm.send(te.registration())
         trace("te registered")
