@@ -90,7 +90,10 @@ def device_memory() -> int | None:
         used = int(torch.cuda.memory_allocated())
     cupy = sys.modules.get("cupy")
     if cupy is not None:
-        used = (used or 0) + int(cupy.get_default_memory_pool().used_bytes())
+        try:  # a CuPy without CUDA, or a stand-in, cannot say
+            used = (used or 0) + int(cupy.get_default_memory_pool().used_bytes())
+        except Exception as exc:
+            _log.debug("CuPy's memory in use unknown: %s", exc)
     return used
 
 
