@@ -98,9 +98,9 @@ def test_a_model_too_big_for_its_share_is_refused(gpus: dict[str, Any]) -> None:
     env = Environment(conf)
     env.from_sequence(0, 9).map_batches(Leaky(leak_mib=0, keep_mib=40), resident=True, name="big",
                                         resources={"gpu": 0.5}).print()
-    with pytest.raises(AllocationError, match=r"resident operator 'big' holds 40\.0 MiB of device memory "
+    with pytest.raises(AllocationError, match=r"resident operator 'big' holds 40 MiB of device memory "
                                               r"after open\(\), more than its share 1/2 of gpu \d allows "
-                                              r"\(32\.0 MiB of 64\.0 MiB\): ask for a larger share, e\.g\. "
+                                              r"\(32 MiB of 64 MiB\): ask for a larger share, e\.g\. "
                                               r"resources=\{'gpu': 0\.75\}"):
         env.execute()
 

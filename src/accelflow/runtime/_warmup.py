@@ -120,10 +120,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def memory_text(n: int | None) -> str:
-    """``41943040`` → ``'40.0 MiB'``; ``None`` → ``'an unknown amount'``."""
-    if n is None:
-        return "an unknown amount"
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    """``41943040`` → ``'40 MiB'`` (:func:`accelflow.scheduling.format_bytes`); ``None`` →
+    ``'an unknown amount'``."""
+    from accelflow.scheduling import format_bytes
+
+    return "an unknown amount" if n is None else format_bytes(n)
 
 
 def share_for(used: int, total: int | None) -> str:
