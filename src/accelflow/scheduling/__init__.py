@@ -20,10 +20,12 @@ from accelflow.scheduling._memory import MEMORY_PROPERTY, device_memory, format_
 if TYPE_CHECKING:
     from accelflow.scheduling._assign import (
         Policy,
+        Preferences,
         SlotAssignment,
         SlotRequest,
         SubtaskRequest,
         TaskExecutorOffer,
+        Warm,
         natural_key,
         place,
     )
@@ -41,12 +43,14 @@ __all__ = [
     "DeviceKey",
     "DeviceLedger",
     "Policy",
+    "Preferences",
     "ResourceProfile",
     "ResourceRequest",
     "SlotAssignment",
     "SlotRequest",
     "SubtaskRequest",
     "TaskExecutorOffer",
+    "Warm",
     "counted_address",
     "device_memory",
     "format_amount",
@@ -60,7 +64,8 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), {
-    "._assign": ("Policy", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "natural_key", "place"),
+    "._assign": ("Policy", "Preferences", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer",
+                 "Warm", "natural_key", "place"),
     "._index": ("CapacityIndex",),
     "._ledger": ("DeviceKey", "DeviceLedger", "counted_address", "is_counted"),
     "._model": ("offer_from_ledger",),

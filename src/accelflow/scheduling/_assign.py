@@ -20,21 +20,24 @@ from accelflow.scheduling._explain import missing_resource_hints
 from accelflow.scheduling._index import CapacityIndex
 from accelflow.scheduling._model import (
     Policy,
+    Preferences,
     SlotAssignment,
     SlotRequest,
     SubtaskRequest,
     TaskExecutorOffer,
+    Warm,
     natural_key,
 )
 
 __all__ = [
-    "Policy", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer",
+    "Policy", "Preferences", "SlotAssignment", "SlotRequest", "SubtaskRequest", "TaskExecutorOffer", "Warm",
     "missing_resource_hints", "natural_key", "place",
 ]
 
 
 def place(
-    requests: Sequence[SlotRequest], offers: Sequence[TaskExecutorOffer], policy: Policy = "pack"
+    requests: Sequence[SlotRequest], offers: Sequence[TaskExecutorOffer], policy: Policy = "pack",
+    preferences: Preferences | None = None, warm: Warm = (),
 ) -> list[SlotAssignment]:
     """Place every slot request, all or nothing.
 
@@ -43,6 +46,27 @@ def place(
     device share, then the lowest id, and takes the freest device. A slot's subtasks are
     fitted largest share first. 10,000 requests on 1,000 TaskExecutors take well under a
     second (``benchmarks/scheduling.py``).
+
+    ``preferences`` (soft): per subtask ``holder``, the devices it would rather have, best
+    first (the JobManager's: where its resident operator's instance is, where a restarted
+    subtask ran). A slot first tries the TaskExecutors its subtasks prefer, in the order they
+    are named, taking each subtask's preferred devices first; it goes to the first where a
+    subtask gets a device it prefers, else where it would go without preferences. ``warm``
+    (soft): devices with an idle warm subtask process, taken first among devices the policy
+    finds equally good. When the requests do not all fit so, they are placed again without
+    either: neither ever changes whether a set of requests fits, nor the refusal.
+
+    Example: a half-GPU subtask that prefers ``gpu 1`` gets it though ``pack`` would take
+    ``gpu 0`` (the tighter), and the normal choice when ``gpu 1`` has no room:
+        >>> from fractions import Fraction
+        >>> from accelflow.scheduling import DeviceKey, ResourceProfile, SubtaskRequest
+        >>> half = ResourceProfile({"gpu": Fraction(1, 2)})
+        >>> te = TaskExecutorOffer("te-1", 2, 2, {"gpu": {"0": Fraction(1, 2), "1": Fraction(1)}})
+        >>> job = [SlotRequest((SubtaskRequest("s", "s", half),))]
+        >>> [str(d) for d in place(job, [te], preferences={"s": [DeviceKey("te-1", "gpu", "1")]})[0].shares["s"]]
+        ['te-1: gpu 1']
+        >>> [str(d) for d in place(job, [te])[0].shares["s"]]
+        ['te-1: gpu 0']
 
     Returns:
         one assignment per request, in order.
@@ -53,4 +77,4 @@ def place(
             lines, TaskExecutors with the same reason are grouped into ranges
             (``taskexecutor-1..640: no free slot (16 of 16 used)``).
     """
-    return CapacityIndex(offers).place(requests, policy)
+    return CapacityIndex(offers).place(requests, policy, preferences, warm)

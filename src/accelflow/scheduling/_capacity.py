@@ -16,13 +16,15 @@ from fractions import Fraction
 from accelflow._errors import AccelflowInternalError
 from accelflow.scheduling._amounts import ONE
 from accelflow.scheduling._ledger import DeviceKey
-from accelflow.scheduling._model import SlotRequest, TaskExecutorOffer, largest_share, natural_key
+from accelflow.scheduling._model import Preferences, SlotRequest, TaskExecutorOffer, largest_share, natural_key
 from accelflow.scheduling._tree import Tree
 
 #: per fitted subtask: its devices, shares and the bytes it takes of each
 Taken = list[list[tuple[DeviceKey, Fraction, int]]]
 #: the devices' new free units and bytes, units taken, what each subtask takes
 Fit = tuple[dict[str, list[int]], dict[str, list[int]], int, Taken]
+#: per fitted subtask, per resource, the indexes of the devices it prefers, best first
+Prefer = list[dict[str, list[int]]]
 _Ask = tuple[str, int, int, int, Fraction, int]  # resource, units, whole need, take, share, bytes
 
 
@@ -126,11 +128,13 @@ class Plan:
     """One kind of slot request compiled for one :meth:`CapacityIndex.place` call: the order
     its subtasks are fitted in (largest share first), what each takes in units and bytes, the
     maxima a tree node must hold to be worth a look (``checks``, None when no TaskExecutor has
-    a resource asked for), and for ``pack`` the rank from which to look (``resume``)."""
+    a resource asked for), for ``pack`` the rank from which to look (``resume``), and the
+    devices with an idle warm process (``warm``: first among equals)."""
 
-    __slots__ = ("order", "asks", "checks", "monotone", "resume", "unit", "spread")
+    __slots__ = ("order", "asks", "checks", "monotone", "resume", "unit", "spread", "warm")
 
-    def __init__(self, request: SlotRequest, unit: int, spread: bool, tree: Tree[Free]) -> None:
+    def __init__(self, request: SlotRequest, unit: int, spread: bool, tree: Tree[Free],
+                 warm: frozenset[DeviceKey] = frozenset()) -> None:
         subtasks = request.subtasks
         self.order = sorted(range(len(subtasks)), key=lambda i: largest_share(subtasks[i]), reverse=True)
         self.asks: list[list[_Ask]] = []
@@ -161,20 +165,36 @@ class Plan:
         #: and a TaskExecutor that refused this kind refuses it for the rest of the call
         self.monotone = len(asked) == len(set(asked))
         self.resume = 0
-        self.unit, self.spread = unit, spread
+        self.unit, self.spread, self.warm = unit, spread, warm
 
-    def fit(self, free: Free) -> Fit | None:
+    def preferred(self, request: SlotRequest, free: Free, preferences: Preferences) -> Prefer:
+        """Per fitted subtask of ``request``, per resource, the devices of ``free`` it
+        prefers (their indexes, best first)."""
+        out: Prefer = []
+        for i in self.order:
+            mine: dict[str, list[int]] = {}
+            for key in preferences.get(request.subtasks[i].holder, ()):
+                found = free.where.get(key)
+                if found is not None and found[1] not in mine.setdefault(found[0], []):
+                    mine[found[0]].append(found[1])
+            out.append(mine)
+        return out
+
+    def fit(self, free: Free, prefer: Prefer | None = None) -> Fit | None:
         """The reference's fit of one slot on one TaskExecutor, in units: the devices' new
         free units and bytes, the units taken and what each subtask takes; None when it does
-        not fit."""
+        not fit. ``prefer`` (:meth:`preferred`): those devices first, and None unless a
+        subtask gets one of them."""
         if free.slots < 1:
             return None
         trial: dict[str, list[int]] = {}
         trial_mem: dict[str, list[int]] = {}
         used = 0
         taken: Taken = []
-        for asks in self.asks:
+        honoured = prefer is None
+        for n, asks in enumerate(self.asks):
             mine: list[tuple[DeviceKey, Fraction, int]] = []
+            ours = prefer[n] if prefer is not None else None
             for resource, share_units, need, take, share, wanted in asks:
                 frees = trial.get(resource)
                 if frees is None:
@@ -189,10 +209,14 @@ class Plan:
                         mems = trial_mem[resource] = free.mem[resource].copy()
                 elif wanted:
                     return None  # memory asked, and no device here knows its size
+                first = ours.get(resource) if ours else None
                 if need:
                     picked = self._wholes(free, resource, frees, mems, need, wanted)
                     if picked is None:
                         return None
+                    if first:
+                        picked = [*(d for d in first if d in picked), *(d for d in picked if d not in first)]
+                        honoured = honoured or picked[0] in first
                     for d in picked[:take]:
                         frees[d] = 0
                         used += self.unit
@@ -201,7 +225,12 @@ class Plan:
                             gone, mems[d] = mems[d], 0
                         mine.append((free.keys[resource][d], share, gone))
                     continue
-                d, gone = self._share(free, resource, frees, mems, share_units, wanted)
+                d = -1
+                if first:
+                    d, gone = next(((p, g) for p in first if (g := self._fits(free, resource, frees, mems, p, share_units, wanted)) >= 0), (-1, 0))
+                    honoured = honoured or d >= 0
+                if d < 0:
+                    d, gone = self._share(free, resource, frees, mems, share_units, wanted)
                 if d < 0:
                     return None
                 frees[d] -= share_units
@@ -210,7 +239,7 @@ class Plan:
                     mems[d] -= gone
                 mine.append((free.keys[resource][d], share, gone))
             taken.append(mine)
-        return trial, trial_mem, used, taken
+        return (trial, trial_mem, used, taken) if honoured else None
 
     def _wholes(self, free: Free, resource: str, frees: list[int], mems: list[int] | None,
                 need: int, wanted: int) -> list[int] | None:
@@ -225,6 +254,10 @@ class Plan:
                      and (not wanted or (mems[d] >= 0 and totals[d] >= wanted))]
             if wanted:  # the smallest large enough first (pack), the largest (spread)
                 whole.sort(key=lambda d: -totals[d] if self.spread else totals[d])
+        if self.warm:  # stable: warm devices first among equals
+            keys, warm, spread = free.keys[resource], self.warm, self.spread
+            sizes = free.mem_total[resource]
+            whole.sort(key=lambda d: ((-sizes[d] if spread else sizes[d]) if wanted else 0, keys[d] not in warm))
         return whole if len(whole) >= need else None
 
     def _share(self, free: Free, resource: str, frees: list[int], mems: list[int] | None,
@@ -232,6 +265,8 @@ class Plan:
         """The device a share (or memory only) goes to and the bytes it takes; ``-1``: none."""
         spread = self.spread
         pick = -1
+        if self.warm:
+            return self._share_warm(free, resource, frees, mems, share_units, wanted)
         if mems is None:  # no memory known here: the share alone decides
             for d, f in enumerate(frees):
                 if f >= share_units and (pick < 0 or (f > frees[pick] if spread else f < frees[pick])):
@@ -257,4 +292,33 @@ class Plan:
                 key = (-key[0], -key[1])
             if best is None or key < best:
                 best, pick, gone = key, d, want
+        return pick, gone
+
+    def _fits(self, free: Free, resource: str, frees: list[int], mems: list[int] | None, d: int,
+              share_units: int, wanted: int) -> int:
+        """The bytes a share (or memory only) takes of device ``d``; ``-1``: it does not fit."""
+        if frees[d] < share_units:
+            return -1
+        m = -1 if mems is None else mems[d]
+        if m < 0:
+            return -1 if wanted else 0
+        want = wanted or share_units * free.mem_total[resource][d] // self.unit
+        return want if m >= want else -1
+
+    def _share_warm(self, free: Free, resource: str, frees: list[int], mems: list[int] | None,
+                    share_units: int, wanted: int) -> tuple[int, int]:
+        """:meth:`_share` with warm devices first among equals (a slower path: only when some
+        device is warm)."""
+        sign = -1 if self.spread else 1
+        keys, warm = free.keys[resource], self.warm
+        best: tuple[int, int, bool] | None = None
+        pick, gone = -1, 0
+        for d, f in enumerate(frees):
+            taken = self._fits(free, resource, frees, mems, d, share_units, wanted)
+            if taken < 0:
+                continue
+            m = -1 if mems is None else mems[d]
+            key = (sign * f, sign * m, keys[d] not in warm) if share_units else (sign * m, sign * f, keys[d] not in warm)
+            if best is None or key < best:
+                best, pick, gone = key, d, taken
         return pick, gone

@@ -43,9 +43,11 @@ from fractions import Fraction
 from accelflow._errors import AccelflowInternalError
 from accelflow.scheduling._capacity import Fit, Free, Plan
 from accelflow.scheduling._ledger import DeviceKey
-from accelflow.scheduling._model import Policy, SlotAssignment, SlotRequest, TaskExecutorOffer, natural_key
+from accelflow.scheduling._model import (
+    Policy, Preferences, SlotAssignment, SlotRequest, TaskExecutorOffer, Warm, natural_key,
+)
 from accelflow.scheduling._packing import search, wants_memory
-from accelflow.scheduling._reference import refusal
+from accelflow.scheduling._reference import preferred_taskexecutors, refusal
 from accelflow.scheduling._tree import Tree
 
 _Saved = tuple[int, int, dict[str, list[int]], dict[str, list[int]]]  # slots, units, units and bytes per device
@@ -121,13 +123,29 @@ class CapacityIndex:
         return [self._by_id[te].offer(self._unit) for te in sorted(self._by_id, key=natural_key)]
 
     # -- placement ----------------------------------------------------------------------------
-    def place(self, requests: Sequence[SlotRequest], policy: Policy) -> list[SlotAssignment]:
+    def place(self, requests: Sequence[SlotRequest], policy: Policy, preferences: Preferences | None = None,
+              warm: Warm = ()) -> list[SlotAssignment]:
         """Place every slot request, all or nothing; on success the index holds the result.
+        ``preferences`` and ``warm``: as :func:`accelflow.scheduling.place` reads them.
 
         Raises:
             AllocationError: the first request that fits nowhere, explained on the capacity
                 left at that moment (and the index is as it was before the call).
         """
+        if preferences or warm:
+            placed = self._greedy(requests, policy, preferences or {}, frozenset(warm))
+            if isinstance(placed, list):
+                return placed
+        placed = self._greedy(requests, policy, {}, frozenset())
+        if isinstance(placed, list):
+            return placed
+        return self._search(requests, *placed, policy)
+
+    def _greedy(self, requests: Sequence[SlotRequest], policy: Policy, preferences: Preferences,
+                warm: frozenset[DeviceKey]) -> list[SlotAssignment] | tuple[SlotRequest, list[TaskExecutorOffer]]:
+        """One pass of first fit (preferred TaskExecutors first): the assignments, or the
+        request refused and the capacity then (not kept with preferences: a second pass
+        follows), the index as it was."""
         profiles = {id(s.profile): s.profile for r in requests for s in r.subtasks}
         self._widen(a.denominator for p in profiles.values() for a in p.values() if a < 1)
         tree = self._built()
@@ -139,16 +157,28 @@ class CapacityIndex:
             kind = tuple([id(s.profile) for s in request.subtasks])
             plan = plans.get(kind)
             if plan is None:
-                plan = plans[kind] = Plan(request, self._unit, spread, tree)
-            fitted = None
-            if plan.checks is not None:
+                plan = plans[kind] = Plan(request, self._unit, spread, tree, warm)
+            fitted = self._preferred(request, plan, preferences) if preferences else None
+            preferred = fitted is not None
+            if fitted is None and plan.checks is not None:
                 fitted = tree.best(plan.checks, plan.fit) if spread else tree.leftmost(plan.checks, plan.fit, plan.resume)
             if fitted is None:
-                left = self.offers()
+                left = [] if preferences or warm else self.offers()
                 self._restore(saved, tree)
-                return self._search(requests, request, left, policy)
-            result.append(self._take(request, plan, fitted, saved, tree))
+                return request, left
+            result.append(self._take(request, plan, fitted, saved, tree, preferred))
         return result
+
+    def _preferred(self, request: SlotRequest, plan: Plan, preferences: Preferences) -> tuple[Free, Fit] | None:
+        """The first TaskExecutor ``request``'s subtasks prefer where one gets a device it
+        prefers, and that fit; None: none."""
+        for te in preferred_taskexecutors(request, preferences):
+            free = self._by_id.get(te)
+            if free is not None:
+                fit = plan.fit(free, plan.preferred(request, free, preferences))
+                if fit is not None:
+                    return free, fit
+        return None
 
     def _search(self, requests: Sequence[SlotRequest], refused: SlotRequest,
                 left: list[TaskExecutorOffer], policy: Policy) -> list[SlotAssignment]:
@@ -166,7 +196,7 @@ class CapacityIndex:
         raise refusal(refused, left, policy, note)
 
     def _take(self, request: SlotRequest, plan: Plan, fitted: tuple[Free, Fit],
-              saved: dict[str, _Saved], tree: Tree[Free]) -> SlotAssignment:
+              saved: dict[str, _Saved], tree: Tree[Free], preferred: bool = False) -> SlotAssignment:
         free, (trial, trial_mem, used, taken) = fitted
         if free.id not in saved:
             saved[free.id] = (free.slots, free.total, dict(free.free), dict(free.mem))
@@ -177,7 +207,7 @@ class CapacityIndex:
         rank = tree.set(free.id, free)
         if rank is None:  # it only shrank, so it keeps its place in the tree
             raise AccelflowInternalError(f"{free.id} left the capacity tree")
-        if plan.monotone:
+        if plan.monotone and not preferred:  # none before a preferred one was tried
             plan.resume = rank
         subtasks = request.subtasks
         shares = {subtasks[i].holder: {key: share for key, share, _ in mine} for i, mine in zip(plan.order, taken)}

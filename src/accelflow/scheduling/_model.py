@@ -7,7 +7,7 @@ Shared by the incremental placement (:mod:`._index`), the plain reference
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -16,6 +16,11 @@ from accelflow.scheduling._amounts import ResourceProfile
 from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
 
 Policy = Literal["pack", "spread"]
+#: per subtask (its ``holder``), the devices it would rather have, best first: soft, see
+#: :func:`accelflow.scheduling.place`
+Preferences = Mapping[Hashable, Sequence[DeviceKey]]
+#: devices with an idle warm subtask process: among devices equally good, these first
+Warm = Collection[DeviceKey]
 _DIGITS = re.compile(r"(\d+)")
 
 

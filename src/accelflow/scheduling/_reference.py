@@ -27,9 +27,11 @@ from accelflow.scheduling._explain import Reasons, describe_failure
 from accelflow.scheduling._ledger import DeviceKey
 from accelflow.scheduling._model import (
     Policy,
+    Preferences,
     SlotAssignment,
     SlotRequest,
     TaskExecutorOffer,
+    Warm,
     largest_share,
     natural_key,
 )
@@ -41,32 +43,73 @@ _Memory = dict[Hashable, dict[DeviceKey, int]]
 
 
 def place(
-    requests: Sequence[SlotRequest], offers: Sequence[TaskExecutorOffer], policy: Policy = "pack"
+    requests: Sequence[SlotRequest], offers: Sequence[TaskExecutorOffer], policy: Policy = "pack",
+    preferences: Preferences | None = None, warm: Warm = (),
 ) -> list[SlotAssignment]:
     """Place every slot request, all or nothing (the reference; see the module docstring).
+
+    ``preferences`` and ``warm`` are soft (see :func:`accelflow.scheduling.place`): a slot
+    request first tries the TaskExecutors its subtasks prefer (:func:`preferred_taskexecutors`)
+    with their preferred devices first, and goes to the first where a subtask gets a device
+    it prefers; else where it would go without preferences. Requests that do not all fit so
+    are placed again without preferences and warm devices: they never change whether a set
+    of requests fits.
 
     Raises:
         AllocationError: the first request that fits nowhere, with one reason per TaskExecutor
             and device, e.g. ``taskexecutor-1: gpu 0 has 0.3 free, 0.5 needed``.
     """
+    if preferences or warm:
+        try:
+            return _place(requests, offers, policy, preferences or {}, frozenset(warm))
+        except AllocationError:
+            pass
+    return _place(requests, offers, policy, {}, frozenset())
+
+
+def _place(requests: Sequence[SlotRequest], offers: Sequence[TaskExecutorOffer], policy: Policy,
+           preferences: Preferences, warm: frozenset[DeviceKey]) -> list[SlotAssignment]:
+    """One pass: preferred TaskExecutors first, then the policy's order; a refusal searches
+    (a job asking for memory) only in a pass without preferences."""
     state = [offer.copy() for offer in offers]
+    by_id = {offer.id: offer for offer in state}
     result = []
     for request in requests:
+        fitted = None
+        for te in preferred_taskexecutors(request, preferences):
+            offer = by_id.get(te)
+            if offer is not None and (fitted := fit_slot(request, offer, policy, Reasons(), warm, preferences)):
+                result.append(SlotAssignment(offer.id, *fitted))
+                break
+        if fitted is not None:
+            continue
         reasons = Reasons()
         for offer in ordered(state, policy):
-            fitted = fit_slot(request, offer, policy, reasons)
+            fitted = fit_slot(request, offer, policy, reasons, warm)
             if fitted is not None:
                 result.append(SlotAssignment(offer.id, *fitted))
                 break
         else:
             lines = reasons.lines
-            if wants_memory(requests):
+            if wants_memory(requests) and not (preferences or warm):
                 searched = search(requests, offers)
                 if searched.assignments is not None:
                     return searched.assignments
                 lines = [*lines, searched.note()]
             raise AllocationError(describe_failure(request, offers), lines)
     return result
+
+
+def preferred_taskexecutors(request: SlotRequest, preferences: Preferences) -> list[str]:
+    """The TaskExecutors ``request``'s subtasks prefer, in the order they are first named
+    (subtasks in slot order, each one's devices best first)."""
+    if not preferences:
+        return []
+    named: dict[str, None] = {}
+    for subtask in request.subtasks:
+        for device in preferences.get(subtask.holder, ()):
+            named.setdefault(device.taskexecutor)
+    return list(named)
 
 
 def refusal(request: SlotRequest, offers: Sequence[TaskExecutorOffer], policy: Policy,
@@ -90,10 +133,12 @@ def ordered(state: list[TaskExecutorOffer], policy: Policy) -> list[TaskExecutor
 
 
 def fit_slot(
-    request: SlotRequest, offer: TaskExecutorOffer, policy: Policy, reasons: Reasons
+    request: SlotRequest, offer: TaskExecutorOffer, policy: Policy, reasons: Reasons,
+    warm: frozenset[DeviceKey] = frozenset(), preferences: Preferences | None = None,
 ) -> tuple[_Shares, _Memory] | None:
     """Fit every subtask of ``request`` on ``offer`` (taking its shares and memory), or say
-    why not."""
+    why not. With ``preferences``, each subtask's preferred devices are taken first, and the
+    slot fits only when one subtask gets one of them."""
     if offer.free_slots < 1:
         why = f"no free slot ({offer.total_slots} of {offer.total_slots} used)"
         reasons.add(offer.id, [why], why)
@@ -104,28 +149,37 @@ def fit_slot(
     # Largest shares first (best-fit decreasing): small shares then fill what is left, instead
     # of stranding a large one (0.3 + 0.4 + 0.3 on 0.6 and 0.4 free).
     for subtask in sorted(request.subtasks, key=largest_share, reverse=True):
-        taken = _fit_profile(subtask.profile, trial, policy, reasons)
+        prefer = preferences.get(subtask.holder, ()) if preferences else ()
+        taken = _fit_profile(subtask.profile, trial, policy, reasons, warm, prefer)
         if taken is None:
             return None
         shares[subtask.holder] = taken[0]
         if taken[1]:
             memory[subtask.holder] = taken[1]
+    if preferences and not any(set(preferences.get(h, ())) & set(s) for h, s in shares.items()):
+        return None
     trial.free_slots -= 1
     offer.free_slots, offer.devices, offer.memory = trial.free_slots, trial.devices, trial.memory
     return shares, memory
 
 
 def _fit_profile(
-    profile: ResourceProfile, offer: TaskExecutorOffer, policy: Policy, reasons: Reasons
+    profile: ResourceProfile, offer: TaskExecutorOffer, policy: Policy, reasons: Reasons,
+    warm: frozenset[DeviceKey], prefer: Sequence[DeviceKey],
 ) -> tuple[dict[DeviceKey, Fraction], dict[DeviceKey, int]] | None:
     shares: dict[DeviceKey, Fraction] = {}
     memory: dict[DeviceKey, int] = {}
     for ask in asks(profile):
-        found = devices(offer, ask.resource)
+        found = devices(offer, ask.resource, warm)
         if not found:
             reasons.add(offer.id, [f"has no {ask.resource}"], f"has no {ask.resource}")
             return None
-        fitting = sorted((d for d in found if d.fits(ask)), key=lambda d: d.key(ask, policy))
+        rank: dict[str, int] = {}
+        for k in prefer:
+            if k.taskexecutor == offer.id and k.resource == ask.resource:
+                rank.setdefault(k.address, len(rank))
+        fitting = sorted((d for d in found if d.fits(ask)),
+                         key=lambda d: (rank.get(d.address, len(rank)), d.key(ask, policy)))
         count = int(ask.amount) if ask.whole else 1
         if len(fitting) < count:
             lines, why = whole_refusal(ask, found, len(fitting)) if ask.whole else share_refusal(ask, found)

@@ -21,7 +21,8 @@ from fractions import Fraction
 
 from accelflow.scheduling._amounts import ONE, ResourceProfile, format_amount
 from accelflow.scheduling._memory import format_bytes, memory_taken
-from accelflow.scheduling._model import Policy, TaskExecutorOffer, natural_key
+from accelflow.scheduling._ledger import DeviceKey
+from accelflow.scheduling._model import Policy, TaskExecutorOffer, Warm, natural_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class Device:
     free: Fraction
     memory: tuple[int, int] | None  # (free, total) bytes
     quarantine: str | None
+    warm: bool = False  # an idle warm subtask process waits on it: first among equals
 
     def taken(self, ask: Ask) -> tuple[Fraction, int | None]:
         """The share and the bytes (``None``: memory unknown) ``ask`` takes of this device
@@ -70,15 +72,17 @@ class Device:
         """Which fitting device is taken: the least key. Whole devices: natural order, or the
         smallest memory that is large enough (``pack``; ``spread``: the largest); a share: the
         tightest share, then memory (``pack``; ``spread``: the freest); memory only: the
-        tightest memory, then share (``spread``: the freest)."""
+        tightest memory, then share (``spread``: the freest). Among equals, a warm device
+        first, then natural address order."""
         sign = 1 if policy == "pack" else -1
         mem = -1 if self.memory is None else self.memory[0]
+        last = (not self.warm, natural_key(self.address))
         if ask.whole:
             size = 0 if not ask.memory or self.memory is None else sign * self.memory[1]
-            return size, natural_key(self.address)
+            return size, *last
         if ask.amount:
-            return sign * self.free, sign * mem, natural_key(self.address)
-        return sign * mem, sign * self.free, natural_key(self.address)
+            return sign * self.free, sign * mem, *last
+        return sign * mem, sign * self.free, *last
 
 
 def asks(profile: ResourceProfile) -> list[Ask]:
@@ -87,12 +91,14 @@ def asks(profile: ResourceProfile) -> list[Ask]:
     return [Ask(r, a, memory.get(r, 0), a >= 1) for r, a in profile.items()]
 
 
-def devices(offer: TaskExecutorOffer, resource: str) -> list[Device]:
-    """``offer``'s devices of ``resource`` in natural address order."""
+def devices(offer: TaskExecutorOffer, resource: str, warm: Warm = ()) -> list[Device]:
+    """``offer``'s devices of ``resource`` in natural address order (``warm``: the devices
+    with an idle warm subtask process)."""
     memory = offer.memory.get(resource, {})
     quarantined = offer.quarantined.get(resource, {})
     shares = offer.devices.get(resource, {})
-    return [Device(a, shares[a], memory.get(a), quarantined.get(a)) for a in _natural(tuple(shares))]
+    return [Device(a, shares[a], memory.get(a), quarantined.get(a), bool(warm) and DeviceKey(offer.id, resource, a) in warm)
+            for a in _natural(tuple(shares))]
 
 
 _NATURAL: dict[tuple[str, ...], tuple[str, ...]] = {}

@@ -19,6 +19,7 @@ from accelflow.runtime import (
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
 from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
+from accelflow.runtime.jobmanager._preferences import placement_wishes
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import SlotAssignment, SlotRequest, place
@@ -93,12 +94,13 @@ class Deployer:
         """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
         Called with the lock held; waiting releases it."""
         policy = job.config.get(k.PLACEMENT_POLICY)
+        preferences, warm = placement_wishes(self.state, job, requests)  # resident, previous, warm devices
         fits_members = -1  # the membership the job was last found to fit when empty
         while True:
             if job.cancel_requested or self.state.cancel_all:
                 raise JobCancelledError(f"{job.id} ({job.name}) was cancelled while waiting for resources")
             try:
-                return self.state.place(requests, policy)  # type: ignore[arg-type]
+                return self.state.place(requests, policy, preferences, warm)  # type: ignore[arg-type]
             except AllocationError as now:
                 if fits_members != self.state.members:  # placing on the empty cluster: O(job)
                     self._fits_empty(requests, policy)

@@ -21,9 +21,11 @@ from accelflow.scheduling import (
     DeviceKey,
     DeviceLedger,
     Policy,
+    Preferences,
     SlotAssignment,
     SlotRequest,
     TaskExecutorOffer,
+    Warm,
     counted_address,
     device_memory,
     offer_from_ledger,
@@ -101,15 +103,17 @@ class ClusterState:
             return [j for j in self.jobs.values() if not j.done.is_set()]
 
     # -- capacity ----------------------------------------------------------------------------
-    def place(self, requests: list[SlotRequest], policy: Policy) -> list[SlotAssignment]:
+    def place(self, requests: list[SlotRequest], policy: Policy, preferences: Preferences | None = None,
+              warm: Warm = ()) -> list[SlotAssignment]:
         """Where ``requests`` go now (all or nothing); the caller then takes the slots and
         acquires the shares (``Deployer``), which :attr:`capacity` already counts as taken.
+        ``preferences`` and ``warm``: soft (``_preferences``).
 
         Raises:
             AllocationError: one does not fit now; the reasons say why.
         """
         with self.lock:
-            return self.capacity.place(requests, policy)
+            return self.capacity.place(requests, policy, preferences, warm)
 
     def take(self, job_id: str, attempt: int, assignments: list[SlotAssignment]) -> None:
         """Take the slots and acquire the shares that :meth:`place` just gave ``assignments``."""
