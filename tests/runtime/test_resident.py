@@ -71,12 +71,22 @@ def test_batches_of_several_subtasks_run_together(gpus: dict[str, Any], tmp_path
 
 def test_a_restarted_attempt_reuses_the_instance(gpus: dict[str, Any], tmp_path: Path) -> None:
     """One GPU: the restart gets its share once the failed subtask's processes left the device
-    (health's reconciliation) and finds the instance open. (With a second GPU free the restart
-    may be placed there and open the model again: placement does not prefer the device where
-    the operator is resident yet.)"""
+    (health's reconciliation) and finds the instance open."""
+    _restart_reuses(gpus, tmp_path, {"external-resource.gpu.amount": 1, "restart-strategy.fixed-delay.delay": "0.1 s"})
+
+
+def test_a_restart_with_another_gpu_free_goes_back_to_its_instance(gpus: dict[str, Any], tmp_path: Path) -> None:
+    """Two GPUs: the restart is placed on the failed subtask's GPU, where the instance is, once
+    its share is back (a restart delay longer than the reconciliation, whose ``DevicesFree`` the
+    embedded JobManager reads before it places), not on the other GPU, free all along. That
+    the previous device wins over ``pack``'s own choice is
+    ``tests/runtime/jobmanager/test_placement_wishes.py``'s."""
+    _restart_reuses(gpus, tmp_path, {"restart-strategy.fixed-delay.delay": "2 s"})
+
+
+def _restart_reuses(gpus: dict[str, Any], tmp_path: Path, extra: dict[str, Any]) -> None:
     log = str(tmp_path / "model.log")
-    conf = dict(gpus, **{"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0.1 s",
-                         "external-resource.gpu.amount": 1})
+    conf = dict(gpus, **{"restart-strategy": "fixed-delay", **extra})
     env = Environment(conf)
     out = env.from_sequence(0, 99).map(Model(log), resident=True, resources={"gpu": 1}, name="scale") \
         .map(FailFirstAttempt(log))

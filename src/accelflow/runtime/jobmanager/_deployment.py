@@ -94,6 +94,7 @@ class Deployer:
         """Place now, or wait (``PENDING``) while the request would fit the empty cluster.
         Called with the lock held; waiting releases it."""
         policy = job.config.get(k.PLACEMENT_POLICY)
+        self.pump.route_pending()  # embedded: what TaskExecutors said meanwhile (DevicesFree, DeviceStatus)
         preferences, warm = placement_wishes(self.state, job, requests)  # resident, previous, warm devices
         fits_members = -1  # the membership the job was last found to fit when empty
         while True:
