@@ -14,7 +14,9 @@ Then the JobManager's path on 1,000 TaskExecutors, through ``ClusterState`` (its
 index, device ledger and slot book; the ``Deployer`` adds only the ``Deploy`` messages):
 deploying the 10,000 subtasks, losing one TaskExecutor and placing its subtasks again on the
 others (``--repeat`` TaskExecutors lost in turn), releasing everything, and a refusal with its
-explanation on a full cluster.
+explanation on a full cluster. Last, soft preferences (issue 27): the whole job restarted with
+every subtask preferring its predecessor's device and one warm device per TaskExecutor, against
+the same placement without them.
 
 Usage::
 
@@ -39,7 +41,7 @@ from typing import Any
 from accelflow import AllocationError
 from accelflow.runtime import RegisteredDevice, RegisteredResource, Registration, SubtaskKey
 from accelflow.runtime.jobmanager._state import ClusterState
-from accelflow.scheduling import ResourceProfile, SlotRequest, SubtaskRequest, TaskExecutorOffer, place
+from accelflow.scheduling import DeviceKey, ResourceProfile, SlotRequest, SubtaskRequest, TaskExecutorOffer, place
 from accelflow.scheduling._reference import place as reference_place
 
 SLOTS, GPUS, PER_TE = 16, 8, 10
@@ -187,6 +189,38 @@ def _release_all(state: ClusterState, attempt: int, placed: list[Any]) -> None:
         state.release_slots("bench-again", attempt)
 
 
+def restart_with_preferences(n: int, repeat: int) -> None:
+    """Issue 27: every subtask of a job restarted (the next attempt) prefers the device its
+    predecessor held, and one device per TaskExecutor has an idle warm process: the whole job
+    placed with those preferences, against the same placement without them."""
+    print(f"\nrestart of all {PER_TE * n:,} subtasks on {n:,} TaskExecutors, each preferring its "
+          f"predecessor's device, one warm device per TaskExecutor; milliseconds, median (min - max) of {repeat}:")
+    for policy in POLICIES:
+        state = ClusterState()
+        for i in range(1, n + 1):
+            state.add_taskexecutor(registration(i))
+        before = _deploy(state, 0, requests(PER_TE * n, 0), policy)
+        _release_all(state, 0, before)
+        previous = {key.index: list(shares) for a in before for key, shares in a.shares.items()}
+        warm = {DeviceKey(f"taskexecutor-{i}", "gpu", str(i % GPUS)) for i in range(1, n + 1)}
+        reqs = requests(PER_TE * n, 1)
+        preferences = {s.holder: previous[s.holder.index] for r in reqs for s in r.subtasks}
+        timings: dict[bool, list[float]] = {True: [], False: []}
+        honoured = 0
+        for attempt in range(1, repeat + 1):
+            for prefer in (True, False):
+                with state.lock:
+                    seconds, placed = timed(lambda: state.place(reqs, policy, *((preferences, warm) if prefer else ())))
+                    state.take("bench", attempt, placed)
+                timings[prefer].append(seconds)
+                if prefer:
+                    honoured = sum(1 for a in placed for key, shares in a.shares.items()
+                                   if set(shares) & set(preferences[key]))
+                _release_all(state, attempt, placed)
+        print(f"  {policy}: with preferences {spread_of(timings[True], 1e-3, 1)} ({honoured:,} of {len(reqs):,} "
+              f"on their previous device); without {spread_of(timings[False], 1e-3, 1)}")
+
+
 def refusal(n: int) -> None:
     full = offers(n)
     reqs = requests(SLOTS * n + 1)
@@ -220,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if len(args.sizes) > 1:
         verdicts(args.sizes, new)
     jobmanager_path(max(args.sizes), args.repeat)
+    restart_with_preferences(max(args.sizes), args.repeat)
 
 
 if __name__ == "__main__":
