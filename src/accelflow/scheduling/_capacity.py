@@ -227,8 +227,12 @@ class Plan:
                     continue
                 d = -1
                 if first:
-                    d, gone = next(((p, g) for p in first if (g := self._fits(free, resource, frees, mems, p, share_units, wanted)) >= 0), (-1, 0))
-                    honoured = honoured or d >= 0
+                    for d in first:  # the first preferred device that fits
+                        if (gone := self._fits(free, resource, frees, mems, d, share_units, wanted)) >= 0:
+                            honoured = True
+                            break
+                    else:
+                        d = -1
                 if d < 0:
                     d, gone = self._share(free, resource, frees, mems, share_units, wanted)
                 if d < 0:

@@ -24,6 +24,13 @@ for slots whose subtasks ask for different resources; slots where several subtas
 resource (best-fit decreasing inside the slot is no monotone test) always search the tree, and
 the tree's maxima are then only a necessary condition checked exactly at each leaf.
 
+Soft preferences (issue 27) cost nothing to a request without them: a request whose subtasks
+prefer devices first tries those TaskExecutors directly (by id, no tree search), with the
+preferred devices first, and falls back to the tree search when none gets a device it prefers;
+a placement made so does not move ``pack``'s resume point (TaskExecutors before it were not
+tried). Warm devices only reorder the devices of one TaskExecutor that tie. A call that does
+not fit with them is undone and run again without them.
+
 Device memory (bytes) and quarantined devices follow the reference's rules too
 (:mod:`._capacity`); a job asking for memory that first fit refuses gets the reference's
 exhaustive search (:mod:`._packing`) before it is refused.

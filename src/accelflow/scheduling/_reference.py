@@ -13,7 +13,8 @@ that TaskExecutor. A whole request (``gpu: 2``) takes fully free devices; a shar
 (``gpu: 0.25``) must fit on one device: the tightest that fits (``pack``) or the freest
 (``spread``). Device memory and quarantined devices follow :mod:`._rules`. When a job that asks
 for device memory fits nowhere this way, :func:`._packing.search` looks for a packing that
-does (first fit does not always find one that exists).
+does (first fit does not always find one that exists). Soft preferences (preferred devices per
+subtask, warm devices) are read as :func:`place` says.
 """
 
 from __future__ import annotations
