@@ -26,10 +26,15 @@ opens the devices' watches):
 Processes of others (no marker, a live TaskExecutor's) are never killed nor waited for. Without
 an orphan on the host (one scan of ``/proc``, milliseconds) the devices are not even listed.
 
-Example (``watch`` lists ``pid 41`` on GPU 0, a helper of a subtask of SIGKILLed pid 4242)::
+Example (a watch of GPU 0; the GPU driver's lists ``nvidia-smi --query-compute-apps``)::
 
-    faults = reconcile_dead_owners("gpu", watch, ["0", "1"], timeout=30.0)
-    # killed pid 41; once nvidia-smi no longer lists it: faults == []
+    class Idle(DeviceWatch):   # nothing computes on it: nothing to kill, nothing held
+        def probe(self):
+            return {}
+        def uuid(self, address):
+            return "GPU-0"
+
+    assert reconcile_dead_owners("gpu", Idle(), ["0"], timeout=30.0) == []
 """
 
 from __future__ import annotations
@@ -84,10 +89,10 @@ def orphan_of(pid: int) -> Orphan | None:
         True
     """
     try:
-        process = psutil.Process(pid)
-        marker = _marker(pid)
+        marker = _marker(pid)  # first: another user's cannot be read, and most have none
         if marker is None:
             return None
+        process = psutil.Process(pid)
         started = process.create_time()
     except (psutil.Error, OSError):
         return None
