@@ -67,6 +67,8 @@ def spawn() -> Iterator[Any]:
             env[SUBTASK_ENV_VAR] = f"{owner}:job-1:0:1:0"
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
         started.append(proc)
+        while not psutil.Process(proc.pid).cmdline():  # until it runs (its /proc shows its environment)
+            time.sleep(0.001)
         return proc
 
     yield start

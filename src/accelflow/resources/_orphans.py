@@ -16,7 +16,8 @@ opens the devices' watches):
   its pid, it is a zombie, or the process with its pid started *after* the orphan (a reused
   pid: a TaskExecutor starts before its subtasks). A marker naming a live process that may be
   its TaskExecutor is never an orphan, nor is a process whose environment cannot be read (another
-  user's);
+  user's) or one in another PID namespace (a container's, seen from the host: its marker's pid
+  is not a pid here);
 * the orphans among the device's compute processes are killed (``SIGKILL``, through psutil,
   which refuses a reused pid), and the device waits, at most ``health.memory-release-timeout``,
   until none is listed; then the device is quarantined with a reason naming them (its watch's
@@ -90,7 +91,7 @@ def orphan_of(pid: int) -> Orphan | None:
     """
     try:
         marker = _marker(pid)  # first: another user's cannot be read, and most have none
-        if marker is None:
+        if marker is None or not _same_pid_namespace(pid):
             return None
         process = psutil.Process(pid)
         started = process.create_time()
@@ -108,6 +109,12 @@ def _marker(pid: int) -> str | None:
             if entry.startswith(_PREFIX):
                 return entry[len(_PREFIX):].decode(errors="replace")
     return None
+
+
+def _same_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` sees pids as this process does (its marker's TaskExecutor pid then
+    names the same process here): a container's processes, seen from the host, do not."""
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino
 
 
 def _dead_before(owner: int, started: float) -> bool:
