@@ -87,7 +87,8 @@ class LeavesAnOrphan(RichMapFunction[int, list[Any]]):
                                while_alive=not self.stays)])
             (self.folder / "subtask.pid").write_text(str(os.getpid()))
             (self.folder / "gpu").write_text(self.gpu)
-            helper_file.write_text(str(helper.pid))
+            helper_file.with_suffix(".tmp").write_text(str(helper.pid))
+            helper_file.with_suffix(".tmp").replace(helper_file)  # whole when the test sees it
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # keeps running when asked to stop
         else:
             pid = int(helper_file.read_text())
