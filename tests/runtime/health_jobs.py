@@ -58,3 +58,41 @@ class LeavesALeftover(RichMapFunction[int, int]):
         if self.attempt == 0 and value >= 50:
             raise RuntimeError("a crash that leaves a process on the GPU")
         return value
+
+
+class LeavesAnOrphan(RichMapFunction[int, list[Any]]):
+    """Attempt 0 starts a helper that computes on its GPU (the fake ``nvidia-smi`` in ``bin_dir``,
+    over ``gpus`` fake GPUs, lists it with 6 GiB: while it lives, or for ever with ``stays``),
+    in a session of its own and deaf to SIGTERM, and notes its pid and its own in ``folder``;
+    the test then SIGKILLs the TaskExecutor. Later attempts note in ``folder/seen-<attempt>``
+    whether the helper still ran when they opened. Each record becomes ``[x, GPU, attempt]``."""
+
+    def __init__(self, folder: str, bin_dir: str, gpus: int, stays: bool = False) -> None:
+        self.folder, self.bin_dir, self.gpus, self.stays = Path(folder), bin_dir, gpus, stays
+
+    def open(self, ctx: RuntimeContext) -> None:
+        import os
+        import signal
+
+        from accelflow.testing import FakeComputeApp, FakeGPU, install_fake_nvidia_smi
+
+        [gpu] = ctx.get_external_resource_infos("gpu")
+        self.gpu, self.attempt = gpu.address, ctx.attempt_number
+        helper_file = self.folder / "helper.pid"
+        if self.attempt == 0:
+            code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+            helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            install_fake_nvidia_smi(self.bin_dir, [FakeGPU(index=i) for i in range(self.gpus)], compute_apps=[
+                FakeComputeApp(pid=helper.pid, gpu_uuid=str(gpu.get_property("uuid")), used_memory=6144,
+                               while_alive=not self.stays)])
+            (self.folder / "subtask.pid").write_text(str(os.getpid()))
+            (self.folder / "gpu").write_text(self.gpu)
+            helper_file.with_suffix(".tmp").write_text(str(helper.pid))
+            helper_file.with_suffix(".tmp").replace(helper_file)  # whole when the test sees it
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # keeps running when asked to stop
+        else:
+            pid = int(helper_file.read_text())
+            (self.folder / f"seen-{self.attempt}").write_text("running" if alive(pid) else "gone")
+
+    def map(self, value: int) -> list[Any]:
+        return [value, self.gpu, self.attempt]

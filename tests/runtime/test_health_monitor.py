@@ -85,6 +85,23 @@ def test_a_hardware_xid_quarantines_the_device_and_fails_its_subtasks_with_a_har
     assert monitor.health[("gpu", "0")].state == "healthy"
 
 
+def test_a_subtask_started_on_a_device_quarantined_before_fails_at_once() -> None:
+    """The JobManager may place a subtask before the quarantine's report reaches it (e.g. the
+    quarantine a starting TaskExecutor finds): it fails, and restarts elsewhere."""
+    watch = ScriptedWatch()
+    monitor, _ = _monitor(watch)
+    watch.faults = [("1", xid_fault(79)), ("0", Fault("memory pages pending retirement", "hardware",
+                                                       fail_subtasks=False))]
+    monitor.step(0)
+    monitor.drain()
+    monitor.subtask_started(KEY, 4242, {"gpu": ["0"]})  # a drain lets it run
+    assert monitor.drain() == []
+    monitor.subtask_started(SubtaskKey("job-1", 0, 1, 1), 4243, {"gpu": ["1"]})
+    [fail] = monitor.drain()
+    assert isinstance(fail, FailDevice) and type(fail.error) is HardwareFailure and fail.address == "1"
+    assert str(fail.error) == "gpu 1 (GPU-1) failed: Xid 79 (GPU has fallen off the bus); quarantined"
+
+
 def test_an_application_xid_fails_the_subtasks_and_the_device_stays() -> None:
     monitor, _ = _monitor(ScriptedWatch())
     monitor.inject("gpu", "0", xid_fault(13))  # a drill takes the path of an event

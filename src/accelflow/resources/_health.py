@@ -261,6 +261,14 @@ class DeviceHealth:
             self._out = replace(self._out, reset_seen=True, good=0)
         return []
 
+    def failing(self) -> DeviceQuarantined | None:
+        """The quarantine in force, when it fails the subtasks on the device (a subtask placed
+        there before the JobManager heard of it must fail too); ``None`` otherwise."""
+        out = self._out
+        if out is None or not out.fail_subtasks:
+            return None
+        return DeviceQuarantined(self.device, out.reason, out.xid, out.since, True, out.needs_reset, out.permanent)
+
     def snapshot(self) -> dict[str, object]:
         """A JSON-ready view for the REST API and the UI."""
         out = self._out

@@ -20,6 +20,7 @@ from accelflow.resources._api import (
 )
 from accelflow.resources._device_watch import DeviceWatch
 from accelflow.resources._health_params import HealthConfig, split_health_params
+from accelflow.resources._orphans import WithFaults, reconcile_dead_owners
 from accelflow.resources._registry import load_driver_factory
 
 log = logging.getLogger("accelflow.resources")
@@ -127,7 +128,12 @@ class ExternalResourceInfoProvider:
     def device_watches(self) -> dict[str, tuple[DeviceWatch, HealthConfig]]:
         """Per resource whose devices are watched (discovered, ``param.health.enabled``, and a
         driver that can: :meth:`ExternalResourceDriver.device_watch`), its watch and health
-        config. A driver whose watch fails to start is logged and left unwatched."""
+        config. A driver whose watch fails to start is logged and left unwatched.
+
+        The TaskExecutor calls this once, before it registers: what the subtasks of a dead
+        TaskExecutor left computing on these devices is killed first, and a device whose memory
+        does not come back within ``health.memory-release-timeout`` is reported quarantined by
+        its watch's first ``wait`` (see ``_orphans``)."""
         watches = {}
         for name, status in self._statuses.items():
             driver = self._drivers.get(name)
@@ -139,7 +145,7 @@ class ExternalResourceInfoProvider:
                 log.warning("%s: its devices are not watched: %s", name, _describe(exc))
                 continue
             if watch is not None:
-                watches[name] = (watch, status.health)
+                watches[name] = (_reconciled(name, watch, status), status.health)
         return watches
 
     def _own_infos(
@@ -161,6 +167,18 @@ class ExternalResourceInfoProvider:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reconciled(name: str, watch: DeviceWatch, status: ResourceStatus) -> DeviceWatch:
+    """``watch``, once a dead TaskExecutor's leftovers on its devices are gone (or it reports
+    the devices they still hold as faults)."""
+    try:
+        faults = reconcile_dead_owners(name, watch, [i.address for i in status.infos],
+                                       status.health.memory_release_timeout)
+    except Exception as exc:
+        log.warning("%s: a dead TaskExecutor's leftovers on its devices are not reconciled: %s", name, _describe(exc))
+        return watch
+    return WithFaults(watch, faults) if faults else watch
 
 
 def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResourceDriver | None]:

@@ -56,7 +56,9 @@ class Verdict:
 
 
 class LeftoverCheck:
-    """The wait for one device's memory after this TaskExecutor's subtasks on it ended.
+    """The wait for one device's memory after this TaskExecutor's subtasks on it ended (or,
+    when a TaskExecutor starts, after a dead one's: ``after`` says which in the reason, and
+    ``fail_subtasks`` whether the quarantine fails what runs there).
 
     Example:
         >>> now = iter([0.0, 1.0, 31.0]).__next__
@@ -70,8 +72,10 @@ class LeftoverCheck:
     """
 
     def __init__(self, device: DeviceRef, is_ours: Callable[[int], bool], timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, after: str = "its subtasks ended",
+                 fail_subtasks: bool = False) -> None:
         self.device, self._is_ours, self.timeout, self._clock = device, is_ours, timeout, clock
+        self._after, self._fail_subtasks = after, fail_subtasks
         self._start = clock()
 
     def step(self, processes: Sequence[ComputeProcess]) -> Verdict:
@@ -85,6 +89,6 @@ class LeftoverCheck:
         if waited <= self.timeout:
             return Verdict(False, tuple(p.pid for p in ours), others)
         held = ", ".join(p.describe() for p in ours)
-        fault = Fault(f"memory still held {waited:g} s after its subtasks ended: {held}", "hardware",
-                      fail_subtasks=False)
+        fault = Fault(f"memory still held {waited:g} s after {self._after}: {held}", "hardware",
+                      fail_subtasks=self._fail_subtasks)
         return Verdict(False, tuple(p.pid for p in ours), others, fault)

@@ -1,6 +1,7 @@
-"""Test helpers: an honest fake ``nvidia-smi`` and a fake NVML (``fake_pynvml``, with event
-injection), a static-list driver and an embedded Kafka broker (librdkafka's mock cluster,
-needs ``accelflow[kafka]`` when used).
+"""Test helpers: an honest fake ``nvidia-smi``, a fake NVML (``fake_pynvml``, with event
+injection), a fake PyTorch device memory (``fake_torch``, holding the per-process memory
+fraction), a static-list driver and an embedded Kafka broker (librdkafka's mock cluster, needs
+``accelflow[kafka]`` when used).
 
 Example:
     >>> executable = use_fake_nvidia_smi(monkeypatch, tmp_path, 4)   # in a pytest test
@@ -23,6 +24,7 @@ try:
     )
     from accelflow.testing._real_gpu import NO_GPU, has_real_gpu
     from accelflow.testing._fake_nvml import inject_nvml_event, install_fake_nvml, use_fake_nvml
+    from accelflow.testing._fake_torch import install_fake_torch, use_fake_torch
 except ImportError:  # pragma: no cover - written by the GPU plugin
     pass
 
@@ -39,6 +41,8 @@ __all__ = [
     "inject_nvml_event",
     "install_fake_nvidia_smi",
     "install_fake_nvml",
+    "install_fake_torch",
     "use_fake_nvidia_smi",
     "use_fake_nvml",
+    "use_fake_torch",
 ]

@@ -6,7 +6,7 @@ a discovery script or a shell) reaches it as a real program. It answers the part
 command that discovery uses, with the real formats:
 
 * ``--query-gpu=<fields> --format=csv[,noheader][,nounits]`` with the fields ``index``,
-  ``uuid``, ``name``, ``memory.total``, ``memory.used``, ``memory.free``, ``pci.bus_id``,
+  ``uuid``, ``name``, ``memory.total``, ``memory.reserved``, ``memory.used``, ``memory.free``, ``pci.bus_id``,
   ``count``, ``mig.mode.current``, ``temperature.gpu``, ``retired_pages.pending`` (unknown
   fields: exit 2 with nvidia-smi's message; ``-i``/``--id`` selects GPUs);
 * ``--query-remapped-rows=<fields>`` (``gpu_uuid``, ``gpu_bus_id``, ``remapped_rows.pending``,
@@ -102,6 +102,8 @@ class FakeGPU:
         remapped_rows_pending: rows wait for a reset to be remapped (``None``: not supported).
         lost: fallen off the bus: every query about it fails.
         memory_used: MiB used besides the compute apps' (which add theirs).
+        memory_reserved: MiB the driver keeps (``memory.reserved``); CUDA sees the rest as the
+            device's total (the fake ``torch``'s ``total_memory``), as on real cards.
     """
 
     index: int
@@ -115,6 +117,7 @@ class FakeGPU:
     remapped_rows_pending: bool | None = False
     lost: bool = False
     memory_used: int = 0
+    memory_reserved: int = 0
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -301,7 +304,8 @@ FIELDS = {
     "count": lambda g, units: str(len(GPUS)),
     "mig.mode.current": lambda g, units: "Enabled" if g["mig_devices"] else "Disabled",
     "memory.used": lambda g, units: mib(used(g), units),
-    "memory.free": lambda g, units: mib(g["memory_total"] - used(g), units),
+    "memory.free": lambda g, units: mib(g["memory_total"] - g.get("memory_reserved", 0) - used(g), units),
+    "memory.reserved": lambda g, units: mib(g.get("memory_reserved", 0), units),
     "temperature.gpu": lambda g, units: na(g["temperature"]),
     "retired_pages.pending": lambda g, units: yes_no(g["retired_pages_pending"]),
 }
@@ -322,7 +326,7 @@ APP_FIELDS = {
     "process_name": lambda a, g, units: a["name"],
     "name": lambda a, g, units: a["name"],
 }
-HEADERS = {"memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]",
+HEADERS = {"memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]", "memory.reserved": "memory.reserved [MiB]",
            "memory.free": "memory.free [MiB]", "used_memory": "used_gpu_memory [MiB]"}
 
 

@@ -10,8 +10,13 @@ isolation makes ``cuda:0``):
 
 * CuPy: ``CUPY_GPU_MEMORY_LIMIT`` before CuPy is imported (its default pool reads it), and the
   default pool's ``set_limit(size=...)`` where it is imported already (a warm process's);
-* PyTorch: ``torch.cuda.set_per_process_memory_fraction(limit / total, 0)`` once ``torch`` is
+* PyTorch: ``torch.cuda.set_per_process_memory_fraction(fraction, 0)`` once ``torch`` is
   imported (by a warm process, or by the user's functions when they are unpickled or opened).
+  PyTorch multiplies the fraction by the device's memory as CUDA sees it
+  (``get_device_properties(0).total_memory``), which leaves out what the driver reserves, a few
+  hundred MiB less than ``nvidia-smi``'s ``memory.total`` that the scheduler counts. So a share
+  of the device is held to that share (``0.5``: half of what CUDA sees, sharers add up to the
+  device), and a memory request to its bytes of CUDA's total (a request of 1 GiB allows 1 GiB).
 
 A model that holds more than its limit once opened is an ``AllocationError`` (no restart helps);
 an allocation past the limit later raises the framework's ``OutOfMemoryError``, which
@@ -28,9 +33,11 @@ Example of the error::
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from accelflow._errors import AllocationError, DeviceMemoryExceeded
@@ -44,12 +51,32 @@ _log = logging.getLogger("accelflow.runtime")
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """A subtask's limit on one device: ``size`` bytes of ``total`` (None: unknown)."""
+    """A subtask's limit on one device: ``size`` bytes of ``total`` (None: unknown), holding
+    ``share`` of the device."""
 
     resource: str
     address: str
     size: int
     total: int | None
+    share: Fraction = Fraction(0)
+
+    def fraction(self, cuda_total: int | None) -> float | None:
+        """What to pass to ``torch.cuda.set_per_process_memory_fraction``, given the device's
+        memory as CUDA sees it (``None``: unknown; then ``total`` stands in for it).
+
+        Example (a 1 GiB request on a GPU with 8 GiB, of which the driver keeps 512 MiB):
+            >>> request = Limit("gpu", "0", 2**30, 8 * 2**30)
+            >>> int(request.fraction(7680 * 2**20) * 7680 * 2**20) == 2**30   # 1 GiB allowed
+            True
+            >>> Limit("gpu", "0", 4 * 2**30, 8 * 2**30, Fraction(1, 2)).fraction(7680 * 2**20)
+            0.5
+        """
+        if self.total is not None and self.share and self.size == min(
+                self.total, self.share.numerator * self.total // self.share.denominator):
+            return float(min(Fraction(1), self.share))  # the share's part (scheduling's memory_taken)
+        total = cuda_total or self.total
+        # the next float up: PyTorch truncates fraction * total, which may fall a byte short of size
+        return min(1.0, math.nextafter(self.size / total, math.inf)) if total else None
 
 
 def limit_of(desc: SubtaskDescriptor) -> Limit | None:
@@ -59,8 +86,9 @@ def limit_of(desc: SubtaskDescriptor) -> Limit | None:
         held = desc.memory[resource]
         shares = {d.info().address: d for d in desc.assigned.get(resource, ())}
         for address in sorted(held, key=lambda a: (len(a), a)):
-            total = _total(shares[address].properties) if address in shares else None
-            return Limit(resource, address, held[address], total)
+            share = shares[address] if address in shares else None
+            total = _total(share.properties) if share is not None else None
+            return Limit(resource, address, held[address], total, share.share if share is not None else Fraction(0))
     return None
 
 
@@ -89,10 +117,12 @@ def hold_frameworks(desc: SubtaskDescriptor) -> None:
         except Exception as exc:  # no CUDA here: nothing to hold
             _log.debug("CuPy's pool limit not set: %s", exc)
     torch = sys.modules.get("torch")
-    if torch is not None and limit.total:
+    if torch is not None:
         try:
             if torch.cuda.is_available():
-                torch.cuda.set_per_process_memory_fraction(min(1.0, limit.size / limit.total), 0)
+                fraction = limit.fraction(int(torch.cuda.get_device_properties(0).total_memory))
+                if fraction is not None:
+                    torch.cuda.set_per_process_memory_fraction(fraction, 0)
         except Exception as exc:
             _log.debug("PyTorch's memory fraction not set: %s", exc)
 

@@ -136,11 +136,17 @@ class HealthMonitor:
         return out
 
     def subtask_started(self, key: SubtaskKey, pid: int, devices: Mapping[str, Iterable[str]]) -> None:
-        """Subtask ``key`` runs as ``pid`` on ``devices`` (per resource, its addresses)."""
+        """Subtask ``key`` runs as ``pid`` on ``devices`` (per resource, its addresses); on a
+        device quarantined so that its subtasks fail, it fails at once (:class:`FailDevice`)."""
         mine = {r: list(a) for r, a in devices.items() if r in self.watches}
         if mine:
             with self._lock:
                 self._subtasks[key] = _Subtask(key, pid, mine)
+                for r, addresses in mine.items():
+                    for a in addresses:
+                        failing = self.health[(r, a)].failing() if (r, a) in self.health else None
+                        if failing is not None:  # placed there before the JobManager heard of it
+                            self._post(_fail(r, a, failing))
 
     def subtask_ended(self, key: SubtaskKey) -> None:
         """Subtask ``key``'s process ended: reconcile its devices, then say ``DevicesFree``."""
@@ -306,8 +312,7 @@ class HealthMonitor:
         change = None if event is None else _change(event)
         self._post(DeviceReport(resource, address, ref.uuid, _plain(health.snapshot()), change))
         if isinstance(event, DeviceQuarantined) and event.fail_subtasks:
-            self._post(FailDevice(resource, address, HardwareFailure(
-                event.describe(), device=ref.label(), uuid=ref.uuid, xid=event.xid)))
+            self._post(_fail(resource, address, event))
         elif isinstance(event, ApplicationFault):
             self._post(FailDevice(resource, address, DeviceFault(
                 event.describe(), device=ref.label(), uuid=ref.uuid, xid=event.xid)))
@@ -318,6 +323,12 @@ class HealthMonitor:
             os.write(self._wake_w, b"!")
         except (BlockingIOError, OSError):
             pass  # full (the loop will drain it) or closed
+
+
+def _fail(resource: str, address: str, event: DeviceQuarantined) -> FailDevice:
+    ref = event.device
+    return FailDevice(resource, address, HardwareFailure(event.describe(), device=ref.label(), uuid=ref.uuid,
+                                                         xid=event.xid))
 
 
 def _change(event: HealthEvent) -> DeviceChange:
