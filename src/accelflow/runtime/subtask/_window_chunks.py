@@ -133,9 +133,9 @@ def add_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndarra
     times: dict[Any, tuple[int, int | None]] = {}  # window id -> (trigger time, cleanup time or None)
     for window_id in {window_id for _, window_id in groups}:
         window = windows[window_id]
-        end, cleanup = window.max_timestamp(), engine._cleanup_time(window)
-        same = cleanup == MAX_TIMESTAMP or (cleanup == end and cleanup_queue is trigger_queue)
-        times[window_id] = (end, None if same else cleanup)  # None: no cleanup timer of its own
+        end, cleanup_at = window.max_timestamp(), engine._cleanup_time(window)
+        same = cleanup_at == MAX_TIMESTAMP or (cleanup_at == end and cleanup_queue is trigger_queue)
+        times[window_id] = (end, None if same else cleanup_at)  # None: no cleanup timer of its own
     for (key, window_id), group in groups.items():
         window = windows[window_id]
         backend.current_key = key
