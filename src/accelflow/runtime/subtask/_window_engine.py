@@ -26,7 +26,7 @@ import numpy as np
 
 from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow.eventtime import (
-    MAX_TIMESTAMP, MIN_TIMESTAMP, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
+    MAX_TIMESTAMP, MIN_TIMESTAMP, AggregatingStateDescriptor, EventTimeTrigger, ListStateDescriptor, MapStateDescriptor,
     MergingWindowAssigner, OutputTag, ReducingStateDescriptor, TriggerResult, WindowAssigner, at_least, to_millis)
 from accelflow.runtime.subtask._engine_base import KeyedEngine, Outputs
 from accelflow.runtime.subtask._merging_windows import MergingWindowSet
@@ -91,6 +91,10 @@ class WindowEngine(KeyedEngine):
         self.reduce_function = _instance(reduce_function) if reduce_function is not None else None
         self.aggregate_function = _instance(aggregate_function) if aggregate_function is not None else None
         self.window_function = _instance(window_function) if window_function is not None else None
+        clear = getattr(self.window_function, "clear", None)
+        self.clear_function = clear if callable(clear) else None
+        #: the default event-time trigger (its timers' results are known without calling it)
+        self.plain_trigger = type(self.trigger) is EventTimeTrigger and not self.merging
         self.functions = [f for f in (self.reduce_function, self.aggregate_function, self.window_function)
                           if f is not None]
         self.contents = self.state_of(self._contents_descriptor())
@@ -222,23 +226,30 @@ class WindowEngine(KeyedEngine):
         if state_window is None:
             return  # a timer of a window merged away whose trigger left it behind
         ctx = self.trigger_ctx
-        result = ctx.on_event_time(timer.timestamp) if event_time else ctx.on_processing_time(timer.timestamp)
+        plain = event_time and self.plain_trigger
+        if plain:  # EventTimeTrigger.on_event_time without the calls
+            result = TriggerResult.FIRE if timer.timestamp == window.max_timestamp() else TriggerResult.CONTINUE
+        else:
+            result = ctx.on_event_time(timer.timestamp) if event_time else ctx.on_processing_time(timer.timestamp)
         if result in _FIRES and (contents := self._contents(state_window)) is not None:
             self._emit(window, contents, out)
         if result in _PURGES:
             self._contents_cleared(state_window)
         if self.event_time == event_time and timer.timestamp == self._cleanup_time(window):
-            self._clear_all_state(window, state_window, window_set, out)
+            # the trigger's own timer is the one firing (lateness 0): clearing it is a no-op
+            fired = plain and timer.timestamp == window.max_timestamp()
+            self._clear_all_state(window, state_window, window_set, out, trigger_timer_fired=fired)
         if window_set is not None:
             self._persist(window_set)
 
-    def _clear_all_state(self, window: Any, state_window: Any, window_set: MergingWindowSet | None, out: Outputs) -> None:
+    def _clear_all_state(self, window: Any, state_window: Any, window_set: MergingWindowSet | None, out: Outputs,
+                         trigger_timer_fired: bool = False) -> None:
         self._contents_cleared(state_window)
-        self.trigger_ctx.window = window
-        self.trigger_ctx.clear()
-        clear = getattr(self.window_function, "clear", None)
-        if callable(clear):
-            clear(self.function_ctx.bind(window, out))
+        if not trigger_timer_fired:  # else EventTimeTrigger.clear would delete the timer that just fired
+            self.trigger_ctx.window = window
+            self.trigger_ctx.clear()
+        if self.clear_function is not None:
+            self.clear_function(self.function_ctx.bind(window, out))
         if window_set is not None:
             window_set.retire_window(window)
 
