@@ -53,7 +53,9 @@ TRIGGERS = [None, None, lambda: CountTrigger.of(3), lambda: PurgingTrigger.of(Co
             lambda: EventTimeTrigger.create()]
 FUNCTIONS = [{"reduce_function": lambda a, b: (a[0], a[1] + b[1])}, {"aggregate_function": Average},
              {"window_function": Listing}]
-KEYS = ["a", "b", 3, 3.0, float("nan"), (1, float("nan")), None]
+KEY_SETS = [["a", "b", 3, 3.0, float("nan"), (1, float("nan")), None],
+            [1, 2, 3, -7, 2**40],  # ints: grouped by sorting
+            [1, 2, 2**70, True]]  # an int beyond int64, a bool: grouped one by one
 
 
 def scenario(seed: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
@@ -67,6 +69,7 @@ def scenario(seed: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
              "allowed_lateness": rng.choice([0, 0, 400, 2500]),
              "late_data_output_tag": rng.choice([None, OutputTag("late")]), **rng.choice(FUNCTIONS)}
     script: list[tuple[str, Any]] = []
+    keys = rng.choice(KEY_SETS)
     now = watermark = 0
     for _ in range(rng.randint(5, 25)):
         what = rng.random()
@@ -74,7 +77,7 @@ def scenario(seed: int) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
             chunk = []
             for _ in range(rng.randint(0, 40)):  # some late, some far ahead
                 timestamp = max(0, watermark + rng.randint(-3000, 2500))
-                chunk.append(((rng.choice(KEYS), rng.randint(1, 9)), timestamp))
+                chunk.append(((rng.choice(keys), rng.randint(1, 9)), timestamp))
             script.append(("chunk", chunk))
         elif what < 0.85:
             watermark += rng.randint(0, 1500)
@@ -110,7 +113,7 @@ def run(setup: dict[str, Any], script: list[tuple[str, Any]], chunked: bool) -> 
             "dropped": engine.num_late_records_dropped}
 
 
-@pytest.mark.parametrize("seed", range(300))
+@pytest.mark.parametrize("seed", range(400))
 def test_a_chunk_at_once_is_its_elements_one_by_one(seed: int) -> None:
     setup, script = scenario(seed)
     assert repr(run(setup, script, chunked=True)) == repr(run(scenario(seed)[0], script, chunked=False))

@@ -196,16 +196,16 @@ class _Tumbling(WindowAssigner):
         start = TimeWindow.get_window_start_with_offset(timestamp, self._offset, self._size)
         return [TimeWindow(start, start + self._size)]
 
-    def windows_of(self, timestamps: np.ndarray[Any, Any], known: dict[int, TimeWindow]) -> list[int] | None:
+    def windows_of(self, timestamps: np.ndarray[Any, Any], known: dict[int, TimeWindow]) -> np.ndarray[Any, Any] | None:
         """The windows of a chunk's event ``timestamps`` (int64) at once: the start of each
-        one's window, with the window of each new start added to ``known`` (start -> window;
+        one's window (int64), with the window of each new start added to ``known`` (start -> window;
         a start already there keeps its window object); ``None`` where :meth:`assign_windows`
         must be called per element (processing time, or timestamps so large that int64 would
         wrap).
 
         Example:
             >>> known = {}
-            >>> TumblingEventTimeWindows.of(1000).windows_of(np.array([5, 1999, 1000]), known), known[1000]
+            >>> TumblingEventTimeWindows.of(1000).windows_of(np.array([5, 1999, 1000]), known).tolist(), known[1000]
             ([0, 1000, 1000], TimeWindow(start=1000, end=2000))
         """
         if not self._event_time or not len(timestamps) or \
@@ -215,7 +215,7 @@ class _Tumbling(WindowAssigner):
         for start in np.unique(starts).tolist():
             if start not in known:
                 known[start] = TimeWindow(start, start + self._size)
-        return starts.tolist()  # type: ignore[no-any-return]
+        return starts  # type: ignore[no-any-return]
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()

@@ -64,14 +64,14 @@ def _canonical_keys(keys: Sequence[Any]) -> list[Any]:
     return [k if type(k) is int or type(k) is str else canonical_key(k) for k in keys]
 
 
-#: ``(groups, windows, late)`` of a chunk, see :func:`group_chunk`
-Grouped = tuple[dict[tuple[Any, Any], list[Any]], dict[Any, Any], list[int]]
+#: ``(groups, late, windows)`` of a chunk, see :func:`group_chunk`
+Grouped = tuple[dict[tuple[Any, Any], list[Any]], list[int], dict[Any, Any]]
 
 
 def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndarray[Any, Any],
                 keys: Sequence[Any]) -> Grouped | None:
-    """``(groups, windows, late)``: the values of each ``(key, window id)`` in order of first
-    appearance, the window of each id, and the indices of the elements no window took;
+    """``(groups, late, windows)``: the values of each ``(key, window id)`` in order of first
+    appearance, the indices of the elements no window took, and the window of each id;
     ``None`` when the chunk must go one element at a time. Nothing is changed yet."""
     event_time = engine.assigner.is_event_time()
     if event_time and len(timestamps) and timestamps.min() <= MIN_TIMESTAMP:
@@ -85,13 +85,16 @@ def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndar
     starts = engine.assigner.windows_of(timestamps, windows) if hasattr(engine.assigner, "windows_of") else None
     if starts is not None:  # tumbling: one window per element, by its start
         dropped = set()
-        for start in set(starts):
+        for start in np.unique(starts).tolist():
             window = windows[start]
             if engine._is_window_late(window):
                 dropped.add(start)
             elif fires_due and window.max_timestamp() <= watermark:
                 return None  # a late firing within the allowed lateness: one at a time
-        for i, (value, key, start) in enumerate(zip(values, keys, starts)):
+        int_keys = _int_keys(keys)
+        if int_keys is not None:
+            return (*_sorted_groups(values, int_keys, starts, dropped), windows)
+        for i, (value, key, start) in enumerate(zip(values, keys, starts.tolist())):
             group = groups.get((key, start))
             if group is not None:
                 group.append(value)
@@ -99,7 +102,7 @@ def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndar
                 late.append(i)
             else:
                 groups[(key, start)] = [value]
-        return groups, windows, late
+        return groups, late, windows
     windows = {}
     context = engine.assigner_ctx
     for i, (value, key, timestamp) in enumerate(zip(values, keys, timestamps.tolist())):
@@ -114,7 +117,42 @@ def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndar
             groups.setdefault((key, window), []).append(value)
         if skipped:
             late.append(i)
-    return groups, windows, late
+    return groups, late, windows
+
+
+def _int_keys(keys: Sequence[Any]) -> np.ndarray[Any, Any] | None:
+    """The keys as int64 where every one is an int that fits (not a bool), else ``None``."""
+    if not all(type(k) is int for k in keys):
+        return None
+    try:
+        return np.fromiter(keys, np.int64, len(keys))
+    except OverflowError:
+        return None
+
+
+def _sorted_groups(values: Sequence[Any], keys: np.ndarray[Any, Any], starts: np.ndarray[Any, Any],
+                   dropped: set[int]) -> tuple[dict[tuple[Any, Any], list[Any]], list[int]]:
+    """:func:`group_chunk`'s groups and late elements of int keys and tumbling windows, by
+    sorting: a stable sort on (key, start) keeps each group's elements in order, and the
+    groups are then taken in the order of their first elements."""
+    order = np.lexsort((starts, keys))  # stable
+    sorted_keys, sorted_starts = keys[order], starts[order]
+    cuts = np.flatnonzero((sorted_keys[1:] != sorted_keys[:-1]) | (sorted_starts[1:] != sorted_starts[:-1])) + 1
+    firsts = np.concatenate(([0], cuts)).astype(np.intp)
+    bounds = [*firsts.tolist(), len(values)]
+    positions = order.tolist()
+    in_order = [values[i] for i in positions]
+    group_keys, group_starts = sorted_keys[firsts].tolist(), sorted_starts[firsts].tolist()
+    groups: dict[tuple[Any, Any], list[Any]] = {}
+    late: list[int] = []
+    for g in np.argsort(order[firsts], kind="stable").tolist():
+        start, a, b = group_starts[g], bounds[g], bounds[g + 1]
+        if start in dropped:
+            late += positions[a:b]
+        else:
+            groups[(group_keys[g], start)] = in_order[a:b]
+    late.sort()
+    return groups, late
 
 
 def add_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndarray[Any, Any],
@@ -124,7 +162,7 @@ def add_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndarra
     grouped = group_chunk(engine, values, timestamps, keys)
     if grouped is None:
         return None
-    groups, windows, late = grouped
+    groups, late, windows = grouped
     contents, timers, backend = engine.contents, engine.timers, engine.backend
     assert backend is not None
     trigger_queue = timers.event if type(engine.trigger) is EventTimeTrigger else timers.processing
