@@ -252,9 +252,12 @@ class ReducingStateImpl(KvState):
     def add_all(self, values: Iterable[Any]) -> None:
         """:meth:`add` of each of ``values`` in turn, with one read and one write of the state.
 
-        Example (``reduce`` sees the values in order: ``((1 + 2) + 3)``)::
-
-            state.add_all([1, 2, 3])
+        Example (the reduce function sees the values in order):
+            >>> from accelflow.dataflow.eventtime import ReducingStateDescriptor
+            >>> backend = KeyedStateBackend("words")
+            >>> joined = backend.get_state(ReducingStateDescriptor("joined", lambda a, b: f"({a}+{b})"))
+            >>> backend.set_current_key("k"); joined.add_all(["a", "b", "c"]); joined.get()
+            '((a+b)+c)'
         """
         values = iter(values)
         slot = self._slot()
