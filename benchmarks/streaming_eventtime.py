@@ -5,9 +5,10 @@ appended to ``benchmarks/results/streaming.txt``.
     .venv/bin/python benchmarks/streaming_eventtime.py [--quick] [--seconds 5] [--repeat 3] [--output PATH]
         [--sections c,d] [--profile DIR]
 
-``--sections d`` runs only the window section; ``--profile DIR`` (section (d) only) samples
-every process of one extra window job with ``py-spy`` (``pip install py-spy``) into
-``DIR/<pid>.txt`` (collapsed stacks of each subtask: where the time goes).
+``--sections d`` runs only the window section. ``--profile DIR`` runs one window job and
+nothing else, with ``py-spy`` (``pip install py-spy``) sampling each of its processes
+(subtasks, TaskExecutor), and prints where each spent its time (self time per function; the
+samples stay in ``DIR/<pid>.txt``, collapsed stacks).
 
 (c) p99 source -> sink latency: ``Ticks(rate) -> rebalance -> map -> add_sink(latency)``,
 two subtasks (source; map and sink chained) on 2 cores, records given one at a time by a
@@ -22,7 +23,10 @@ what 0.1.0 did: shown as "50 ms timer").
 values per key, 1,000,000 records; the job (parallelism 1: one source subtask, one window
 subtask, as the loop has one core) and the loop (a dict of per-(key, window) sums, then the
 windows in end order) interleaved, each ``--repeat`` times, in the same run; the ratio is
-loop time / job time (higher is better), with min/median/max.
+loop time / job time (higher is better), with min/median/max. Start-up is shown apart (the
+first record out of the source, ``JobResult.startup_s``; the first window result, stamped by
+a pass-through ``map`` after the window), and the steady state is the records over the job's
+time less its time to the first result.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from typing import Any
 
 import numpy as np
 import psutil
+
+from streaming import CpuSampler  # noqa: E402 (benchmarks/ is on the path of a script run from there)
 
 from accelflow import (
     Environment, RichMapFunction, RuntimeContext, SinkFunction, Source, Time, TumblingEventTimeWindows, WatermarkStrategy,
@@ -185,6 +191,8 @@ class WindowRun:
     startup_s: float  # execute() to the first record out of the source (JobResult.startup_s)
     first_out_s: float  # execute() to the first window result (after the window operator)
     results: list[Any]
+    job_cpu_s: float  # CPU seconds of the job's processes (client, TaskExecutor, subtasks)
+    others: float  # cores the machine's other users took meanwhile (it is shared)
 
 
 def window_job(records: list[tuple[int, int, int]]) -> WindowRun:
@@ -196,11 +204,18 @@ def window_job(records: list[tuple[int, int, int]]) -> WindowRun:
         first = os.path.join(tmp, "first")
         stream = env.from_collection(records).assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
             .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))).reduce(add).map(FirstOut(first))
+        cpu = CpuSampler()
         started, started_ns = time.perf_counter(), time.time_ns()
-        out = stream.execute_and_collect()
-        seconds = time.perf_counter() - started
+        try:
+            out = stream.execute_and_collect()
+            seconds, stopped_ns = time.perf_counter() - started, time.time_ns()
+            time.sleep(0.15)  # a sample after the end
+        finally:
+            cpu.stop.set()
         first_out_s = (int(Path(first).read_text(encoding="utf-8")) - started_ns) / 1e9
-    return WindowRun(seconds, env.last_result.startup_s or 0.0, first_out_s, out)
+    job_cpu, machine_cpu = cpu.between(started_ns, stopped_ns)
+    return WindowRun(seconds, env.last_result.startup_s or 0.0, first_out_s, out, job_cpu,
+                     max(0.0, machine_cpu - job_cpu) / seconds)
 
 
 def _sums(results: list[Any]) -> list[tuple[int, int]]:
@@ -235,6 +250,10 @@ def window_section(args: argparse.Namespace) -> list[str]:
         f"first window result after {statistics.median(r.first_out_s for r in runs):.2f} s (medians)",
         f"  steady state: {statistics.median(steady):,.0f} records/s (records / (job time - time to first result); "
         f"min {min(steady):,.0f} max {max(steady):,.0f})",
+        f"  job CPU: {statistics.median(r.job_cpu_s for r in runs):.2f} s (median; min "
+        f"{min(r.job_cpu_s for r in runs):.2f} max {max(r.job_cpu_s for r in runs):.2f}: client, TaskExecutor and "
+        f"subtasks), {n / statistics.median(r.job_cpu_s for r in runs):,.0f} records per CPU second; other users of "
+        f"the machine took {', '.join(f'{r.others:.2f}' for r in runs)} cores meanwhile",
     ]
 
 
