@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accelflow._errors import JobError
+from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow.eventtime import (
     MIN_TIMESTAMP, AggregateFunction, ContinuousEventTimeTrigger, CountTrigger, EventTimeSessionWindows,
     EventTimeTrigger, GlobalWindows, OutputTag, ProcessingTimeTrigger, ProcessWindowFunction, PurgingTrigger,
@@ -139,9 +139,9 @@ def test_the_chunk_path_is_taken_for_event_time_windows(monkeypatch: pytest.Monk
 
 def test_a_record_without_timestamp_still_names_the_problem() -> None:
     engine = WindowEngine("w", TumblingEventTimeWindows.of(1000), reduce_function=lambda a, b: a + b)
-    with pytest.raises(Exception, match="no timestamp"):
-        engine.process_chunk([1, 2], [10, None], ["k", "k"])
-    assert MIN_TIMESTAMP < 0
+    with pytest.raises(ConfigError, match="a record has no timestamp") as caught:
+        engine.process_chunk([1, 2], np.array([10, MIN_TIMESTAMP]), ["k", "k"])
+    assert caught.value.keys == ("TumblingEventTimeWindows",)
 
 
 def test_none_in_a_process_window_is_refused_in_a_chunk_too() -> None:

@@ -78,7 +78,8 @@ def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndar
         return None  # a record without a timestamp: one at a time raises the error naming it
     fires_due = type(engine.trigger) is EventTimeTrigger
     watermark = engine.timers.current_watermark()
-    keys = _canonical_keys(keys)
+    int_keys = _int_keys(keys)  # ints are canonical keys already
+    keys = keys if int_keys is not None else _canonical_keys(keys)
     groups: dict[tuple[Any, Any], list[Any]] = {}
     late: list[int] = []
     windows = engine.window_cache
@@ -91,7 +92,6 @@ def group_chunk(engine: WindowEngine, values: Sequence[Any], timestamps: np.ndar
                 dropped.add(start)
             elif fires_due and window.max_timestamp() <= watermark:
                 return None  # a late firing within the allowed lateness: one at a time
-        int_keys = _int_keys(keys)
         if int_keys is not None:
             return (*_sorted_groups(values, int_keys, starts, dropped), windows)
         for i, (value, key, start) in enumerate(zip(values, keys, starts.tolist())):
