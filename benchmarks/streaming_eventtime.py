@@ -3,6 +3,12 @@ the issue's sections (c) and (d) next to ``benchmarks/streaming.py``'s (a) and (
 appended to ``benchmarks/results/streaming.txt``.
 
     .venv/bin/python benchmarks/streaming_eventtime.py [--quick] [--seconds 5] [--repeat 3] [--output PATH]
+        [--sections c,d] [--profile DIR]
+
+``--sections d`` runs only the window section. ``--profile DIR`` runs one window job and
+nothing else, with ``py-spy`` (``pip install py-spy``) sampling each of its processes
+(subtasks, TaskExecutor), and prints where each spent its time (self time per function; the
+samples stay in ``DIR/<pid>.txt``, collapsed stacks).
 
 (c) p99 source -> sink latency: ``Ticks(rate) -> rebalance -> map -> add_sink(latency)``,
 two subtasks (source; map and sink chained) on 2 cores, records given one at a time by a
@@ -17,7 +23,10 @@ what 0.1.0 did: shown as "50 ms timer").
 values per key, 1,000,000 records; the job (parallelism 1: one source subtask, one window
 subtask, as the loop has one core) and the loop (a dict of per-(key, window) sums, then the
 windows in end order) interleaved, each ``--repeat`` times, in the same run; the ratio is
-loop time / job time (higher is better), with min/median/max.
+loop time / job time (higher is better), with min/median/max. Start-up is shown apart (the
+first record out of the source, ``JobResult.startup_s``; the first window result, stamped by
+a pass-through ``map`` after the window), and the steady state is the records over the job's
+time less its time to the first result.
 """
 
 from __future__ import annotations
@@ -26,19 +35,26 @@ import argparse
 import datetime
 import os
 import platform
+import signal
 import statistics
 import sys
+import subprocess
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
+
+from streaming import CpuSampler  # noqa: E402 (benchmarks/ is on the path of a script run from there)
 
 from accelflow import (
-    Environment, RuntimeContext, SinkFunction, Source, Time, TumblingEventTimeWindows, WatermarkStrategy,
+    Environment, RichMapFunction, RuntimeContext, SinkFunction, Source, Time, TumblingEventTimeWindows, WatermarkStrategy,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "streaming.txt"
@@ -150,40 +166,138 @@ def add(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int
     return a[0], a[1] + b[1], max(a[2], b[2])
 
 
-def window_job(records: list[tuple[int, int, int]]) -> tuple[float, int]:
-    """(seconds from execute to the end, results) of the windowed job."""
+class FirstOut(RichMapFunction):
+    """Passes records on; writes the ``time.time_ns()`` of the first one to ``path`` at close."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.first = 0
+
+    def map(self, value: Any) -> Any:
+        if not self.first:
+            self.first = time.time_ns()
+        return value
+
+    def close(self) -> None:
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write(str(self.first))
+
+
+@dataclass
+class WindowRun:
+    seconds: float  # execute() to the results in the client
+    startup_s: float  # execute() to the first record out of the source (JobResult.startup_s)
+    first_out_s: float  # execute() to the first window result (after the window operator)
+    results: list[Any]
+    job_cpu_s: float  # CPU seconds of the job's processes (client, TaskExecutor, subtasks)
+    others: float  # cores the machine's other users took meanwhile (it is shared)
+
+
+def window_job(records: list[tuple[int, int, int]]) -> WindowRun:
+    """One run of the windowed job (its results are ``(key, sum, max timestamp)`` per window)."""
     env = Environment({"parallelism.default": 1})
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Time.milliseconds(10)) \
         .with_timestamp_assigner(lambda r, ts: r[2])
-    stream = env.from_collection(records).assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
-        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))).reduce(add)
-    started = time.perf_counter()
-    out = stream.execute_and_collect()
-    return time.perf_counter() - started, len(out)
+    with tempfile.TemporaryDirectory(prefix="accelflow-window-") as tmp:
+        first = os.path.join(tmp, "first")
+        stream = env.from_collection(records).assign_timestamps_and_watermarks(strategy).key_by(lambda r: r[0]) \
+            .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))).reduce(add).map(FirstOut(first))
+        cpu = CpuSampler()
+        started, started_ns = time.perf_counter(), time.time_ns()
+        try:
+            out = stream.execute_and_collect()
+            seconds, stopped_ns = time.perf_counter() - started, time.time_ns()
+            time.sleep(0.15)  # a sample after the end
+        finally:
+            cpu.stop.set()
+        first_out_s = (int(Path(first).read_text(encoding="utf-8")) - started_ns) / 1e9
+    job_cpu, machine_cpu = cpu.between(started_ns, stopped_ns)
+    return WindowRun(seconds, env.last_result.startup_s or 0.0, first_out_s, out, job_cpu,
+                     max(0.0, machine_cpu - job_cpu) / seconds)
+
+
+def _sums(results: list[Any]) -> list[tuple[int, int]]:
+    return sorted((key, total) for key, total, *_ in results)
 
 
 def window_section(args: argparse.Namespace) -> list[str]:
     records = window_records(args.records)
-    expected = len(python_loop(records))
-    loop_s, job_s = [], []
+    expected = python_loop(records)
+    loop_s, runs = [], []
     for _ in range(args.repeat):  # interleaved, so that a busy neighbour hurts both alike
         started = time.perf_counter()
         python_loop(records)
         loop_s.append(time.perf_counter() - started)
-        seconds, results = window_job(records)
-        if results != expected:
-            raise SystemExit(f"the job gave {results} window results, the loop {expected}")
-        job_s.append(seconds)
+        run = window_job(records)
+        if _sums(run.results) != sorted((key, total) for _, key, total in expected):
+            raise SystemExit(f"the job gave {len(run.results)} window results unlike the loop's {len(expected)}")
+        runs.append(run)
+    job_s = [r.seconds for r in runs]
+    steady = [args.records / (r.seconds - r.first_out_s) for r in runs]
     ratios = sorted(loop / job for loop, job in zip(loop_s, job_s))
+    n = args.records
     return [
-        f"(d) tumbling {WINDOW_MS} ms event-time windows, sum per key ({KEYS:,} keys, {args.records:,} records, "
-        f"{expected:,} results), {args.repeat} runs interleaved",
-        f"  plain Python loop  {statistics.median(loop_s):6.2f} s  ({args.records / statistics.median(loop_s):>11,.0f} records/s)"
+        f"(d) tumbling {WINDOW_MS} ms event-time windows, sum per key ({KEYS:,} keys, {n:,} records, "
+        f"{len(expected):,} results), {args.repeat} runs interleaved",
+        f"  plain Python loop  {statistics.median(loop_s):6.2f} s  ({n / statistics.median(loop_s):>11,.0f} records/s)"
         f"  min {min(loop_s):.2f} max {max(loop_s):.2f}",
-        f"  accelflow job      {statistics.median(job_s):6.2f} s  ({args.records / statistics.median(job_s):>11,.0f} records/s)"
+        f"  accelflow job      {statistics.median(job_s):6.2f} s  ({n / statistics.median(job_s):>11,.0f} records/s)"
         f"  min {min(job_s):.2f} max {max(job_s):.2f}  (from execute() to the results in the client: start-up included)",
         f"  ratio loop/job: median {statistics.median(ratios):.2f}x, min {ratios[0]:.2f}x, max {ratios[-1]:.2f}x",
+        f"  job start-up: first record out of the source after {statistics.median(r.startup_s for r in runs):.2f} s, "
+        f"first window result after {statistics.median(r.first_out_s for r in runs):.2f} s (medians)",
+        f"  steady state: {statistics.median(steady):,.0f} records/s (records / (job time - time to first result); "
+        f"min {min(steady):,.0f} max {max(steady):,.0f})",
+        f"  job CPU: {statistics.median(r.job_cpu_s for r in runs):.2f} s (median; min "
+        f"{min(r.job_cpu_s for r in runs):.2f} max {max(r.job_cpu_s for r in runs):.2f}: client, TaskExecutor and "
+        f"subtasks), {n / statistics.median(r.job_cpu_s for r in runs):,.0f} records per CPU second; other users of "
+        f"the machine took {', '.join(f'{r.others:.2f}' for r in runs)} cores meanwhile",
     ]
+
+
+def profile_window_job(records: list[tuple[int, int, int]], directory: Path, top: int = 25) -> list[str]:
+    """Runs the window job once with ``py-spy record`` on each process it starts; returns
+    where each sampled process spent its time (self time per function, most first)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spies: dict[int, subprocess.Popen[bytes]] = {}
+    done = threading.Event()
+
+    def attach() -> None:
+        me = psutil.Process()
+        while not done.wait(0.05):
+            for child in me.children(recursive=True):
+                if child.pid not in spies and child.pid not in {s.pid for s in spies.values()}:
+                    spies[child.pid] = subprocess.Popen(
+                        ["py-spy", "record", "--pid", str(child.pid), "--format", "raw", "--rate", "250", "--function",
+                         "--nonblocking", "-o", str(directory / f"{child.pid}.txt")],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    watcher = threading.Thread(target=attach, daemon=True)
+    watcher.start()
+    try:
+        window_job(records)
+    finally:
+        done.set()
+        watcher.join()
+        for spy in spies.values():  # the zygote outlives the job: stop every spy (it writes at SIGINT)
+            spy.send_signal(signal.SIGINT)
+        for spy in spies.values():
+            spy.wait(30)
+    lines = []
+    for path in sorted(directory.glob("*.txt")):
+        self_time: dict[str, int] = defaultdict(int)
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stack, _, count = line.rpartition(" ")
+            self_time[stack.rsplit(";", 1)[-1]] += int(count)
+        total = sum(self_time.values())
+        if total < 50:
+            continue
+        lines.append(f"  process {path.stem}: {total} samples")
+        for frame, count in sorted(self_time.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"    {count / total:6.1%}  {frame}")
+    return lines
 
 
 def report(args: argparse.Namespace) -> list[str]:
@@ -192,7 +306,8 @@ def report(args: argparse.Namespace) -> list[str]:
     return [f"# benchmarks/streaming_eventtime.py, {when}",
             f"# {platform.platform()}; {cores} cores; Python {platform.python_version()}; load average before: "
             + " ".join(f"{x:.2f}" for x in os.getloadavg()),
-            *latency_section(args), "", *window_section(args),
+            *(latency_section(args) + [""] if "c" in args.sections else []),
+            *(window_section(args) if "d" in args.sections else []),
             "# load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg())]
 
 
@@ -205,7 +320,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, help="records of the window job (default 1,000,000, --quick 100,000)")
     parser.add_argument("--output", type=Path, help="append the report here (default benchmarks/results/streaming.txt, "
                         "none with --quick)")
+    parser.add_argument("--sections", default="c,d", help="which sections to run (default c,d)")
+    parser.add_argument("--profile", type=Path, help="profile one window job with py-spy into this folder "
+                        "and print where its processes spend their time (nothing else runs)")
     args, _ = parser.parse_known_args(argv)
+    args.sections = set(args.sections.split(","))
     args.seconds = args.seconds or (1.5 if args.quick else 5.0)
     args.warmup = args.warmup if args.warmup is not None else (0.5 if args.quick else 1.0)
     args.repeat = args.repeat or (1 if args.quick else 3)
@@ -216,6 +335,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.profile is not None:
+        print("\n".join(profile_window_job(window_records(args.records), args.profile)))
+        return
     lines = report(args)
     print("\n".join(lines))
     if args.output is not None:

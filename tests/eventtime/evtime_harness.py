@@ -28,29 +28,64 @@ def sum_reducer(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
     return (b[0], a[1] + b[1])
 
 
+#: whether a :class:`Harness` gives a window engine its elements in chunks
+#: (``process_chunk`` of the elements between two other calls), as a subtask does, rather
+#: than one by one; the window tests run both ways (their ``chunked`` fixture)
+CHUNKED = {"on": False}
+
+
 class Harness:
-    """Drives one engine; ``output`` holds ``(value, timestamp)`` records and ``W`` watermarks."""
+    """Drives one engine; ``output`` holds ``(value, timestamp)`` records and ``W`` watermarks.
+
+    In chunked mode (:data:`CHUNKED`) the elements fed in a row go to a window engine's
+    ``process_chunk`` together, before anything else reads or drives the engine."""
 
     def __init__(self, engine: Any, key: Callable[[Any], Any] = first_field) -> None:
-        self.engine = engine
+        self._engine = engine
         self.key = key
-        self.output: list[Any] = []
-        self.side: dict[str, list[tuple[Any, Any]]] = {}
+        self._output: list[Any] = []
+        self._side: dict[str, list[tuple[Any, Any]]] = {}
+        self.chunked = CHUNKED["on"] and hasattr(engine, "process_chunk")
+        self.pending: list[tuple[Any, int | None, Any]] = []
         if hasattr(engine, "open"):
             engine.open()
 
+    def _flush(self) -> None:
+        if self.pending:
+            pending, self.pending = self.pending, []
+            values, stamps, keys = (list(column) for column in zip(*pending))
+            self._take(self._engine.process_chunk(values, stamps, keys))
+
+    @property
+    def engine(self) -> Any:
+        self._flush()
+        return self._engine
+
+    @property
+    def output(self) -> list[Any]:
+        self._flush()
+        return self._output
+
+    @property
+    def side(self) -> dict[str, list[tuple[Any, Any]]]:
+        self._flush()
+        return self._side
+
     def _take(self, outputs: Any) -> None:
-        self.output += outputs.records
+        self._output += outputs.records
         for tag, value, timestamp in outputs.side:
-            self.side.setdefault(tag, []).append((value, timestamp))
+            self._side.setdefault(tag, []).append((value, timestamp))
 
     def element(self, value: Any, timestamp: int | None = None) -> Harness:
-        self._take(self.engine.process_element(value, timestamp, key=self.key(value)))
+        if self.chunked:
+            self.pending.append((value, timestamp, self.key(value)))
+        else:
+            self._take(self._engine.process_element(value, timestamp, key=self.key(value)))
         return self
 
     def watermark(self, watermark: int) -> Harness:
         self._take(self.engine.advance_watermark(watermark))
-        self.output.append(W(watermark))
+        self._output.append(W(watermark))
         return self
 
     def processing_time(self, now: int) -> Harness:

@@ -17,9 +17,19 @@ from accelflow.dataflow.eventtime import (
     SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeWindow, Trigger, TriggerResult,
     TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowFunction)
 from accelflow.runtime.subtask._window_engine import WindowEngine
-from evtime_harness import Harness, assert_output, sum_reducer
+from evtime_harness import CHUNKED, Harness, assert_output, sum_reducer
 
 LATE = OutputTag("late-output")
+
+
+@pytest.fixture(autouse=True, params=["one-by-one", "chunked"])
+def chunked(request: pytest.FixtureRequest) -> Any:
+    """Every scenario twice: elements one by one (``process_element``), and the elements fed
+    between two watermarks as one chunk (``process_chunk``, as a subtask does): the same
+    output either way."""
+    CHUNKED["on"] = request.param == "chunked"
+    yield
+    CHUNKED["on"] = False
 
 
 class RichSumReducer(WindowFunction):

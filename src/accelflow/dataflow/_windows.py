@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from accelflow._errors import ConfigError
 from accelflow.dataflow._time import MAX_TIMESTAMP, MIN_TIMESTAMP, at_least, to_millis
 from accelflow.dataflow._triggers import (
@@ -33,11 +35,12 @@ class Window(ABC):
 class TimeWindow(Window):
     """The interval ``[start, end)`` in epoch milliseconds."""
 
-    __slots__ = ("start", "end")
+    __slots__ = ("start", "end", "_hash")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
+        self._hash = hash((start, end))  # windows key state and timers: hashed very often
 
     def max_timestamp(self) -> int:
         return self.end - 1
@@ -71,7 +74,7 @@ class TimeWindow(Window):
         return isinstance(other, TimeWindow) and (self.start, self.end) == (other.start, other.end)
 
     def __hash__(self) -> int:
-        return hash((self.start, self.end))
+        return self._hash
 
     def __lt__(self, other: TimeWindow) -> bool:
         return (self.start, self.end) < (other.start, other.end)
@@ -159,6 +162,10 @@ def _needs_timestamp(timestamp: int, assigner: WindowAssigner) -> None:
             "event-time window, or use a processing-time one", key=type(assigner).__name__)
 
 
+#: timestamps whose window arithmetic stays inside int64 (else windows are computed in Python)
+_VECTOR_MIN, _VECTOR_MAX = -(2**62), 2**62
+
+
 def _sliding_starts(timestamp: int, size: int, slide: int, offset: int) -> list[TimeWindow]:
     last_start = TimeWindow.get_window_start_with_offset(timestamp, offset, slide)
     return [TimeWindow(s, s + size) for s in range(last_start, timestamp - size, -slide)]
@@ -188,6 +195,27 @@ class _Tumbling(WindowAssigner):
             timestamp = context.get_current_processing_time()
         start = TimeWindow.get_window_start_with_offset(timestamp, self._offset, self._size)
         return [TimeWindow(start, start + self._size)]
+
+    def windows_of(self, timestamps: np.ndarray[Any, Any], known: dict[int, TimeWindow]) -> np.ndarray[Any, Any] | None:
+        """The windows of a chunk's event ``timestamps`` (int64) at once: the start of each
+        one's window (int64), with the window of each new start added to ``known`` (start -> window;
+        a start already there keeps its window object); ``None`` where :meth:`assign_windows`
+        must be called per element (processing time, or timestamps so large that int64 would
+        wrap).
+
+        Example:
+            >>> known = {}
+            >>> TumblingEventTimeWindows.of(1000).windows_of(np.array([5, 1999, 1000]), known).tolist(), known[1000]
+            ([0, 1000, 1000], TimeWindow(start=1000, end=2000))
+        """
+        if not self._event_time or not len(timestamps) or \
+                timestamps.min() <= _VECTOR_MIN or timestamps.max() >= _VECTOR_MAX:
+            return None
+        starts = timestamps - (timestamps - self._offset + self._size) % self._size
+        for start in np.unique(starts).tolist():
+            if start not in known:
+                known[start] = TimeWindow(start, start + self._size)
+        return starts  # type: ignore[no-any-return]
 
     def get_default_trigger(self, env: Any = None) -> Trigger:
         return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()

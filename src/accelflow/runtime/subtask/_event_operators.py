@@ -15,13 +15,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from accelflow._errors import JobError
 from accelflow.dataflow import (
     CoProcessSpec, IntervalJoinSpec, ProcessSpec, RuntimeContext, TimestampsSpec, Transformation, UnionSpec,
-    WindowSpec,
+    Timestamped, WindowSpec,
     iter_records, stamped, timestamps_of, unstamped,
 )
-from accelflow.dataflow.eventtime import MAX_TIMESTAMP
+from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, EventTimeTrigger
 from accelflow.runtime import ChainPlan, StreamStatus, Watermark
 from accelflow.runtime.subtask._engine_base import Outputs
 from accelflow.runtime.subtask._interval_join import IntervalJoinEngine
@@ -114,19 +116,87 @@ class UnionOp(Operator):
         return chunk
 
 
+#: records an event-time window operator gathers before adding them at once (fewer, larger
+#: groups per (key, window)); it adds them sooner at a watermark, a checkpoint, the end, and
+#: whenever its input has nothing more for now
+WINDOW_BATCH_RECORDS = 16_384
+
+
 @runs(WindowSpec)
 class WindowOp(EngineOp):
-    """``window(...).reduce/aggregate/process/apply`` and ``window_all``."""
+    """``window(...).reduce/aggregate/process/apply`` and ``window_all``.
+
+    Chunks go into the engine whole (``WindowEngine.process_chunk``). With event-time
+    windows fired by the watermark (``EventTimeTrigger``, the default), an element on time
+    emits nothing until a watermark, so chunks are gathered (up to
+    :data:`WINDOW_BATCH_RECORDS` records, or until the input is idle) and added together
+    before the next watermark, checkpoint or end: the same outputs in the same order.
+    """
+
+    flushes_when_idle = True
 
     def make_engine(self, ctx: RuntimeContext) -> Any:
         spec = self.node.spec
         assert isinstance(spec, WindowSpec)
         self.event_time = spec.assigner.is_event_time()
-        return WindowEngine(
+        self.pending: list[tuple[list[Any], Any, list[Any]]] = []
+        self.pending_records = 0
+        engine = WindowEngine(
             self.node.name, spec.assigner, trigger=spec.trigger, reduce_function=spec.reduce_function,
             aggregate_function=spec.aggregate_function, window_function=spec.window_function,
             allowed_lateness=spec.allowed_lateness, late_data_output_tag=spec.late_tag,
             all_window=spec.all_window, max_parallelism=self.max_parallelism, runtime_context=ctx)
+        self.gathers = self.event_time and type(engine.trigger) is EventTimeTrigger
+        return engine
+
+    def process_input(self, chunk: Any, input_index: int) -> Any:
+        n = len(chunk)
+        stamps = chunk.timestamps if isinstance(chunk, Timestamped) else np.full(n, MIN_TIMESTAMP, np.int64)
+        if self.event_time and n and stamps.min() <= MIN_TIMESTAMP:
+            return super().process_input(chunk, input_index)  # one at a time: the error names the record
+        values = chunk.stripped() if isinstance(chunk, Timestamped) else chunk
+        values = values if isinstance(values, list) else list(iter_records(values))
+        key_fn = self.keys[input_index]
+        keys = [key_fn(v) for v in values] if key_fn is not None else [None] * n
+        if not self.gathers:
+            return outputs_chunk(self, self.engine.process_chunk(values, stamps, keys))
+        self.pending.append((values, stamps, keys))
+        self.pending_records += n
+        return self.flush() if self.pending_records >= WINDOW_BATCH_RECORDS else []
+
+    def _added(self) -> Outputs:
+        """What adding the gathered chunks emits (late elements only)."""
+        if not self.pending:
+            return Outputs()
+        pending, self.pending, self.pending_records = self.pending, [], 0
+        if len(pending) == 1:
+            return self.engine.process_chunk(*pending[0])  # type: ignore[no-any-return]
+        return self.engine.process_chunk(  # type: ignore[no-any-return]
+            [v for values, _, _ in pending for v in values], np.concatenate([s for _, s, _ in pending]),
+            [k for _, _, keys in pending for k in keys])
+
+    def holds(self) -> bool:
+        return bool(self.pending)
+
+    def flush(self) -> Any:
+        return outputs_chunk(self, self._added())
+
+    def finish(self) -> Any:
+        return self.flush()
+
+    def process_watermark(self, timestamp: int) -> Any:
+        out = self._added()
+        out.extend(self.engine.advance_watermark(timestamp))
+        return outputs_chunk(self, out)
+
+    def on_deadline(self) -> Any:
+        out = self._added()
+        out.extend(self.engine.advance_processing_time(now_ms()))
+        return outputs_chunk(self, out)
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        assert not self.pending, "the runner flushes before a snapshot"
+        return super().snapshot_state(checkpoint_id)
 
     def element(self, value: Any, timestamp: int | None, key: Any, input_index: int) -> Outputs:
         if timestamp is None and self.event_time:
@@ -190,14 +260,11 @@ class TimestampsOp(Operator):
         self.next_emit = time.monotonic() + (self.interval or 0)
 
     def process(self, chunk: Any) -> Any:
-        stamps = timestamps_of(chunk) or [None] * len(chunk)
-        process_element, out = self.generator.process_element, []
-        for value, timestamp in zip(iter_records(chunk), stamps):
-            stamp, events = process_element(value, timestamp)
-            out.append(stamp)
-            if events:
-                self.events += [_event(e) for e in events]
-        return stamped(unstamped(chunk), out)
+        values = unstamped(chunk)
+        records = values if isinstance(values, list) else list(iter_records(values))
+        stamps, events = self.generator.process_chunk(records, chunk.timestamps if isinstance(chunk, Timestamped) else None)
+        self.events += [_event(e) for e in events]
+        return stamped(values, stamps)
 
     def deadline(self) -> float | None:
         return None if self.interval is None else self.next_emit

@@ -13,6 +13,36 @@ from accelflow.runtime.subtask._keygroups import subtask_for_key
 from accelflow.runtime.subtask._shm import ShmSender
 
 
+class SubtaskOfKey:
+    """``subtask_for_key(key, parallelism, max_parallelism)``, remembered for int and str keys
+    (a key's murmur hash costs microseconds in Python, and a stream's keys repeat); other
+    keys are computed each time (``1 == 1.0 == True`` in a dict, but such keys need not
+    hash alike). At most ``size`` keys are remembered, then it starts again.
+
+    Example:
+        >>> subtask_of = SubtaskOfKey(2, 128)
+        >>> subtask_of(42) == subtask_for_key(42, 2, 128), subtask_of(42), len(subtask_of.known)
+        (True, 0, 1)
+    """
+
+    def __init__(self, parallelism: int, max_parallelism: int, size: int = 1 << 16) -> None:
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.size = size
+        self.known: dict[Any, int] = {}
+
+    def __call__(self, key: Any) -> int:
+        kind = type(key)
+        if kind is not int and kind is not str:
+            return subtask_for_key(key, self.parallelism, self.max_parallelism)
+        target = self.known.get(key)
+        if target is None:
+            if len(self.known) >= self.size:
+                self.known.clear()
+            target = self.known[key] = subtask_for_key(key, self.parallelism, self.max_parallelism)
+        return target
+
+
 class Router:
     """Sends the records of one output edge to its downstream subtasks (Flink's partitioners).
 
@@ -45,6 +75,7 @@ class Router:
         self.next = index % len(self.conns)  # subtasks start at different channels
         self.partitioner = _partitioner(edge.partitioner) if edge.partitioning == "custom" else None
         self.random = random.Random(index)
+        self.subtask_of: SubtaskOfKey | None = None
 
     def send(self, chunk: Any) -> None:
         n = len(self.conns)
@@ -68,8 +99,10 @@ class Router:
             return [self.random.randrange(n) for _ in range(len(chunk))]
         key_fn = self.edge.key_fn
         if self.partitioner is None:
-            maxp = self.edge.max_parallelism
-            return [subtask_for_key(key_fn(r), n, maxp) for r in iter_records(chunk)]
+            if self.subtask_of is None or self.subtask_of.parallelism != n:
+                self.subtask_of = SubtaskOfKey(n, self.edge.max_parallelism)
+            subtask_of = self.subtask_of
+            return [subtask_of(key_fn(r)) for r in iter_records(chunk)]
         out = []
         for r in iter_records(chunk):
             target = self.partitioner(key_fn(r), n)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from accelflow._errors import JobError
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, WatermarkStrategy
 from accelflow.runtime import Watermark
@@ -161,17 +163,56 @@ class TimestampsAndWatermarks:
                 events.append(WatermarkStatus.ACTIVE)
         return timestamp, events
 
-    def _extract(self, value: Any, record_timestamp: int) -> int:
+    def process_chunk(self, values: list[Any], record_timestamps: np.ndarray[Any, Any] | None) -> tuple[Any, list[Event]]:
+        """:meth:`process_element` of each of ``values`` in turn (``record_timestamps``: their
+        own, int64 with ``MIN_TIMESTAMP`` for none, or ``None``): their timestamps (an int64
+        array, or the record timestamps themselves without an assigner) and the events.
+
+        Example:
+            >>> from accelflow.dataflow.eventtime import WatermarkStrategy
+            >>> gen = TimestampsAndWatermarks(WatermarkStrategy.for_monotonous_timestamps()
+            ...                               .with_timestamp_assigner(lambda v, ts: v), "assign")
+            >>> stamps, events = gen.process_chunk([5, 3, 9], None)
+            >>> stamps.tolist(), events, gen.max_timestamp
+            ([5, 3, 9], [], 9)
+        """
+        n = len(values)
+        own = record_timestamps if record_timestamps is not None else np.full(n, MIN_TIMESTAMP, np.int64)
         assigner = self.strategy.timestamp_assigner
         if assigner is None:
-            return record_timestamp
-        timestamp = assigner.extract_timestamp(value, record_timestamp)
+            stamps = own
+        else:
+            extract = assigner.extract_timestamp
+            out = [extract(value, t) for value, t in zip(values, own.tolist())]
+            for value, timestamp in zip(values, out):
+                if type(timestamp) is not int:
+                    self._checked(timestamp, value)
+            stamps = np.array(out, np.int64)
+        if n:
+            self.max_timestamp = max(self.max_timestamp, int(stamps.max()))
+        events: list[Event] = []
+        if self.timer is not None and n:
+            self.timer.activity()
+            if self.idle:
+                self.idle = False
+                events.append(WatermarkStatus.ACTIVE)
+        return stamps, events
+
+    def _checked(self, timestamp: Any, value: Any) -> int:
+        """``timestamp`` if it is an int of epoch milliseconds, else the error naming ``value``."""
         if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            assigner = self.strategy.timestamp_assigner
             raise JobError(
                 f"operator {self.operator!r}: the timestamp assigner {type(assigner).__name__} returned "
                 f"{type(timestamp).__name__} {timestamp!r} for {value!r}; it must return the event time "
                 "as an int of epoch milliseconds")
         return timestamp
+
+    def _extract(self, value: Any, record_timestamp: int) -> int:
+        assigner = self.strategy.timestamp_assigner
+        if assigner is None:
+            return record_timestamp
+        return self._checked(assigner.extract_timestamp(value, record_timestamp), value)
 
     def current_watermark(self) -> int:
         return self.max_timestamp - self.strategy.max_out_of_orderness_ms - 1

@@ -19,20 +19,30 @@ Example (a tumbling 5 s sum, fired by the watermark):
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow.eventtime import (
-    MAX_TIMESTAMP, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-    MergingWindowAssigner, OutputTag, ReducingStateDescriptor, WindowAssigner, at_least, to_millis)
+    MAX_TIMESTAMP, MIN_TIMESTAMP, AggregatingStateDescriptor, EventTimeTrigger, ListStateDescriptor, MapStateDescriptor,
+    MergingWindowAssigner, OutputTag, ReducingStateDescriptor, TriggerResult, WindowAssigner, at_least, to_millis)
 from accelflow.runtime.subtask._engine_base import KeyedEngine, Outputs
 from accelflow.runtime.subtask._merging_windows import MergingWindowSet
 from accelflow.runtime.subtask._timers import InternalTimer
+from accelflow.runtime.subtask._window_chunks import add_chunk, chunk_applies
 from accelflow.runtime.subtask._window_contexts import (
     AssignerContext, TriggerContext, WindowFunctionContext, call_window_function)
 
 #: the merging assigners' window -> state window mapping, per key
 MERGING_WINDOW_SET = MapStateDescriptor("merging-window-set")
+
+
+#: the trigger results that fire, and those that purge (``is_fire()`` and ``is_purge()``
+#: without reading the enum's value: the engine asks at every element and timer)
+_FIRES = (TriggerResult.FIRE, TriggerResult.FIRE_AND_PURGE)
+_PURGES = (TriggerResult.PURGE, TriggerResult.FIRE_AND_PURGE)
 
 
 def _instance(fn: Any) -> Any:
@@ -70,6 +80,7 @@ class WindowEngine(KeyedEngine):
                 (reduce_function is None and aggregate_function is None and window_function is None):
             raise ConfigError("needs one of reduce, aggregate, process or apply", key=where)
         self.assigner = assigner
+        self.event_time = assigner.is_event_time()
         self.merging = isinstance(assigner, MergingWindowAssigner)
         self.trigger = trigger if trigger is not None else assigner.get_default_trigger()
         if self.merging and not self.trigger.can_merge():
@@ -80,6 +91,10 @@ class WindowEngine(KeyedEngine):
         self.reduce_function = _instance(reduce_function) if reduce_function is not None else None
         self.aggregate_function = _instance(aggregate_function) if aggregate_function is not None else None
         self.window_function = _instance(window_function) if window_function is not None else None
+        clear = getattr(self.window_function, "clear", None)
+        self.clear_function = clear if callable(clear) else None
+        #: the default event-time trigger (its timers' results are known without calling it)
+        self.plain_trigger = type(self.trigger) is EventTimeTrigger and not self.merging
         self.functions = [f for f in (self.reduce_function, self.aggregate_function, self.window_function)
                           if f is not None]
         self.contents = self.state_of(self._contents_descriptor())
@@ -88,6 +103,10 @@ class WindowEngine(KeyedEngine):
         self.function_ctx = WindowFunctionContext(self)
         self.assigner_ctx = AssignerContext(self)
         self.num_late_records_dropped = 0
+        #: the windows of chunks by their start (tumbling), one object per window, so that state
+        #: and timers find them by identity (see ``_window_chunks``)
+        self.window_cache: dict[int, Any] = {}
+        self._window_cache_limit = 1024
 
     def _contents_descriptor(self) -> Any:
         if self.reduce_function is not None:
@@ -144,21 +163,54 @@ class WindowEngine(KeyedEngine):
         self.backend.on_record()
         return out
 
+    def process_chunk(self, values: Sequence[Any], timestamps: Sequence[int | None] | np.ndarray[Any, Any],
+                      keys: Sequence[Any]) -> Outputs:
+        """:meth:`process_element` of each element of a chunk in turn (the same outputs, state
+        and timers), at once where that is exact (``_window_chunks``): then each (key, window)
+        is folded once and its timers registered once."""
+        stamps = timestamps if isinstance(timestamps, np.ndarray) else \
+            np.fromiter((MIN_TIMESTAMP if t is None else t for t in timestamps), np.int64, len(timestamps))
+        if chunk_applies(self):
+            out = add_chunk(self, values, stamps, keys)
+            if len(self.window_cache) > self._window_cache_limit:
+                self._prune_window_cache()
+            if out is not None:
+                return out
+        out = Outputs()
+        for value, timestamp, key in zip(values, stamps.tolist(), keys):
+            out.extend(self.process_element(value, None if timestamp == MIN_TIMESTAMP else timestamp, key=key))
+        return out
+
+    def _prune_window_cache(self) -> None:
+        """Forgets the windows of :attr:`window_cache` that no element can join any more."""
+        self.window_cache = {s: w for s, w in self.window_cache.items() if not self._is_window_late(w)}
+        self._window_cache_limit = max(1024, 2 * len(self.window_cache))
+
     def _add(self, value: Any, timestamp: Any, window: Any, state_window: Any, out: Outputs) -> None:
         self.contents.set_current_namespace(state_window)
         self.contents.add(value)
         self.trigger_ctx.window = window
         result = self.trigger_ctx.on_element(value, timestamp)
-        if result.is_fire():
+        if result in _FIRES:
             contents = self._contents(state_window)
             if contents is None:
                 return
             self._emit(window, contents, out)
-        if result.is_purge():
+        if result in _PURGES:
             self._contents_cleared(state_window)
         self._cleanup_timer(window, register=True)
 
     # -- timers ---------------------------------------------------------------------------------
+
+    def advance_watermark(self, watermark: int) -> Outputs:
+        """Fires the windows whose time came (timer keys are canonical already: set as they are)."""
+        out = Outputs()
+        backend = self.backend
+        assert backend is not None
+        for timer in self.timers.advance_watermark(watermark):
+            self.current_key = backend.current_key = timer.key
+            self._on_timer(timer, out, event_time=True)
+        return out
 
     def on_event_time(self, timer: InternalTimer, out: Outputs) -> None:
         self._on_timer(timer, out, event_time=True)
@@ -174,23 +226,30 @@ class WindowEngine(KeyedEngine):
         if state_window is None:
             return  # a timer of a window merged away whose trigger left it behind
         ctx = self.trigger_ctx
-        result = ctx.on_event_time(timer.timestamp) if event_time else ctx.on_processing_time(timer.timestamp)
-        if result.is_fire() and (contents := self._contents(state_window)) is not None:
+        plain = event_time and self.plain_trigger
+        if plain:  # EventTimeTrigger.on_event_time without the calls
+            result = TriggerResult.FIRE if timer.timestamp == window.max_timestamp() else TriggerResult.CONTINUE
+        else:
+            result = ctx.on_event_time(timer.timestamp) if event_time else ctx.on_processing_time(timer.timestamp)
+        if result in _FIRES and (contents := self._contents(state_window)) is not None:
             self._emit(window, contents, out)
-        if result.is_purge():
+        if result in _PURGES:
             self._contents_cleared(state_window)
-        if self.assigner.is_event_time() == event_time and timer.timestamp == self._cleanup_time(window):
-            self._clear_all_state(window, state_window, window_set, out)
+        if self.event_time == event_time and timer.timestamp == self._cleanup_time(window):
+            # the trigger's own timer is the one firing (lateness 0): clearing it is a no-op
+            fired = plain and timer.timestamp == window.max_timestamp()
+            self._clear_all_state(window, state_window, window_set, out, trigger_timer_fired=fired)
         if window_set is not None:
             self._persist(window_set)
 
-    def _clear_all_state(self, window: Any, state_window: Any, window_set: MergingWindowSet | None, out: Outputs) -> None:
+    def _clear_all_state(self, window: Any, state_window: Any, window_set: MergingWindowSet | None, out: Outputs,
+                         trigger_timer_fired: bool = False) -> None:
         self._contents_cleared(state_window)
-        self.trigger_ctx.window = window
-        self.trigger_ctx.clear()
-        clear = getattr(self.window_function, "clear", None)
-        if callable(clear):
-            clear(self.function_ctx.bind(window, out))
+        if not trigger_timer_fired:  # else EventTimeTrigger.clear would delete the timer that just fired
+            self.trigger_ctx.window = window
+            self.trigger_ctx.clear()
+        if self.clear_function is not None:
+            self.clear_function(self.function_ctx.bind(window, out))
         if window_set is not None:
             window_set.retire_window(window)
 
@@ -217,7 +276,7 @@ class WindowEngine(KeyedEngine):
                                          self.all_window), at)
 
     def _cleanup_time(self, window: Any) -> int:
-        if not self.assigner.is_event_time():
+        if not self.event_time:
             return int(window.max_timestamp())
         return min(int(window.max_timestamp()) + self.lateness, MAX_TIMESTAMP)  # no wrap-around
 
@@ -226,16 +285,16 @@ class WindowEngine(KeyedEngine):
         if time == MAX_TIMESTAMP:
             return  # a window that never ends (global, count) is never cleaned up
         timers, key = self.timers, self.current_key
-        if self.assigner.is_event_time():
+        if self.event_time:
             (timers.register_event_time_timer if register else timers.delete_event_time_timer)(key, window, time)
         else:
             (timers.register_processing_time_timer if register else timers.delete_processing_time_timer)(key, window, time)
 
     def _is_window_late(self, window: Any) -> bool:
-        return self.assigner.is_event_time() and self._cleanup_time(window) <= self.timers.current_watermark()
+        return self.event_time and self._cleanup_time(window) <= self.timers.current_watermark()
 
     def _is_element_late(self, timestamp: Any) -> bool:
-        return self.assigner.is_event_time() and timestamp + self.lateness <= self.timers.current_watermark()
+        return self.event_time and timestamp + self.lateness <= self.timers.current_watermark()
 
     def _window_set(self) -> MergingWindowSet:
         state = self.state_of(MERGING_WINDOW_SET)
@@ -250,11 +309,11 @@ class WindowEngine(KeyedEngine):
             state.put_all(window_set.mapping)
 
     def _merge_function(self, result: Any, merged: list[Any], state_window: Any, merged_state: list[Any]) -> None:
-        if self.assigner.is_event_time() and result.max_timestamp() + self.lateness <= self.timers.current_watermark():
+        if self.event_time and result.max_timestamp() + self.lateness <= self.timers.current_watermark():
             raise JobError(f"operator {self.name!r}: The end timestamp of an event-time window cannot become "
                            f"earlier than the current watermark by merging. Current watermark: "
                            f"{self.timers.current_watermark()} window: {result}")
-        if not self.assigner.is_event_time() and result.max_timestamp() <= self.timers.current_processing_time():
+        if not self.event_time and result.max_timestamp() <= self.timers.current_processing_time():
             raise JobError(f"operator {self.name!r}: The end timestamp of a processing-time window cannot become "
                            f"earlier than the current processing time by merging. Current processing time: "
                            f"{self.timers.current_processing_time()} window: {result}")
