@@ -240,6 +240,7 @@ def _example(cls: type) -> object:
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
         "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
+        "new_key": _messages.SubtaskKey("job-1", 1, 1, 2), "restored": {"map": [b"state"]},
     }
     device = _messages.RegisteredDevice("0", {"index": "0", "uuid": "GPU-1"})
     values.update({  # devices: a registration's and a SubtaskDescriptor's

@@ -78,6 +78,9 @@ class ChainPlan(_Message, frozen=True):
     rolling: bool
     #: whether the job takes checkpoints (every subtask then acks a final one at its end)
     checkpointing: bool = False
+    #: whether a failure elsewhere rolls this subtask back in place (:class:`Rollback`): a
+    #: data channel that breaks then makes it wait for its rollback instead of failing
+    in_place: bool = False
 
 
 # -- devices (inside Registration and SubtaskDescriptor) ------------------------------------------
@@ -179,6 +182,19 @@ class SubtaskDescriptor(_Message, frozen=True):
     #: array id -> a Ray ``ObjectRef`` as the JobManager sends it, replaced by the
     #: ``SharedArray`` where the TaskExecutor mapped it before forking the subtask
     arrays: dict[str, Any] = field(default_factory=dict)
+    #: a standby subtask (``execution.failover.standby-subtasks``): opened, then idle until a
+    #: :class:`Rollback` gives it the index of a failed subtask
+    standby: bool = False
+
+
+def in_flight_name(operator: str) -> str:
+    """The checkpointed state that holds the records a subtask had taken out of its ended
+    inputs but not processed yet (checkpoints after the sources finished), beside the state
+    of its chain's first operator ``operator``. Its kind is :data:`IN_FLIGHT_KIND`."""
+    return f"{operator}#in-flight"
+
+
+IN_FLIGHT_KIND = "in-flight"
 
 
 # -- JobManager → TaskExecutor ------------------------------------------------------------------
@@ -213,8 +229,27 @@ class NotifyCheckpointComplete(_Message, frozen=True):
     reply: bool = False
 
 
+class Rollback(_Message, frozen=True):
+    """To a subtask that survived another's failure (relayed by its TaskExecutor, which files
+    it under ``new_key`` from then on): drop the records in flight, restore checkpoint
+    ``checkpoint_id`` (``restored`` as in :class:`SubtaskDescriptor`; 0 and None: the start),
+    rewind the source to ``splits``, connect the data channels of the new epoch and go on as
+    ``new_key``, without calling ``open()`` again. To a standby: the same activates it as
+    ``new_key.index``; an index past the parallelism only renames it (it stays idle)."""
+
+    key: SubtaskKey
+    new_key: SubtaskKey
+    checkpoint_id: int
+    restored: dict[str, list[bytes]] | None
+    splits: list[Any] | None
+    listen_address: str | None
+    expected_senders: int
+    #: per output edge of the chain, in order, the addresses of the new epoch
+    outputs: tuple[tuple[str, ...], ...]
+
+
 #: JobManager messages a TaskExecutor hands to one of its subtasks
-ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete
+ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete | Rollback
 Command = Deploy | CancelJob | Shutdown | ToSubtask
 
 

@@ -18,7 +18,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
-from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
+from accelflow.runtime.jobmanager._plan import chain_blob, restored_of, slot_requests, splits_of, subtask_name
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import SlotAssignment, SlotRequest, place
@@ -140,8 +140,7 @@ class Deployer:
             taskexecutor_infos={r.name: r.devices for r in te.registration.resources},
             isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
             taskexecutor_id=te.id,
-            restored=({n.name: job.restore_from[n.name] for n in chain.nodes if n.name in job.restore_from}
-                      if job.restore_from else None),
+            restored=restored_of(job, chain),
             restored_checkpoint=job.restore_id,
             arrays={} if chain.head.source is None else object_handles(chain.head.source),
         )

@@ -19,7 +19,7 @@ from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation
-from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps, shared_view
+from accelflow.runtime import IN_FLIGHT_KIND, ChainPlan, OutputEdge, SubtaskKey, dumps, in_flight_name, shared_view
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount, is_counted
 
@@ -150,6 +150,24 @@ def never_deployed(job: Job, known: Container[SubtaskKey], state: str) -> list[S
         for c in job.graph.chains for i in range(c.parallelism)
         if (key := SubtaskKey(job.id, job.attempt, c.id, i)) not in known
     ]
+
+
+def state_names(chain: Chain) -> list[tuple[str, str]]:
+    """``(name, kind)`` of each state the subtasks of ``chain`` may checkpoint: one per
+    operator, and for a chain with inputs the records taken out of ended inputs and not
+    processed yet (``in_flight_name``, see ``runtime/subtask/_in_flight.py``)."""
+    names = [(n.name, n.kind) for n in chain.nodes]
+    if chain.head.source is None:
+        names.append((in_flight_name(chain.head.name), IN_FLIGHT_KIND))
+    return names
+
+
+def restored_of(job: Job, chain: Chain) -> dict[str, list[bytes]] | None:
+    """What the subtasks of ``chain`` restore in ``job``'s current attempt (None: nothing)."""
+    restored = job.restore_from
+    if not restored:
+        return None
+    return {name: restored[name] for name, _ in state_names(chain) if name in restored}
 
 
 def subtask_name(chain: Chain, index: int) -> str:

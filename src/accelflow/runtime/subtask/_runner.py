@@ -26,6 +26,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask._channels import listen
+from accelflow.runtime.subtask._in_flight import InFlight
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
@@ -87,6 +88,7 @@ class _Runner:
         self.ended = False  # the input has ended (the final state is acked)
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
+        self.in_flight = InFlight(self)  # records of ended inputs kept for a checkpoint (FLIP-147)
 
     def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
@@ -111,6 +113,7 @@ class _Runner:
                     self._run_source(head.source, self._context(head))
                 else:
                     self._run_inputs(listener)
+                    self.in_flight.run()
                 self._finish()
                 self._final_checkpoint()
             finally:
@@ -150,6 +153,7 @@ class _Runner:
         for op in self.ops:
             if op.node.name in restored:
                 op.restore_state([cloudpickle.loads(b) for b in restored[op.node.name]], index, parallelism)
+        self.in_flight.restore(restored, index, parallelism)
 
     def _snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
         states: dict[str, bytes] = {}
@@ -162,6 +166,7 @@ class _Runner:
             state = op.snapshot_state(checkpoint_id)
             if state is not None:
                 states[op.node.name] = cloudpickle.dumps(state)
+        states.update(self.in_flight.snapshot())
         return states
 
     def _checkpoint(self, checkpoint_id: int) -> None:
@@ -197,6 +202,7 @@ class _Runner:
 
     def _command(self, msg: Any) -> None:
         if isinstance(msg, TriggerCheckpoint):
+            self.in_flight.drain()  # a trigger here, not at a source: every input has ended
             self._checkpoint(msg.checkpoint_id)
         elif isinstance(msg, NotifyCheckpointComplete):
             for op in self.ops:
@@ -208,8 +214,10 @@ class _Runner:
 
     def _final_checkpoint(self) -> None:
         """The input has ended: this subtask's last state is part of the job's final
-        checkpoint. A chain that publishes on commit waits until that checkpoint is
-        complete (every subtask of the job has ended its input) and publishes then."""
+        checkpoint. With checkpointing on (or a chain that publishes on commit) it waits
+        until that checkpoint is complete (every subtask of the job has ended its input),
+        publishes then, and may still be rolled back meanwhile (as Flink's tasks wait for
+        the final checkpoint, FLIP-147)."""
         committing = any(op.needs_commit for op in self.ops)
         if not (committing or self.plan.checkpointing):
             return
@@ -218,7 +226,7 @@ class _Runner:
         self.ended = True
         self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
         self.last_checkpoint = final
-        while committing:
+        while True:
             msg = self.status.recv()
             self._command(msg)
             if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
@@ -260,6 +268,7 @@ class _Runner:
         live: set[Any] = set(conns)
         aligned: set[Any] = set()  # inputs whose barrier of ``aligning`` arrived: held back
         aligning: int | None = None
+        self.in_flight.inputs = (live, aligned, receiver)
         try:
             while live:
                 ready = wait([c for c in live if c not in aligned] + [self.status], self._next_deadline())
@@ -270,6 +279,8 @@ class _Runner:
                     if conn is self.status:
                         self._control()
                         continue
+                    if conn not in live:
+                        continue  # read to its end at a checkpoint (``InFlight.drain``)
                     assert isinstance(conn, Connection)
                     try:
                         item = receiver.recv(conn)

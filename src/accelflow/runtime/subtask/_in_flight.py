@@ -1,0 +1,90 @@
+"""Checkpoints after the sources finished (Flink's FLIP-147), on the side of a subtask whose
+every upstream subtask has ended its input.
+
+Such a subtask may still have much to do: what its upstream subtasks sent before they ended
+waits in its channels (a shared-memory ring holds up to 32 MB of arrays per channel), and a
+slow device stage works through it long after the sources read their last record. Barriers
+travel behind records, so a barrier sent after the end would reach it only once it has
+processed everything: no checkpoint could complete before the job's end, and a failure would
+replay the job from its last checkpoint taken while the sources still read (or from its start).
+
+Instead, the checkpoint coordinator triggers such a subtask directly (it is a *root* of the
+checkpoint, as Flink triggers the first running tasks after finished ones). The subtask then
+reads what is left in its ended channels into memory (:meth:`InFlight.drain`: reading is
+cheap, processing is what is slow), puts those records in its checkpoint beside its operators'
+state (as Flink's unaligned checkpoints keep in-flight data), acks, sends the barrier on, and
+processes them (:meth:`InFlight.run`) taking part in later checkpoints with what is left. A
+restore hands them back to the restored subtask, which processes them before ending.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from accelflow._errors import TransportError
+from accelflow.runtime import Barrier, in_flight_name
+
+if TYPE_CHECKING:
+    from accelflow.runtime.subtask._runner import _Runner
+
+
+class InFlight:
+    """The records a subtask took out of its ended input channels and has not processed."""
+
+    def __init__(self, runner: _Runner) -> None:
+        self.runner = runner
+        self.records: deque[Any] = deque()
+        #: the input channels being read: ``(live, aligned, receiver)`` of ``_run_inputs``
+        self.inputs: tuple[set[Any], set[Any], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return in_flight_name(self.runner.plan.nodes[0].name)
+
+    def drain(self) -> None:
+        """Read every input channel still open to its end (its upstream subtask has ended, so
+        the end is there already) and keep its records, in order, for :meth:`run`."""
+        if self.inputs is None:
+            return
+        live, aligned, receiver = self.inputs
+        for conn in list(live):
+            while True:
+                try:
+                    item = receiver.recv(conn)
+                except (EOFError, OSError):
+                    raise TransportError("an upstream subtask disconnected before ending its stream") from None
+                if item is None:
+                    break
+                if not isinstance(item, Barrier):  # of a checkpoint given up: nothing waits for it
+                    self.records.append(item)
+            live.discard(conn)
+            aligned.discard(conn)
+            conn.close()
+
+    def run(self) -> None:
+        """Process the records kept, a chunk at a time, with checkpoints in between."""
+        runner = self.runner
+        while self.records:
+            runner._push(self.records.popleft(), 0)
+            runner._control()
+            runner._timers()
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.inputs = None
+
+    def snapshot(self) -> dict[str, bytes]:
+        """The records not processed yet, as checkpointed state (none: nothing)."""
+        if self.runner.plan.nodes[0].source is not None or not self.records:
+            return {}
+        return {self.name: cloudpickle.dumps(list(self.records))}
+
+    def restore(self, restored: dict[str, list[bytes]], index: int, parallelism: int) -> None:
+        """Take back this subtask's share of the checkpointed records (every old subtask's
+        records go to one new subtask: ``index`` takes old subtasks ``index``,
+        ``index + parallelism``...)."""
+        for blob in restored.get(self.name, [])[index::parallelism]:
+            self.records.extend(cloudpickle.loads(blob) or [])

@@ -1,0 +1,130 @@
+"""User code of the failover tests (issue 28), in a light module so subtasks import it fast:
+functions that count their ``open()`` calls and journal what they processed in files, fail or
+hang once (a marker file says it happened), and the readers of those files.
+
+Subtasks import this module by reference (cloudpickle), so it must not import pytest or the
+test modules.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelflow import RuntimeContext, Source
+from accelflow.dataflow import even_ranges, iter_records
+
+
+def _append(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def _once(marker: Path) -> bool:
+    """True for the first caller only, in any process (the marker file is created once)."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+class Model:
+    """A ``map_batches`` function standing for a model on a device: ``open()`` costs
+    ``load_s`` seconds and appends ``<pid> <index> <attempt>`` to ``<dir>/opens.log``; each
+    batch costs ``batch_s`` seconds and appends ``<time> <pid> <index> <first record>...`` to
+    ``<dir>/calls.log``. ``fail`` says how it fails once, when it meets record ``at`` (any
+    subtask, the first to meet it): ``raise``, ``kill`` (SIGKILL itself), ``hang``
+    (``time.sleep(10**6)``), or ``raise-twice`` (raises at ``at`` and again at ``at2``)."""
+
+    def __init__(self, directory: str | Path, *, load_s: float = 0.0, batch_s: float = 0.0,
+                 fail: str | None = None, at: int = -1, at2: int = -1) -> None:
+        self.dir = Path(directory)
+        self.load_s, self.batch_s = load_s, batch_s
+        self.fail, self.at, self.at2 = fail, at, at2
+
+    def open(self, ctx: RuntimeContext) -> None:
+        time.sleep(self.load_s)
+        self.ctx = ctx
+        _append(self.dir / "opens.log", f"{os.getpid()} {ctx.index_of_this_subtask} {ctx.attempt_number}")
+
+    def __call__(self, batch: Any) -> Any:
+        records = [int(r) for r in iter_records(batch)]
+        if self.batch_s:
+            time.sleep(self.batch_s)
+        for target, name in ((self.at, "failed"), (self.at2, "failed-again")):
+            if target in records and _once(self.dir / name):
+                self._fail(target)
+        _append(self.dir / "calls.log", f"{time.time():.6f} {os.getpid()} {self.ctx.index_of_this_subtask} "
+                + " ".join(map(str, records)))
+        return batch
+
+    def _fail(self, record: int) -> None:
+        _append(self.dir / "failure.log", f"{time.time():.6f} {os.getpid()} {self.fail} {record}")
+        if self.fail == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fail == "hang":
+            time.sleep(10**6)
+        raise ValueError(f"bad record {record}")
+
+
+def opens(directory: str | Path) -> list[tuple[int, int, int]]:
+    """``(pid, index, attempt)`` of every ``Model.open()`` so far."""
+    path = Path(directory) / "opens.log"
+    if not path.exists():
+        return []
+    return [tuple(map(int, line.split())) for line in path.read_text().splitlines()]  # type: ignore[misc]
+
+
+def calls(directory: str | Path) -> list[tuple[float, int, int, list[int]]]:
+    """``(time, pid, index, records)`` of every batch a ``Model`` processed so far."""
+    path = Path(directory) / "calls.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        t, pid, index, *records = line.split()
+        out.append((float(t), int(pid), int(index), [int(r) for r in records]))
+    return out
+
+
+class Counted(Source[int]):
+    """``0..n-1`` in chunks of ``chunk``, ``delay`` seconds apart per split, with exact
+    positions; ``bounded=False`` goes on idle after ``n`` (yielding ``[]``)."""
+
+    def __init__(self, n: int, chunk: int = 20, delay: float = 0.0, bounded: bool = True) -> None:
+        self.n, self.chunk, self.delay, self.bounded = n, chunk, delay, bounded
+
+    def create_splits(self, parallelism: int) -> Sequence[Any]:
+        return list(even_ranges(self.n, parallelism))
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
+        raise NotImplementedError
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        first, stop = split
+        for start in range(first, stop, self.chunk):
+            if self.delay:
+                time.sleep(self.delay)
+            yield np.arange(start, min(start + self.chunk, stop), dtype=np.int64)
+        while not self.bounded and not ctx.is_cancelled():
+            time.sleep(0.05)
+            yield []
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])
+
+    def size_hint(self) -> int:
+        return self.n
+
+
+def published(directory: str | Path) -> list[int]:
+    """The records a ``FileSink`` published in ``directory``, sorted."""
+    return sorted(int(line) for p in Path(directory).glob("part-*") for line in p.read_text().splitlines())
