@@ -44,6 +44,7 @@ ACCELFLOW = [
     "Sink",
     "SinkFunction",
     "Source",
+    "SubtaskHung",
     "TransportError",
 ]
 

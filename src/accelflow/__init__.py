@@ -29,6 +29,7 @@ from accelflow._errors import (
     JobCancelledError,
     JobError,
     MissingDependencyError,
+    SubtaskHung,
     TransportError,
 )
 
@@ -98,6 +99,7 @@ __all__ = [
     "Sink",
     "SinkFunction",
     "Source",
+    "SubtaskHung",
     "TransportError",
 ]
 

@@ -97,10 +97,13 @@ def calls(directory: str | Path) -> list[tuple[float, int, int, list[int]]]:
 
 class Counted(Source[int]):
     """``0..n-1`` in chunks of ``chunk``, ``delay`` seconds apart per split, with exact
-    positions; ``bounded=False`` goes on idle after ``n`` (yielding ``[]``)."""
+    positions; ``bounded=False`` goes on idle after ``n`` (yielding ``[]``). With ``idle``,
+    the source waits that long before each chunk, yielding ``[]`` every 50 ms (an idle
+    source, not a hung one)."""
 
-    def __init__(self, n: int, chunk: int = 20, delay: float = 0.0, bounded: bool = True) -> None:
-        self.n, self.chunk, self.delay, self.bounded = n, chunk, delay, bounded
+    def __init__(self, n: int, chunk: int = 20, delay: float = 0.0, bounded: bool = True,
+                 idle: float = 0.0) -> None:
+        self.n, self.chunk, self.delay, self.bounded, self.idle = n, chunk, delay, bounded, idle
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
         return list(even_ranges(self.n, parallelism))
@@ -113,6 +116,10 @@ class Counted(Source[int]):
         for start in range(first, stop, self.chunk):
             if self.delay:
                 time.sleep(self.delay)
+            idle_until = time.monotonic() + self.idle
+            while time.monotonic() < idle_until:
+                time.sleep(0.05)
+                yield []
             yield np.arange(start, min(start + self.chunk, stop), dtype=np.int64)
         while not self.bounded and not ctx.is_cancelled():
             time.sleep(0.05)

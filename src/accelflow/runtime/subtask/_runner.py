@@ -12,7 +12,7 @@ import select
 import signal
 import threading
 import time
-from multiprocessing.connection import Connection, Listener, wait
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 import cloudpickle
@@ -25,6 +25,7 @@ from accelflow.runtime import (
     TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
+from accelflow.runtime.subtask import _heartbeat
 from accelflow.runtime.subtask._channels import listen
 from accelflow.runtime.subtask._in_flight import InFlight
 from accelflow.runtime.subtask._operators import Operator, operator_for
@@ -42,8 +43,10 @@ class _Cancelled(BaseException):
     pass
 
 
-def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]) -> None:
-    """Process entry point (runs in the forked child)."""
+def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str],
+                watch: tuple[Any, str, float] | None = None) -> None:
+    """Process entry point (runs in the forked child); ``watch``: the heartbeat's shared
+    cell, stack dump file and interval (see ``_heartbeat``)."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cancelled = threading.Event()
@@ -55,6 +58,8 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
     try:
+        if watch is not None:
+            _heartbeat.start(*watch)
         runner = _Runner(desc, status, cancelled)
         counts = runner.run()
         # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
@@ -89,6 +94,7 @@ class _Runner:
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
         self.in_flight = InFlight(self)  # records of ended inputs kept for a checkpoint (FLIP-147)
+        self.beat = _heartbeat.current  # progress and busy time, for the TaskExecutor's watchdog
 
     def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
@@ -197,6 +203,7 @@ class _Runner:
     def _control(self) -> None:
         """Handle the JobManager's checkpoint commands that have arrived (never blocks; a
         ``select.poll`` made once costs a microsecond, ``Connection.poll`` a selector each call)."""
+        self.beat.tick()
         while self.commands.poll(0):
             self._command(self.status.recv())
 
@@ -227,7 +234,8 @@ class _Runner:
         self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
         self.last_checkpoint = final
         while True:
-            msg = self.status.recv()
+            with self.beat.waiting():
+                msg = self.status.recv()
             self._command(msg)
             if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
                 return
@@ -271,7 +279,7 @@ class _Runner:
         self.in_flight.inputs = (live, aligned, receiver)
         try:
             while live:
-                ready = wait([c for c in live if c not in aligned] + [self.status], self._next_deadline())
+                ready = self.beat.wait([c for c in live if c not in aligned] + [self.status], self._next_deadline())
                 if not ready:
                     self._timers()
                     continue
@@ -308,6 +316,7 @@ class _Runner:
             receiver.close_all()
 
     def _push(self, chunk: Any, start: int) -> None:
+        self.beat.tick()
         for op in self.ops[start:]:
             op.records_in += len(chunk)
             chunk = op.process(chunk)

@@ -37,13 +37,16 @@ from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._trace import process_started, trace
+from accelflow.runtime.taskexecutor._watchdog import Watchdog
 
 _TERM_GRACE_S = 2.0
 
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int, base_env: dict[str, str] | None = None) -> None:
+                 slots: int, base_env: dict[str, str] | None = None,
+                 heartbeat: tuple[float, float] = (k.HEARTBEAT_INTERVAL.default or 1.0,
+                                                   k.HEARTBEAT_TIMEOUT.default or 30.0)) -> None:
         self.id = te_id
         self.base_env = dict(base_env or {})  # every subtask's env (e.g. the Ray relay dir)
         self.jm = jm
@@ -51,6 +54,7 @@ class TaskExecutor:
         self.slots = slots
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
+        self.watchdog = Watchdog(*heartbeat, self.ctx)  # ``heartbeat``: (interval, timeout)
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
@@ -69,12 +73,14 @@ class TaskExecutor:
             sources: list[Any] = [self.jm]
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
-            for ready in wait(sources):
+            for ready in wait(sources, self.watchdog.due_in()):
                 if ready is self.jm:
                     if not self._command():
                         return
                 else:
                     self._child_event(ready)
+            for failed in self.watchdog.check():  # hung subtasks: dumped, reported, killed
+                self.jm.send(failed)
 
     def _command(self) -> bool:
         try:
@@ -104,11 +110,14 @@ class TaskExecutor:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
         parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
+        key = desc.key
+        watch = self.watchdog.watch(key, f"{key.index + 1}/{desc.parallelism} of chain {key.chain} of {key.job_id}")
         proc = self.ctx.Process(
-            target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
+            target=SubtaskEntry(), args=(desc, child, env, watch), name=f"accelflow-subtask-{desc.key}",
             daemon=False,
         )
         proc.start()
+        self.watchdog.started(key, proc.pid)
         trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
@@ -130,6 +139,7 @@ class TaskExecutor:
                 proc.join()
                 conn.close()
                 del self.children[key]
+                self.watchdog.forget(key)
                 self.jm.send(SubtaskExited(key, proc.exitcode))
                 return
 
@@ -256,7 +266,8 @@ def _main(argv: list[str] | None, client: int | None) -> int:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     trace("te drivers done")
-    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS))
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
+                      heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
     try:
         jm.send(te.registration())
         trace("te registered")
