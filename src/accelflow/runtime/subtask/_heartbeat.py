@@ -43,7 +43,7 @@ class Heartbeat:
         if cell is None:
             return
         if dump_path is not None:
-            self._dump = open(dump_path, "w", encoding="utf-8")  # noqa: SIM115: faulthandler writes it
+            self._dump = open(dump_path, "w", encoding="utf-8")  # kept open: faulthandler writes it
             faulthandler.register(DUMP_SIGNAL, file=self._dump, all_threads=True, chain=False)
         cell[BEAT] = time.monotonic()
         threading.Thread(target=self._beat, name="accelflow-heartbeat", daemon=True).start()
