@@ -41,19 +41,25 @@ class Model:
     ``load_s`` seconds and appends ``<pid> <index> <attempt>`` to ``<dir>/opens.log``; each
     batch costs ``batch_s`` seconds and appends ``<time> <pid> <index> <first record>...`` to
     ``<dir>/calls.log``. ``fail`` says how it fails once, when it meets record ``at`` (any
-    subtask, the first to meet it): ``raise``, ``kill`` (SIGKILL itself), ``hang``
-    (``time.sleep(10**6)``), or ``raise-twice`` (raises at ``at`` and again at ``at2``)."""
+    subtask, the first to meet it): ``raise``, ``kill`` (SIGKILL itself) or ``hang``
+    (``time.sleep(10**6)``); with ``at2`` it fails so again at that record. ``fail_open``:
+    the first ``open()`` of that attempt number raises (a replacement that cannot start), or
+    with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last)."""
 
     def __init__(self, directory: str | Path, *, load_s: float = 0.0, batch_s: float = 0.0,
-                 fail: str | None = None, at: int = -1, at2: int = -1) -> None:
+                 fail: str | None = None, at: int = -1, at2: int = -1, fail_open: int | str | None = None) -> None:
         self.dir = Path(directory)
         self.load_s, self.batch_s = load_s, batch_s
-        self.fail, self.at, self.at2 = fail, at, at2
+        self.fail, self.at, self.at2, self.fail_open = fail, at, at2, fail_open
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.load_s)
         self.ctx = ctx
         _append(self.dir / "opens.log", f"{os.getpid()} {ctx.index_of_this_subtask} {ctx.attempt_number}")
+        standby = ctx.index_of_this_subtask >= ctx.number_of_parallel_subtasks
+        if (ctx.attempt_number == self.fail_open or (standby and self.fail_open == "standby")) \
+                and _once(self.dir / "failed-open"):
+            raise OSError(f"no model file for attempt {ctx.attempt_number}")
 
     def __call__(self, batch: Any) -> Any:
         records = [int(r) for r in iter_records(batch)]

@@ -45,9 +45,13 @@ def test_a_hung_subtask_is_replaced_and_the_output_is_exactly_once(tmp_path: Pat
     env.from_source(Counted(N, chunk=10, delay=0.01), name="numbers") \
         .map_batches(Model(tmp_path, fail="hang", at=200), batch_size=10, name="model") \
         .sink_to(FileSink(tmp_path / "out"), name="files")
-    result = env.execute_async("hangs once").wait(60)
+    client = env.execute_async("hangs once")
+    result = client.wait(60)
     assert result.attempts == 2
     assert published(tmp_path / "out") == list(range(N))
+    [failover] = client.jobmanager.jobs[result.job_id].failovers
+    assert failover.path == "in-place" and "is hung" in failover.cause
+    assert len(opens(tmp_path)) == 2 + 1  # the survivor kept its model: only the replacement opened
     hung_at = float((tmp_path / "failure.log").read_text().split()[0])
     resumed = min(t for t, *_ in calls(tmp_path) if t > hung_at)
     assert resumed - hung_at < 1.0 + 2.0

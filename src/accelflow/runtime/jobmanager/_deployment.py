@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+
+import msgspec
 from fractions import Fraction
 from typing import Any
 
@@ -58,7 +60,7 @@ class Deployer:
         # user code is pickled and split before any slot or device is taken, so a job that
         # cannot be shipped fails with nothing to give back
         blobs = {c.id: chain_blob(job, c, lambda o, i: self.address(job, o, i)) for c in graph.chains}
-        splits = splits_of(graph)
+        splits = job.splits = splits_of(graph)
         with self.state.lock:
             assignments = self._place_when_free(job, requests)
             keys = self._acquire(job, assignments)
@@ -67,6 +69,19 @@ class Deployer:
         for te_id, desc in descriptors:
             self.launcher.handle(te_id).send(Deploy(desc))
         return keys
+
+    def deploy_one(self, job: Job, key: SubtaskKey, *, standby: bool = False) -> None:
+        """Ship subtask ``key`` of ``job``'s current attempt, placed already (its
+        ``SubtaskState`` names its TaskExecutor and devices): a replacement after a failure,
+        or a standby (which gets no channels, splits nor state until it takes over)."""
+        chain = job.graph.chains[key.chain]
+        blob = chain_blob(job, chain, lambda o, i: self.address(job, o, i))
+        with self.state.lock:
+            te_id, desc = self._descriptor(job, key, {chain.id: blob}, job.splits)
+        if standby:
+            desc = msgspec.structs.replace(desc, listen_address=None, expected_senders=0, splits=None,
+                                           restored=None, standby=True)
+        self.launcher.handle(te_id).send(Deploy(desc))
 
     def check_fits(self, requests: list[SlotRequest], policy: Any) -> None:
         """Raise ``AllocationError`` unless ``requests`` would fit the empty cluster (naming

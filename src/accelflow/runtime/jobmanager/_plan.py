@@ -31,7 +31,7 @@ JOB_KEYS = (
     k.CHECKPOINT_INTERVAL, k.CHECKPOINT_DIR, k.CHECKPOINT_TIMEOUT, k.CHECKPOINT_MIN_PAUSE,
     k.CHECKPOINTS_RETAINED, k.CHECKPOINT_RETENTION, k.SAVEPOINT_DIR, k.STATE_RECOVERY_PATH,
     k.ALLOW_NON_RESTORED_STATE, k.CHECKPOINT_PERMISSIONS, k.CHECKPOINT_SIGNING_KEY_FILE,
-    k.VERIFY_CHECKPOINT_SIGNATURE,
+    k.VERIFY_CHECKPOINT_SIGNATURE, k.FAILOVER_IN_PLACE, k.STANDBY_SUBTASKS,
 )
 
 
@@ -52,7 +52,8 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
     )
     try:
         checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
-        return dumps(ChainPlan(chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing))
+        return dumps(ChainPlan(chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing,
+                               in_place=job.in_place_off is None))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "

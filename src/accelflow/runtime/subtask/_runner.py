@@ -17,25 +17,25 @@ from typing import Any
 
 import cloudpickle
 
-from accelflow.dataflow import Columns, ResumeSplit, RuntimeContext
+from accelflow.dataflow import RuntimeContext
 from accelflow._errors import TransportError, encode_error
 from accelflow.runtime import (
     Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, Collected, NotifyCheckpointComplete,
-    SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress, SubtaskRunning,
+    Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress, SubtaskRunning,
     TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask import _heartbeat
 from accelflow.runtime.subtask._channels import listen
+from accelflow.runtime.subtask._epochs import Epochs, RollingBack
 from accelflow.runtime.subtask._in_flight import InFlight
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
+from accelflow.runtime.subtask._resume import read_split
 from accelflow.runtime.subtask._shm import ShmReceiver
 
 PROGRESS_EVERY_S = 0.25
-#: how often a subtask that skips a :class:`ResumeSplit`'s records says how far it got
-SKIP_PROGRESS_EVERY_S = 10.0
 _log = logging.getLogger("accelflow.runtime")
 
 
@@ -57,11 +57,13 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
+    runner: _Runner | None = None
     try:
         if watch is not None:
             _heartbeat.start(*watch)
         runner = _Runner(desc, status, cancelled)
         counts = runner.run()
+        desc = runner.desc  # its key is the last rollback's
         # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
         # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
         # printed a traceback after a successful job.
@@ -72,7 +74,8 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
         try:
-            status.send(SubtaskFailed(desc.key, encode_error(exc, with_traceback=True)))
+            key = runner.desc.key if runner is not None else desc.key
+            status.send(SubtaskFailed(key, encode_error(exc, with_traceback=True)))
         finally:
             os._exit(1)
 
@@ -95,6 +98,8 @@ class _Runner:
         self.commands.register(status.fileno(), select.POLLIN)
         self.in_flight = InFlight(self)  # records of ended inputs kept for a checkpoint (FLIP-147)
         self.beat = _heartbeat.current  # progress and busy time, for the TaskExecutor's watchdog
+        self.epochs = Epochs(self)  # rollbacks in place
+        self.listener: Listener | None = None
 
     def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
@@ -102,7 +107,7 @@ class _Runner:
             from accelflow.runtime import register_arrays
 
             register_arrays(desc.arrays)
-        listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
+        self.listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
@@ -112,23 +117,41 @@ class _Runner:
                     op.open(self._context(op.node))
                     opened.append(op)
                 self._restore()
-                self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in plan.outputs]
-                self.status.send(SubtaskRunning(desc.key))
-                if head.source is not None:
-                    self.source_out = 0
-                    self._run_source(head.source, self._context(head))
-                else:
-                    self._run_inputs(listener)
-                    self.in_flight.run()
-                self._finish()
-                self._final_checkpoint()
+                if desc.standby:
+                    self.epochs.stand_by()
+                source_ctx = self._context(head) if head.source is not None else None
+                while True:  # one epoch per turn: a rollback in place starts the next
+                    try:
+                        self._run_epoch(source_ctx)
+                        break
+                    except RollingBack as rolling:
+                        order = rolling.order
+                    except TransportError as broken:  # another subtask failed: wait for the rollback
+                        if not self.plan.in_place:
+                            raise
+                        order = self.epochs.await_rollback(broken.with_traceback(None))
+                    self.epochs.roll_back(order)  # out here, the old epoch's frames are gone
             finally:
                 for op in reversed(opened):
                     op.close()
             return self._counts()
         finally:
-            if listener is not None:
-                listener.close()
+            if self.listener is not None:
+                self.listener.close()
+
+    def _run_epoch(self, source_ctx: RuntimeContext | None) -> None:
+        desc, head = self.desc, self.plan.nodes[0]
+        self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in self.plan.outputs]
+        self.status.send(SubtaskRunning(desc.key))
+        if head.source is not None:
+            self.source_out = 0
+            assert source_ctx is not None
+            self._run_source(head.source, source_ctx)
+        else:
+            self._run_inputs(self.listener)
+            self.in_flight.run()
+        self._finish()
+        self._final_checkpoint()
 
     def _context(self, node: Any) -> RuntimeContext:
         name = node.name
@@ -139,12 +162,14 @@ class _Runner:
             if resource in node.resources
         }
         all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
-        return RuntimeContext(
+        ctx = RuntimeContext(
             task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,
         )
+        self.epochs.contexts.append(ctx)
+        return ctx
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -218,6 +243,8 @@ class _Runner:
                 self.source.notify_checkpoint_complete(msg.checkpoint_id)
             if msg.reply:
                 self.status.send(CheckpointCommitted(self.desc.key, msg.checkpoint_id))
+        elif isinstance(msg, Rollback):
+            raise RollingBack(msg)
 
     def _final_checkpoint(self) -> None:
         """The input has ended: this subtask's last state is part of the job's final
@@ -255,7 +282,7 @@ class _Runner:
         self.source = source
         while self.splits:
             self.split_read = 0
-            for chunk in _read_split(source, self.splits[0], ctx):
+            for chunk in read_split(source, self.splits[0], ctx):
                 n = len(chunk)
                 if n:
                     self.source_out += n
@@ -351,75 +378,3 @@ class _Runner:
         if self.plan.nodes[0].source is not None:
             counts.insert(0, (0, getattr(self, "source_out", 0)))
         return counts
-
-
-def _read_split(source: Any, split: Any, ctx: RuntimeContext) -> Any:
-    """The chunks of ``split``; a :class:`ResumeSplit` skips the records read before, saying
-    so (:class:`_Skipping`)."""
-    if not isinstance(split, ResumeSplit):
-        yield from source.read_chunks(split, ctx)
-        return
-    skipping = _Skipping(split, ctx)
-    skip = split.skip
-    for chunk in source.read_chunks(split.split, ctx):
-        if skip >= len(chunk):
-            skip -= len(chunk)
-            skipping.progress(split.skip - skip)
-            if not len(chunk):
-                yield chunk  # an idle source's empty chunk: still a point to checkpoint at
-            continue
-        if skip:
-            chunk = chunk.slice(skip, len(chunk)) if isinstance(chunk, Columns) else chunk[skip:]
-            skip = 0
-        skipping.done()
-        yield chunk
-    skipping.done(ended=skip > 0)
-
-
-class _Skipping:
-    """Logs a :class:`ResumeSplit`'s skip (the default ``snapshot_split`` of a user source
-    reads the split again from its start): where it skips to at the start, how far it got
-    every :data:`SKIP_PROGRESS_EVERY_S` seconds, and when it is done.
-
-    Example of what a restored subtask logs::
-
-        source 'events' (subtask 1/2) restores split 'topic-a' by reading it again from its start
-        and skipping the 1,234,567 records read before the checkpoint (its source has no
-        snapshot_split); nothing comes out of this split until then
-        source 'events' (subtask 1/2): skipping to record 1,234,567 of split 'topic-a': 40% done
-        source 'events' (subtask 1/2): skipped 1,234,567 records of split 'topic-a' in 61.2 s
-    """
-
-    def __init__(self, split: ResumeSplit, ctx: RuntimeContext) -> None:
-        self.target = split.skip
-        self.where = (f"source {ctx.operator_name!r} (subtask {ctx.index_of_this_subtask + 1}/"
-                      f"{ctx.number_of_parallel_subtasks})")
-        self.split = f"{split.split!r:.80}"
-        self.started = self.last = time.monotonic()
-        self.skipped = 0
-        self.finished = False
-        _log.warning("%s restores split %s by reading it again from its start and skipping the "
-                     "%s records read before the checkpoint (its source has no snapshot_split); "
-                     "nothing comes out of this split until then", self.where, self.split,
-                     f"{self.target:,}")
-
-    def progress(self, skipped: int) -> None:
-        self.skipped = skipped
-        now = time.monotonic()
-        if now - self.last >= SKIP_PROGRESS_EVERY_S:
-            self.last = now
-            _log.warning("%s: skipping to record %s of split %s: %d%% done", self.where,
-                         f"{self.target:,}", self.split, 100 * skipped // max(self.target, 1))
-
-    def done(self, ended: bool = False) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        if ended:  # the source gave fewer records than before the checkpoint
-            _log.warning("%s: split %s ended after %s records, before the %s it had read at the "
-                         "checkpoint: the source does not read the same records each time, so "
-                         "skipping cannot resume it; implement its snapshot_split", self.where,
-                         self.split, f"{self.skipped:,}", f"{self.target:,}")
-            return
-        _log.warning("%s: skipped %s records of split %s in %.1f s", self.where, f"{self.target:,}",
-                     self.split, time.monotonic() - self.started)

@@ -31,7 +31,7 @@ from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider
 from accelflow.runtime import (
     CancelJob, Deploy, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
-    RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
+    RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
@@ -93,8 +93,11 @@ class TaskExecutor:
             self._deploy(msg.descriptor)
         elif isinstance(msg, CancelJob):
             self._terminate([key for key in self.children if key.job_id == msg.job_id])
-        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete):
+        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete | Rollback):
             child = self.children.get(msg.key)
+            if child is not None and isinstance(msg, Rollback):  # it goes on under its new key
+                self.children[msg.new_key] = self.children.pop(msg.key)
+                self.watchdog.rename(msg.key, msg.new_key)
             if child is not None:  # one that has just ended needs nothing any more
                 try:
                     child[1].send(msg)
