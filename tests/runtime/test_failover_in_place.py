@@ -15,6 +15,7 @@ from failover_jobs import Counted, Model, opens, published
 
 from accelflow import Environment
 from accelflow.connectors.files import FileSink
+from accelflow.runtime.rest import cluster_view, render_metrics
 
 N = 2000
 
@@ -47,6 +48,22 @@ def test_a_sigkilled_subtask_is_replaced_and_the_others_roll_back_in_place(gpu_c
     assert failover.path == "in-place" and failover.recovery_s is not None
     # the source and the GPU stage are two chains (their resources differ): 7 survivors
     assert failover.replaced == ["model -> files (3/4)"] and len(failover.rolled_back) == 7
+    _seen(client, result.job_id, "in-place")
+
+
+def _seen(client: Any, job_id: str, path: str) -> None:
+    """``/v1/jobs/<id>`` and ``/metrics`` show the failover, its path and recovery time."""
+    view = cluster_view(client.jobmanager)
+    [detail] = [j for j in view["jobs"] if j["id"] == job_id]
+    [failover] = detail["failovers"]
+    assert failover["path"] == path and failover["recovery_s"] > 0 and failover["cause"]
+    if path == "in-place":
+        assert sorted(s["recovery"] for s in detail["subtasks"]) == ["replaced"] + ["rolled back"] * 7
+    metrics = render_metrics(view).decode()
+    other = "full" if path == "in-place" else "in-place"
+    assert f'accelflow_job_rollbacks_total{{job="{job_id}",path="{path}"}} 1.0' in metrics
+    assert f'accelflow_job_rollbacks_total{{job="{job_id}",path="{other}"}} 0.0' in metrics
+    assert f'accelflow_job_recovery_seconds{{job="{job_id}"}} ' in metrics
 
 
 def test_a_raising_subtask_is_replaced_and_partial_batches_are_dropped(gpu_conf: dict[str, Any], tmp_path: Path) -> None:
@@ -97,6 +114,7 @@ def test_a_sigkilled_taskexecutor_with_several_subtasks_restarts_every_subtask(g
     [failover] = job.failovers
     assert failover.path == "full" and failover.why_full is not None
     assert failover.why_full.startswith("taskexecutor-2 was lost with 4 subtasks of the job")
+    _seen(client, result.job_id, "full")
     assert _survivors_opened_once(tmp_path) == (8, 8)
 
 
