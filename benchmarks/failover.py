@@ -8,7 +8,8 @@ exactly once). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto 
 appends to ``opens.log``; each batch appends its time, subtask and records to ``calls.log``.
 When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
 
-* ``survivor opens``: ``open()`` calls beyond the first 4 and the replacement's one (target 0);
+* ``survivor opens``: ``open()`` calls after the kill by the 3 other subtask indexes (target 0;
+  the replacement's and standbys' are not counted);
 * ``flowing again``: from the kill until every one of the 4 subtasks has processed a batch
   again (target: 1 s + the replacement's ``open()``);
 * ``recovery``: the JobManager's ``FailoverRecord.recovery_s`` (failure seen -> every subtask
@@ -17,12 +18,15 @@ When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
   against the 2 s before the kill;
 * ``dup/lost``: duplicates and losses in the committed output (target 0/0).
 
-Runs alternate ``execution.failover.in-place: true`` and ``false`` (the full restart, as
-Flink), ``--repeat`` times each; the summary gives the median and the spread (min..max).
-Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of ``accelflow.testing`` (4 GPUs, 2 per
-TaskExecutor), and ``open()`` sleeps; ``--gpu`` uses the host's GPUs and fails at once when
-``nvidia-smi -L`` lists none. Not measured here (tests cover them): the embedded Kafka source,
-standby subtasks, a hung subtask (``tests/runtime/test_hung_subtasks.py``) and checkpoints after
+Runs alternate three paths, ``--repeat`` times each: ``in-place``
+(``execution.failover.in-place: true``, the default), ``standby`` (the same with
+``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index)
+and ``full restart`` (``in-place: false``: every subtask restarted, as Flink). The summary gives
+the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
+``accelflow.testing`` (6 GPUs, 3 per TaskExecutor: room for the standby), and ``open()``
+sleeps; ``--gpu`` uses the host's GPUs and fails at once when
+``nvidia-smi -L`` lists none. Not measured here (tests cover them): the embedded Kafka source
+(a bounded in-memory source stands for it), a hung subtask (``tests/runtime/test_hung_subtasks.py``) and checkpoints after
 the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 """
 
@@ -53,6 +57,8 @@ from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
 
 N = 8000
 AT = 2500  # the record whose subtask kills itself
+#: in place; in place with one standby subtask; every subtask restarted (as Flink)
+PATHS = ("in-place", "standby", "full restart")
 PARALLELISM = 4
 
 
@@ -69,8 +75,8 @@ class Model:
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.open_s)
-        self.index = ctx.index_of_this_subtask
-        _append(self.dir / "opens.log", f"{os.getpid()} {self.index}")
+        self.ctx = ctx  # a standby learns its index when it takes over: read it at each call
+        _append(self.dir / "opens.log", f"{time.time():.6f} {ctx.index_of_this_subtask}")
 
     def __call__(self, batch: Any) -> Any:
         records = [int(r) for r in iter_records(batch)]
@@ -81,9 +87,9 @@ class Model:
             except FileExistsError:
                 pass
             else:
-                _append(self.dir / "kill.log", f"{time.time():.6f} {self.index}")
+                _append(self.dir / "kill.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask}")
                 os.kill(os.getpid(), signal.SIGKILL)
-        _append(self.dir / "calls.log", f"{time.time():.6f} {self.index} {len(records)}")
+        _append(self.dir / "calls.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask} {len(records)}")
         return batch
 
 
@@ -111,21 +117,24 @@ class Numbers(Source[int]):
 
 def _gpu_conf(work: Path, real_gpu: bool) -> dict[str, Any]:
     if not real_gpu:
-        os.environ.update({k: v for k, v in fake_nvidia_smi_env(install_fake_nvidia_smi(work / "bin", 4)).items()
+        os.environ.update({k: v for k, v in fake_nvidia_smi_env(install_fake_nvidia_smi(work / "bin", 6)).items()
                            if v is not None})
-    return {"external-resources": "gpu", "external-resource.gpu.amount": 2,
+    return {"external-resources": "gpu", "external-resource.gpu.amount": 3,  # room for a standby
             "external-resource.gpu.driver-factory.class": "gpu",
             "external-resource.gpu.param.coordination-file": str(work / "gpu-coordination.json"),
             "local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 4}
 
 
-def run_once(conf: dict[str, Any], work: Path, in_place: bool, open_s: float) -> dict[str, float]:
-    """One job with one SIGKILL; the figures of the module's description."""
+def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict[str, float]:
+    """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
+    module's description."""
+    in_place, standbys = path != "full restart", int(path == "standby")
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     env = Environment({**conf, "parallelism.default": PARALLELISM, "execution.checkpointing.interval": "200 ms",
-                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place})
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
+                       "execution.failover.standby-subtasks": standbys})
     (env.from_source(Numbers(N), name="numbers")
         .map_batches(Model(work, open_s), batch_size=10, name="model", resources={"gpu": 1})
         .sink_to(FileSink(work / "out"), name="files"))
@@ -141,8 +150,10 @@ def run_once(conf: dict[str, Any], work: Path, in_place: bool, open_s: float) ->
     before = sum(n for t, n in survivors if killed - 2.0 <= t < killed) / 2.0
     during = sum(n for t, n in survivors if killed <= t <= resumed) / max(resumed - killed, 1e-9)
     out = Counter(int(line) for p in (work / "out").glob("part-*") for line in p.read_text().splitlines())
-    opens = len((work / "opens.log").read_text().splitlines())
-    return {"survivor opens": opens - PARALLELISM - 1, "flowing again": resumed - killed,
+    opens = [line.split() for line in (work / "opens.log").read_text().splitlines()]
+    # after the kill, by the other indexes (a standby opens with an index past the last)
+    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) != victim and int(i) < PARALLELISM)
+    return {"survivor opens": reopened, "flowing again": resumed - killed,
             "recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
             "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}
 
@@ -168,14 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
     conf = _gpu_conf(work, args.gpu)
-    runs: dict[str, list[dict[str, float]]] = {"in-place": [], "full restart": []}
+    runs: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
     lines = [f"# benchmarks/failover.py  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  "
              f"{platform.node()} ({os.cpu_count()} CPUs), {'real GPUs' if args.gpu else 'fake GPUs (CPU proxy)'}, "
              f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}"]
     try:
         for r in range(args.repeat):
-            for path, in_place in (("in-place", True), ("full restart", False)):  # interleaved
-                figures = run_once(conf, work / "job", in_place, args.open_s)
+            for path in PATHS:  # interleaved
+                figures = run_once(conf, work / "job", path, args.open_s)
                 runs[path].append(figures)
                 lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
                 print(lines[-1], flush=True)
@@ -186,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{name} {statistics.median(vals):.2f} ({min(vals):.2f}..{max(vals):.2f})"
                  for name in figures[0] for vals in [[f[name] for f in figures]]]
         lines.append(f"  {path:12s} " + "  ".join(cells))
-    print("\n".join(lines[-3:]))
+    print("\n".join(lines[-1 - len(PATHS):]))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text("\n".join(lines) + "\n")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
-
-import msgspec
 from fractions import Fraction
 from typing import Any
+
+import msgspec
 
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
