@@ -64,6 +64,7 @@ VIEW = {
                         "latest": {"completed": {"duration_s": 0.25, "size": 4096}}},
         "subtasks": [{"metrics": {"kafka_lag:orders:0": 7}}],
         "failovers": [{"path": "in-place", "recovery_s": 3.5}, {"path": "full", "recovery_s": None}],
+        "standby_ready": 1,
     }],
 }
 
@@ -85,6 +86,7 @@ def test_the_text_reads_back_as_written_without_prometheus_client(monkeypatch: p
     rollbacks = {s.labels["path"]: s.value for s in families["accelflow_job_rollbacks"].samples}
     assert rollbacks == {"in-place": 1.0, "full": 1.0}
     assert families["accelflow_job_recovery_seconds"].samples[0].value == 3.5  # the last that recovered
+    assert families["accelflow_standby_subtasks"].samples[0].value == 1
     # prometheus-client writes exactly the same text from the families it parsed
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Parsed(text))  # type: ignore[arg-type]

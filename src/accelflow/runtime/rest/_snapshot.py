@@ -177,6 +177,7 @@ def _job(jm: JobManager, job: Job) -> View:
         },
         "checkpoints": checkpoints_view(job),
         "failovers": [_failover(r) for r in job.failovers],
+        "standby_ready": sum(1 for key, st in jm.subtasks.items() if key.job_id == job.id and st.state == "STANDBY"),
         "standby_missing": dict(job.standby_missing),
     }
 
