@@ -227,8 +227,8 @@ class Failover:
         for old_key, key in new.items():
             if old_key != failed:
                 self._send_rollback(old_key, key)
-        _log.warning("%s: rolled back in place: %d survivors, replaced %s%s (attempt %d, from %s): %s",
-                     job.id, len(new) - 1, self._name(failed), f" by standby {record.standby}" if standby else "",
+        _log.warning("%s: rolled back in place: %d survivor%s, replaced %s%s (attempt %d, from %s): %s",
+                     job.id, len(new) - 1, "" if len(new) == 2 else "s", self._name(failed), f" by standby {record.standby}" if standby else "",
                      job.attempt + 1, f"checkpoint {restored_id}" if restored_id else "the start", cause)
         if standby is not None:
             self._send_rollback(standby, new[failed])
