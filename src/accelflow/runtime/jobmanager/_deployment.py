@@ -132,12 +132,9 @@ class Deployer:
             for holder, shares in assignment.shares.items():
                 assert isinstance(holder, SubtaskKey)
                 keys.append(holder)
-                devices: dict[str, list[tuple[str, Fraction]]] = {}
-                for d, share in shares.items():
-                    devices.setdefault(d.resource, []).append((d.address, share))
                 chain = job.graph.chains[holder.chain]
                 state.subtasks[holder] = SubtaskState(
-                    holder, subtask_name(chain, holder.index), assignment.taskexecutor, devices)
+                    holder, subtask_name(chain, holder.index), assignment.taskexecutor, devices_of(assignment, holder))
         return keys
 
     def _descriptor(self, job: Job, key: SubtaskKey, blobs: dict[int, bytes],
@@ -213,3 +210,12 @@ class Deployer:
                     os.unlink(path)
                 except OSError:
                     pass
+
+
+def devices_of(assignment: SlotAssignment, key: SubtaskKey) -> dict[str, list[tuple[str, Fraction]]]:
+    """What ``assignment`` gives subtask ``key``, as ``SubtaskState.devices``: per resource,
+    ``(address, share)`` pairs, e.g. ``{"gpu": [("0", Fraction(1, 2))]}``."""
+    devices: dict[str, list[tuple[str, Fraction]]] = {}
+    for d, share in assignment.shares.get(key, {}).items():
+        devices.setdefault(d.resource, []).append((d.address, share))
+    return devices

@@ -35,7 +35,7 @@ from accelflow.runtime import (
     Clock, Rollback, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator
-from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer
+from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer, devices_of
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._job_sinks import FinalAcks
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, FailoverRecord, Job, SubtaskState
@@ -251,7 +251,7 @@ class Failover:
             if old_key == failed and placement is not None:
                 state.release_devices(old_key)
                 state.take(job.id, job.attempt, [placement], more=True)
-                te, devices = placement.taskexecutor, _devices(placement, key)
+                te, devices = placement.taskexecutor, devices_of(placement, key)
             else:
                 state.rekey(old_key, key)
             replaced = old_key == failed
@@ -319,13 +319,6 @@ class Failover:
     def _name(self, key: SubtaskKey) -> str:
         st = self.state.subtasks.get(key)
         return st.name if st is not None else str(key)
-
-
-def _devices(assignment: SlotAssignment, key: SubtaskKey) -> dict[str, list[tuple[str, Any]]]:
-    devices: dict[str, list[tuple[str, Any]]] = {}
-    for d, share in assignment.shares.get(key, {}).items():
-        devices.setdefault(d.resource, []).append((d.address, share))
-    return devices
 
 
 def _first_line(error: BaseException) -> str:

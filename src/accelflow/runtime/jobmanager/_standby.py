@@ -25,7 +25,7 @@ from typing import Any
 from accelflow._errors import AllocationError
 from accelflow.config import keys as k
 from accelflow.runtime import CancelJob, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning
-from accelflow.runtime.jobmanager._deployment import Deployer
+from accelflow.runtime.jobmanager._deployment import Deployer, devices_of
 from accelflow.runtime.jobmanager._events import TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, SubtaskState
 from accelflow.runtime.jobmanager._plan import requester_name
@@ -74,10 +74,7 @@ class StandbyPool:
                         self.job.standby_missing[chain.name] = why
                         break
                     self.state.take(self.job.id, self.job.attempt, [placed], more=True)
-                    devices: dict[str, list[tuple[str, Any]]] = {}
-                    for d, share in placed.shares.get(key, {}).items():
-                        devices.setdefault(d.resource, []).append((d.address, share))
-                    self.state.subtasks[key] = SubtaskState(key, name, placed.taskexecutor, devices)
+                    self.state.subtasks[key] = SubtaskState(key, name, placed.taskexecutor, devices_of(placed, key))
                     self.job.standby_missing.pop(chain.name, None)
                 self.keys[chain_id].append(key)
                 self.deployer.deploy_one(self.job, key, standby=True)
