@@ -18,15 +18,18 @@ When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
   against the 2 s before the kill;
 * ``dup/lost``: duplicates and losses in the committed output (target 0/0).
 
-Runs alternate three paths, ``--repeat`` times each: ``in-place``
+Runs alternate four paths, ``--repeat`` times each: ``in-place``
 (``execution.failover.in-place: true``, the default), ``standby`` (the same with
-``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index)
-and ``full restart`` (``in-place: false``: every subtask restarted, as Flink). The summary gives
+``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index),
+``full restart`` (``in-place: false``: every subtask restarted, as Flink), and ``hung``
+(in place, but the subtask hangs in ``time.sleep(10**6)`` instead of dying, with
+``heartbeat.timeout: 2 s``: "flowing again" then counts from the hang and includes the
+timeout, the stack dump and the replacement's ``open()``). The summary gives
 the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
 ``accelflow.testing`` (6 GPUs, 3 per TaskExecutor: room for the standby), and ``open()``
 sleeps; ``--gpu`` uses the host's GPUs and fails at once when
 ``nvidia-smi -L`` lists none. Not measured here (tests cover them): the embedded Kafka source
-(a bounded in-memory source stands for it), a hung subtask (``tests/runtime/test_hung_subtasks.py``) and checkpoints after
+(a bounded in-memory source stands for it) and checkpoints after
 the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 """
 
@@ -58,7 +61,9 @@ from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
 N = 8000
 AT = 2500  # the record whose subtask kills itself
 #: in place; in place with one standby subtask; every subtask restarted (as Flink)
-PATHS = ("in-place", "standby", "full restart")
+PATHS = ("in-place", "standby", "full restart", "hung")
+#: ``heartbeat.timeout`` of the ``hung`` runs (its subtask sleeps in a batch instead of dying)
+HUNG_TIMEOUT_S = 2.0
 PARALLELISM = 4
 
 
@@ -68,10 +73,11 @@ def _append(path: Path, line: str) -> None:
 
 
 class Model:
-    """``open()`` costs ``open_s``; the subtask that meets record ``AT`` first SIGKILLs itself."""
+    """``open()`` costs ``open_s``; the subtask that meets record ``AT`` first SIGKILLs itself
+    (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung)."""
 
-    def __init__(self, directory: Path, open_s: float) -> None:
-        self.dir, self.open_s = directory, open_s
+    def __init__(self, directory: Path, open_s: float, hang: bool = False) -> None:
+        self.dir, self.open_s, self.hang = directory, open_s, hang
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.open_s)
@@ -88,6 +94,8 @@ class Model:
                 pass
             else:
                 _append(self.dir / "kill.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask}")
+                if self.hang:
+                    time.sleep(10**6)
                 os.kill(os.getpid(), signal.SIGKILL)
         _append(self.dir / "calls.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask} {len(records)}")
         return batch
@@ -134,9 +142,10 @@ def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict
     work.mkdir(parents=True)
     env = Environment({**conf, "parallelism.default": PARALLELISM, "execution.checkpointing.interval": "200 ms",
                        "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
-                       "execution.failover.standby-subtasks": standbys})
+                       "execution.failover.standby-subtasks": standbys,
+                       "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
     (env.from_source(Numbers(N), name="numbers")
-        .map_batches(Model(work, open_s), batch_size=10, name="model", resources={"gpu": 1})
+        .map_batches(Model(work, open_s, hang=path == "hung"), batch_size=10, name="model", resources={"gpu": 1})
         .sink_to(FileSink(work / "out"), name="files"))
     client = env.execute_async("failover")
     result = client.wait(300)
