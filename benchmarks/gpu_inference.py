@@ -22,6 +22,19 @@ exits with status 2 and says what is missing. In one run, taking turns ``--repea
   under any whole job whose subtasks are new processes; and ``whole`` against the bare loop
   plus that cost, which a script running the bare loop pays too (the bare loop's figure
   above leaves it out, as the issue's targets do).
+
+Warm devices and resident models (issue 27, ``docs/gpu.md``), in the same run:
+
+* ``resident p=2``: the same job at p=2, half the GPU each, with ``resident=True``: one model
+  in the GPU's device host serves both subtasks (``--parallelism`` values above 1 run both
+  ways);
+* ``session``: a session cluster (``accelflow cluster start``) on the GPU runs the job twice,
+  resident and not (the images from an ``.npy`` file, mapped where the job runs): the second
+  job finds the device warm (its host, or a warm subtask process); printed per job: ``first
+  output`` (``execute()`` to the first prediction at a sink), ``start-up`` and ``whole``;
+* ``recovery``: on that cluster, a job whose subtask is SIGKILLed once predictions come
+  (``restart-strategy: fixed-delay``, no delay): seconds from the kill to the next prediction,
+  resident and not.
 """
 
 from __future__ import annotations
@@ -72,17 +85,20 @@ def bare_loop(torch: Any, model: Any, images: np.ndarray[Any, Any], batch: int) 
     return seconds, torch.cat(out).numpy()
 
 
-def accelflow_job(images: np.ndarray[Any, Any], batch: int, prefetch: int, p: int) -> dict[str, Any]:
+GPU_CONF = {
+    "external-resources": "gpu",
+    "external-resource.gpu.amount": 1,
+    "external-resource.gpu.driver-factory.class": "gpu",
+}
+
+
+def accelflow_job(images: np.ndarray[Any, Any], batch: int, prefetch: int, p: int,
+                  resident: bool = False) -> dict[str, Any]:
     from accelflow import Environment
 
-    env = Environment({
-        "taskmanager.numberOfTaskSlots": p,
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 1,
-        "external-resource.gpu.driver-factory.class": "gpu",
-    })
+    env = Environment({"taskmanager.numberOfTaskSlots": p, **GPU_CONF})
     stream = env.from_collection(images, parallelism=p)
-    out = stream.map_batches(Classify(), batch_size=batch, parallelism=p, device="cuda",
+    out = stream.map_batches(Classify(), batch_size=batch, parallelism=p, device="cuda", resident=resident,
                              prefetch=prefetch, device_backend="torch", resources={"gpu": 1 / p})
     started = time.perf_counter()
     predictions = out.execute_and_collect_batch()
@@ -154,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch import + CUDA init in a fresh process: {cold:.2f} s; the bare loop with it: "
           f"{bare_s + cold:.2f} s, against which accelflow's whole job is "
           + ", ".join(f"{(bare_s + cold) / whole:.2f}x at p={p}" for p, whole in best_whole.items()))
+    from gpu_warm import warm_figures  # warm devices and resident models (issue 27)
+
+    warm_figures(images, expected, bare_s, args)
     return 0
 
 

@@ -28,6 +28,10 @@ EXAMPLES: list[AccelflowError] = [
     DataFormatError("bad magic number", path="/data/t10k-images-idx3-ubyte.gz"),
     CheckpointError("corrupt JSON", path="/ckpt/job/chk-3/_metadata"),
     MissingDependencyError("NVML discovery", extra="nvml"),
+    accelflow.DeviceMemoryExceeded("operator 'm' ran out of device memory", operator="m", requested=2**30,
+                                   used=2**30 + 1),
+    accelflow.DeviceFault("gpu 0 faulted: Xid 13", device="gpu 0", uuid="GPU-1", xid=13),
+    accelflow.HardwareFailure("gpu 0 failed: Xid 79; quarantined", device="gpu 0", uuid="GPU-1", xid=79),
 ]
 
 

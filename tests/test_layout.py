@@ -15,7 +15,7 @@ import pytest
 import accelflow
 import accelflow.runtime
 from accelflow._errors import DataFormatError, RemoteError, encode_error
-from accelflow.runtime import _messages
+from accelflow.runtime import _device_messages, _messages, _session_messages
 
 SRC = Path(accelflow.__file__).parent
 MAX_MODULE_LINES = 450
@@ -176,9 +176,13 @@ RUNTIME_IMPORTS: dict[str, set[str]] = {
     "jobmanager": {"launchers"},
     # starts TaskExecutors: by module name, forked by the zygote, or as the Ray actor class
     "launchers": {"taskexecutor"},
-    # forks subtasks by module name (``_early.SubtaskEntry``), never imports them
+    # forks subtasks by module name (``_early.SubtaskEntry``), never imports them; spawns warm
+    # subtask processes and device hosts by module name too
     "taskexecutor": set(),
     "subtask": set(),
+    # a device host (issue 27): its resident instances run the device stage of ``map_batches``
+    # (``subtask/_device.py``) and join chunks as a subtask does, in the host's process
+    "devicehost": {"subtask"},
 }
 
 
@@ -224,8 +228,8 @@ def test_module_paths_are_not_spelled_as_strings() -> None:
 
 
 def _message_classes() -> list[type]:
-    return [obj for name, obj in vars(_messages).items()
-            if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == _messages.__name__
+    return [obj for module in (_messages, _device_messages, _session_messages) for name, obj in vars(module).items()
+            if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__
             and not obj.__name__.startswith("_")]
 
 
@@ -241,6 +245,7 @@ def _example(cls: type) -> object:
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
         "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
         "new_key": _messages.SubtaskKey("job-1", 1, 1, 2), "restored": {"map": [b"state"]},
+        "timestamp": 1_700_000_000_000, "idle": True, "input_index": 1,  # data-channel messages
     }
     device = _messages.RegisteredDevice("0", {"index": "0", "uuid": "GPU-1"})
     values.update({  # devices: a registration's and a SubtaskDescriptor's
@@ -253,6 +258,21 @@ def _example(cls: type) -> object:
         "expected_senders": 1, "splits": [(0, 5)],
         "assigned": {"gpu": (_messages.DeviceShare({"index": "0"}, 1, 2),)},
         "taskexecutor_infos": {"gpu": (device,)}, "isolate": True, "authkey": b"k",
+    })
+    values.update({  # device health and memory
+        "resource": "gpu", "uuid": "GPU-1", "health": {"state": "quarantined", "xid_counts": {79: 1}},
+        "change": _device_messages.DeviceChange("quarantined", "Xid 79", 79, True),
+        "kind": "quarantined", "xid": 79, "used": 2**30,
+        "usage": (_device_messages.SubtaskMemory(key, "gpu", "0", 2**30),),
+    })
+    instance = _device_messages.ResidentInstance("gpu", "0", "classify", "3f2a", 2**20, 2, 1.5)
+    values.update({  # warm devices' (runtime/_device_messages.py)
+        "framework": "torch", "note": "CUDA context on device 0", "env": {"A": "1"}, "address": "/tmp/h.sock",
+        "instances": (instance,), "resource": "gpu", "blob": b"fn", "operator": "classify",
+        "options": _device_messages.ResidentOptions("map_batches", "map_batch", 64), "subtask": "classify (1/2)",
+        "kind": "map", "seq": 3, "records": 64, "resident": (instance,),
+        "pools": (_device_messages.DevicePool("gpu", "0", 1, 1),), "opened": True, "memory": 2**20,
+        "ready": 1, "size": 1, "users": 2, "since": 1.5,
     })
     fields = {f.name: values[f.name] for f in msgspec.structs.fields(cls)
               if f.name in values}

@@ -15,7 +15,10 @@ message and a non-zero exit code, without a traceback::
     ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
     │   ├── JobCancelledError    the job was cancelled on request
     │   ├── SubtaskHung          a subtask made no progress for heartbeat.timeout (has its stack)
-    │   └── TransportError       a channel between accelflow's own processes broke
+    │   ├── TransportError       a channel between accelflow's own processes broke
+    │   ├── DeviceFault          a device faulted under a subtask (an application Xid: it stays)
+    │   │   └── HardwareFailure  the device failed and is quarantined (a hardware Xid, ECC, lost)
+    │   └── DeviceMemoryExceeded a subtask used more device memory than it asked for
     ├── DeploymentError          a Kubernetes/YARN/Ray request cannot be rendered or placed
     ├── MissingDependencyError   an optional extra is needed; names the ``pip install`` to run
     └── AccelflowInternalError   a bug in accelflow itself: please report it
@@ -183,6 +186,41 @@ class SubtaskHung(JobError):
 class TransportError(JobError):
     """A data or control channel between accelflow's own processes broke (e.g. a downstream
     subtask never came up, or a relay lost its receiver). Not a bug in user code."""
+
+
+class DeviceFault(JobError):
+    """A device faulted under the subtask (for NVIDIA GPUs, an application Xid: a bad kernel,
+    not a bad card); the subtask failed, the device stays in service.
+
+    Attributes:
+        device: which device, e.g. ``gpu 0``.
+        uuid: its UUID, when known.
+        xid: the Xid, when the fault is one.
+    """
+
+    def __init__(self, message: str, *, device: str, uuid: str | None = None, xid: int | None = None) -> None:
+        self.device, self.uuid, self.xid = device, uuid, xid
+        super().__init__(message)
+
+
+class HardwareFailure(DeviceFault):
+    """The device failed (a hardware Xid, a double-bit ECC error, fallen off the bus) and is
+    quarantined: the subtasks on it failed and restart on healthy devices."""
+
+
+class DeviceMemoryExceeded(JobError):
+    """A subtask used more device memory than its operator asked for (``resources={"gpu":
+    {"memory": ...}}``): it failed alone, its device's other subtasks go on.
+
+    Attributes:
+        operator: the operator whose request was exceeded.
+        requested: the bytes it asked for.
+        used: the bytes it held, or asked for, when it failed (``None``: unknown).
+    """
+
+    def __init__(self, message: str, *, operator: str, requested: int, used: int | None = None) -> None:
+        self.operator, self.requested, self.used = operator, requested, used
+        super().__init__(message)
 
 
 class DeploymentError(AccelflowError):
@@ -370,12 +408,16 @@ __all__ = [
     "CoordinationError",
     "DataFormatError",
     "DeploymentError",
+    "DeviceFault",
+    "DeviceMemoryExceeded",
     "DiscoveryError",
     "DriverLoadError",
+    "HardwareFailure",
     "JobCancelledError",
     "JobError",
     "MissingDependencyError",
     "RemoteError",
+    "SubtaskHung",
     "TransportError",
     "decode_error",
     "encode_error",

@@ -27,9 +27,8 @@ from accelflow import ConfigError, Environment
      "from_sequence needs integers (start and end, inclusive), got float (1.5) for start"),
     (lambda env: env.from_sequence(1, "10"), "operator 'sequence'", "got str ('10') for end"),
     (lambda env: env.from_sequence(True, 3), "operator 'sequence'", "got bool (True) for start"),
-    (lambda env: env.from_sequence(1, 3).key_by(abs).sum("a"), "operator 'sum'",
-     "sum(field) needs the index of a tuple field (an integer >= 0) or None to sum whole records, "
-     "got str ('a')"),
+    (lambda env: env.from_sequence(1, 3).key_by(abs).sum(-1), "operator 'sum'",
+     "sum() needs a field: its index in the record (an integer >= 0) or its name, got int (-1)"),
     (lambda env: env.from_sequence(1, 3).sink_to_file(42), "sink_to_file(path)",
      "needs a file path (a str or os.PathLike), got int (42)"),
     (lambda env: env.from_sequence(1, 3).map(abs, name=3), "map(name=)",

@@ -5,19 +5,35 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from accelflow.testing import install_fake_nvidia_smi
 
 
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path: Path) -> Iterator[None]:
+    """Each test's clusters put their socket directories in a temp directory of their own (short:
+    Unix socket paths are limited to 107 bytes), so that no sweep reports or removes the socket
+    directory of a cluster another test killed meanwhile."""
+    short = Path(tempfile.mkdtemp(prefix="afcli-"))
+    (tmp_path / "TMPDIR").write_text(str(short), encoding="utf-8")
+    yield
+    shutil.rmtree(short, ignore_errors=True)
+
+
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"))
+    env = dict(os.environ, ACCELFLOW_STATE_DIR=str(tmp_path / "state"),
+               TMPDIR=(tmp_path / "TMPDIR").read_text(encoding="utf-8"))
     install_fake_nvidia_smi(tmp_path / "bin", 2, environ=env)  # the fake wins over a real GPU
     env.pop("ACCELFLOW_CONF", None)
     return subprocess.run([sys.executable, "-m", "accelflow", *args], env=env, capture_output=True,

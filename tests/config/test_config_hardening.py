@@ -257,3 +257,16 @@ def test_the_documented_table_states_each_bound() -> None:
                 "| `local.number-taskmanager` | `1` | A positive integer up to 256 |",
                 "| `ray.number-taskmanager` | `1` | A positive integer up to 4096 |"):
         assert row in doc
+
+
+def test_environment_from_yaml_reports_a_duplicate_with_every_other_problem(tmp_path: Path) -> None:
+    """Issue 25.9, through the API: ``Environment.from_yaml`` says everything at once, as --conf does."""
+    from accelflow import Environment
+
+    conf = tmp_path / "job.yaml"
+    conf.write_text("parallelism.default: 2\nparallelism.default: 3\ntaskmanager.numberOfTaskSlots: -1\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        Environment.from_yaml(conf)
+    keys = caught.value.keys
+    assert "parallelism.default" in keys and "taskmanager.numberOfTaskSlots" in keys, str(caught.value)

@@ -358,3 +358,40 @@ def test_statuses_report_what_each_resource_found() -> None:
     ]
     with pytest.raises(TypeError):
         provider.statuses["x"] = provider.statuses["gpu"]  # type: ignore[index]
+
+
+def _gpu_config(tmp_path: Any, **params: str) -> Any:
+    return config_from(values={
+        "external-resources": "gpu", "external-resource.gpu.amount": 1,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination": "false",
+        **{f"external-resource.gpu.param.{k}": v for k, v in params.items()},
+    })
+
+
+def test_health_keys_are_every_driver_s_and_reach_no_driver_factory(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: the GPU driver rejects keys it does not know; the provider splits the
+    ``param.health.*`` keys off first, keeps them as the resource's health config, and builds the
+    device watch the TaskExecutor's monitor uses (NVML, else nvidia-smi: here the fake)."""
+    from accelflow.testing import use_fake_nvidia_smi
+
+    use_fake_nvidia_smi(monkeypatch, tmp_path, 2)
+    config = _gpu_config(tmp_path, **{"health.probe-interval": "2 s", "health.memory-release-timeout": "5 s"})
+    with ExternalResourceInfoProvider.from_config(config) as provider:
+        health = provider.statuses["gpu"].health
+        assert (health.probe_interval, health.memory_release_timeout) == (2.0, 5.0)
+        [(name, (watch, watched_config))] = provider.device_watches().items()
+        assert name == "gpu" and watched_config is health
+        assert watch.probe()["0"].reachable is True
+        watch.close()
+    with ExternalResourceInfoProvider.from_config(_gpu_config(tmp_path, **{"health.enabled": "false"})) as provider:
+        assert provider.device_watches() == {}
+
+
+def test_a_wrong_health_key_is_named_in_full_with_a_did_you_mean(tmp_path: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ExternalResourceInfoProvider.from_config(_gpu_config(tmp_path, **{"health.probe-intervall": "2 s"}))
+    [problem] = caught.value.problems
+    assert problem.key == "external-resource.gpu.param.health.probe-intervall"
+    assert "did you mean param.health.probe-interval?" in problem.message

@@ -35,6 +35,10 @@ def _cancel(session: Session, client: Any) -> None:
     assert (status, body) == (202, {"job": client.job_id, "cancel_requested": True})
     with pytest.raises(JobCancelledError, match=rf"^{client.job_id} \(.*\) was cancelled"):
         client.wait(30)
+    # a stopped subtask's shares come back once its TaskExecutor found no process of its left
+    # on the GPU (docs/gpu.md, "Reconciliation")
+    wait_until(lambda: not any(job == client.job_id for held in _holders(session).values() for job, _, _ in held),
+               f"{client.job_id}'s shares to come back")
 
 
 def test_holders_appear_and_disappear_as_subtasks_start_and_end(session: Session) -> None:

@@ -13,13 +13,17 @@ from accelflow import Environment
 from accelflow.dataflow import CollectSinkSpec, Columns, Transformation
 from accelflow.runtime import ChainPlan
 from accelflow.runtime.subtask import _sink_operators
-from accelflow.runtime.subtask._sink_operators import COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, CollectSink
+from accelflow.runtime.subtask._sink_operators import COLLECT_MAX_RECORDS, CollectSink
 from accelflow.scheduling import ResourceProfile
 
 
-def _sink() -> CollectSink:
+#: ``execution.buffer-timeout``'s default (100 ms), as the ChainPlan carries it
+DELAY_S = 0.1
+
+
+def _sink(buffer_timeout_ms: int = 100) -> CollectSink:
     node = Transformation(0, "collect", CollectSinkSpec(), 1, ResourceProfile.parse({}, operator="collect"))
-    return CollectSink(node, ChainPlan("collect", [node], (), rolling=False))
+    return CollectSink(node, ChainPlan("collect", [node], (), rolling=False, buffer_timeout_ms=buffer_timeout_ms))
 
 
 def test_chunks_are_held_until_enough_records_then_released_in_order() -> None:
@@ -46,9 +50,17 @@ def test_held_chunks_have_a_deadline_and_the_end_releases_them() -> None:
     assert sink.process([("a", 1), ("b", 2)]) == []
     assert sink.process([("c", 3)]) == []
     deadline = sink.deadline()
-    assert deadline is not None and before + COLLECT_MAX_DELAY_S <= deadline <= time.monotonic() + COLLECT_MAX_DELAY_S
+    assert deadline is not None and before + DELAY_S <= deadline <= time.monotonic() + DELAY_S
     assert sink.on_deadline() == [("a", 1), ("b", 2), ("c", 3)]
     assert sink.deadline() is None
+
+
+def test_buffer_timeout_zero_sends_every_chunk_at_once_and_minus_one_only_full_ones() -> None:
+    at_once = _sink(buffer_timeout_ms=0)
+    assert at_once.process([("a", 1)]) == [("a", 1)] and at_once.deadline() is None
+    only_full = _sink(buffer_timeout_ms=-1)
+    assert only_full.process([("a", 1)]) == [] and only_full.deadline() is None and only_full.holds()
+    assert only_full.finish() == [("a", 1)]
 
 
 def test_columns_stay_columns_when_joined() -> None:

@@ -44,11 +44,63 @@ class _Pinned(bytearray):
     pass
 
 
+class OutOfMemoryError(MemoryError):
+    """cupy.cuda.memory.OutOfMemoryError, with CuPy's message."""
+
+    def __init__(self, size, total, limit):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, "
+                         f"limit set to: {limit:,} bytes).")
+
+
+class MemoryPool:
+    """CuPy's default pool as far as limits go: CUPY_GPU_MEMORY_LIMIT (bytes) read when it is
+    made, set_limit(size=...), and every device array's bytes held until it is freed."""
+
+    def __init__(self):
+        limit = os.environ.get("CUPY_GPU_MEMORY_LIMIT", "")
+        self._limit = int(limit) if limit.isdigit() else 0
+        self._used = 0
+
+    def set_limit(self, size=None, fraction=None):
+        self._limit = int(size or 0)
+
+    def get_limit(self):
+        return self._limit
+
+    def used_bytes(self):
+        return self._used
+
+    def malloc(self, nbytes):
+        if self._limit and self._used + nbytes > self._limit:
+            raise OutOfMemoryError(nbytes, self._used, self._limit)
+        self._used += nbytes
+
+    def free(self, nbytes):
+        self._used -= nbytes
+
+
+_pool = None
+
+
+def get_default_memory_pool():
+    global _pool
+    if _pool is None:
+        _pool = MemoryPool()
+    return _pool
+
+
 class ndarray:
     def __init__(self, shape, dtype, data=None):
         self.shape, self.dtype = tuple(shape), numpy.dtype(dtype)
+        self._held = 0
+        get_default_memory_pool().malloc(self.nbytes)
+        self._held = self.nbytes
         self._data = data
         self._host = None
+
+    def __del__(self):
+        if _pool is not None:
+            _pool.free(self._held)
 
     def set(self, host, stream=None):
         base = host
@@ -163,6 +215,9 @@ class Stream:
 class cuda:
     Stream = Stream
     Event = Event
+
+    class memory:
+        OutOfMemoryError = OutOfMemoryError
 
     class runtime:
         @staticmethod

@@ -37,7 +37,7 @@ def test_numpy_nans_and_nans_inside_tuples_are_one_key_each(parallelism: int) ->
 
 
 def test_every_nan_hashes_alike_and_becomes_one_object() -> None:
-    from accelflow.runtime.subtask._partition import canonical_key, stable_hash
+    from accelflow.runtime.subtask._keys import canonical_key, stable_hash
 
     nans = [float("nan"), np.float64("nan"), np.float32("nan"), complex("nan+1j"), -float("nan")]
     assert len({stable_hash(n) for n in nans}) == 1

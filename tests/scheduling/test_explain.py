@@ -16,7 +16,7 @@ from accelflow.scheduling import (
     TaskExecutorOffer,
     place,
 )
-from accelflow.scheduling import _index, _reference
+from accelflow.scheduling import _capacity, _index, _reference
 from accelflow.scheduling._explain import FLAT_LIMIT, grouped
 
 F = Fraction
@@ -117,8 +117,8 @@ def test_placing_10000_subtasks_on_1000_taskexecutors_tries_each_about_once(
 ) -> None:
     """The reference tries every TaskExecutor it skips for every request (tens of millions of
     tries here); the index tries one per request plus, at most, one per TaskExecutor."""
-    tries = Counting(_index._Plan.fit)
-    monkeypatch.setattr(_index._Plan, "fit", lambda plan, free: tries(plan, free))
+    tries = Counting(_capacity.Plan.fit)
+    monkeypatch.setattr(_capacity.Plan, "fit", lambda plan, free: tries(plan, free))
     assignments = place(job(10_000), [te(i) for i in range(1, 1001)], policy)
     assert tries.calls <= 10_000 + 1_000
     per_te: dict[str, int] = {}

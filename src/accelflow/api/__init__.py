@@ -1,5 +1,12 @@
 """The dataflow API: the DSL that builds a job graph (re-exported from :mod:`accelflow`)."""
 
-from accelflow.api._stream import DataStream, Environment, KeyedStream
+from accelflow.api._environment import Environment
+from accelflow.api._stream import DataStream
+from accelflow.api._keyed import KeyedStream, WindowedStream
+from accelflow.api._connected import ConnectedStreams, IntervalJoin, IntervalJoined
+from accelflow.api._async import AsyncDataStream
 
-__all__ = ["DataStream", "Environment", "KeyedStream"]
+__all__ = [
+    "AsyncDataStream", "ConnectedStreams", "DataStream", "Environment", "IntervalJoin", "IntervalJoined",
+    "KeyedStream", "WindowedStream",
+]

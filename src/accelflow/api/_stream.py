@@ -1,4 +1,4 @@
-"""The dataflow API: ``Environment``, ``DataStream`` and ``KeyedStream``.
+"""``DataStream``: a stream of records, and every transformation on it.
 
 Example:
     >>> env = Environment({"parallelism.default": 2})
@@ -8,211 +8,73 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from accelflow._errors import AccelflowError, ConfigError
-from accelflow.config import Configuration, config_from
-from accelflow.config import keys as k
-from accelflow.connectors import ArraySource, CollectionSource, SequenceSource, SingleFileSink
+from accelflow._errors import ConfigError
+from accelflow.connectors import SingleFileSink
 from accelflow.dataflow import (
-    CollectSinkSpec, FileSinkSpec, FilterSpec, FlatMapSpec, JobGraph, MapBatchesSpec, MapSpec, OperatorSpec,
-    Partitioning, PrintSinkSpec, ReduceSpec, Sink, SinkToSpec, Source, SourceSpec, Transformation,
-    UserSinkSpec, build_job_graph, in_order,
+    CollectSinkSpec, Edge, FileSinkSpec, FilterSpec, FlatMapSpec, MapBatchesSpec, MapSpec, OperatorSpec,
+    Partitioning, PrintSinkSpec, ProcessSpec, ResidentMapBatchesSpec, ResidentMapSpec, Sink, SinkToSpec,
+    TimestampsSpec, UnionSpec, UserSinkSpec, in_order,
 )
+from accelflow.dataflow.eventtime import OutputTag
+from accelflow.config import keys as k
+from accelflow.api._environment import Environment, check_parallelism
+from accelflow.api._names import shown, unique_name
 from accelflow.api._ordered import keep_order
-from accelflow.runtime.client import ExecutionContext, current_context, warm_up
-from accelflow.scheduling import Amount, ResourceProfile
+from accelflow.scheduling import Amount
 
-_log = logging.getLogger("accelflow.api")
-
-
-class Environment:
-    """Builds and runs a job.
-
-    Args:
-        config: flat config keys (as in a YAML file), e.g. ``{"external-resources": "gpu",
-            "external-resource.gpu.amount": 2, ...}``. Under ``accelflow run``, ``--conf``
-            sits below this dict and ``-D`` above it.
-
-    Raises:
-        ConfigError: every problem in the config, one per key.
-    """
-
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
-        #: how this environment's jobs run (``accelflow run`` installs one; see
-        #: :class:`accelflow.runtime.client.ExecutionContext`)
-        self._context: ExecutionContext = current_context()
-        if config is not None and not isinstance(config, Mapping):
-            raise ConfigError(
-                f"needs a mapping of config keys to values, e.g. {{\"parallelism.default\": 2}}, "
-                f"got {_shown(config)}; for a YAML file use Environment.from_yaml(path)",
-                key="Environment(config)")
-        self._values = dict(config or {})
-        self.config: Configuration = self._merged_config()
-        for warning in self.config.warnings:  # about the merged layers, once per environment
-            _log.warning("%s", warning)
-        warm_up(self.config, self._context)  # the zygote imports while the job is built
-        self._transformations: list[Transformation] = []
-        #: the result of the last job this environment ran (set by ``execute``)
-        self.last_result: Any = None
-
-    def _merged_config(self) -> Configuration:
-        ctx = self._context
-        return config_from(base=dict(ctx.base_config), conf_file=ctx.conf_file,
-                           values=self._values, definitions=list(ctx.definitions))
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
-        """An environment configured by a YAML file of flat keys."""
-        from accelflow.config import read_yaml
-
-        return cls(read_yaml(path))
-
-    # -- sources ----------------------------------------------------------------------------
-    def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], *, name: str = "collection",
-                        parallelism: int | None = None) -> DataStream:
-        """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
-        with the subtasks rather than pickled: on this host they read it straight out of the
-        client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
-        not change it while the job runs), or a copy in shared memory (see
-        ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
-        where = f"operator {name!r}"
-        if isinstance(items, np.ndarray):
-            if items.ndim == 0:
-                raise ConfigError("from_collection needs an array of at least one dimension (its "
-                                  f"rows are the records), got the 0-d array {items!r}", key=where)
-            source: Source[Any] = ArraySource([items])
-        else:
-            try:
-                records = iter(items)
-            except TypeError:
-                raise ConfigError(
-                    "from_collection needs the records as an iterable (a list, a tuple, a generator...) "
-                    f"or a NumPy array, got {_shown(items)}; for one record pass a list: [record]",
-                    key=where) from None
-            source = CollectionSource(list(records))
-        return self._add(SourceSpec(source), name, 1 if parallelism is None else parallelism, None)
-
-    def from_sequence(self, start: int, end: int, *, name: str = "sequence",
-                      parallelism: int | None = None) -> DataStream:
-        """The integers ``start..end`` inclusive, split across the source's subtasks."""
-        for what, value in (("start", start), ("end", end)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise ConfigError(f"from_sequence needs integers (start and end, inclusive), got "
-                                  f"{_shown(value)} for {what}", key=f"operator {name!r}")
-        start, end = int(start), int(end)
-        if end < start:
-            raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
-        return self._add(SourceSpec(SequenceSource(start, end)), name, parallelism, None)
-
-    def from_source(self, source: Source[Any], *, name: str | None = None,
-                    parallelism: int | None = None) -> DataStream:
-        """A user :class:`Source` (bounded or unbounded)."""
-        return self._add(SourceSpec(source), name or type(source).__name__, parallelism, None)
-
-    def enable_checkpointing(self, interval_ms: int) -> Environment:
-        """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
-        ``enableCheckpointing``); the same as ``execution.checkpointing.interval``."""
-        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or interval_ms <= 0:
-            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval_ms!r}",
-                              key="enable_checkpointing")
-        self._values[k.CHECKPOINT_INTERVAL.name] = f"{interval_ms} ms"
-        self.config = self._merged_config()  # -D still wins, as for any key
-        return self
-
-    # -- running ----------------------------------------------------------------------------
-    def execute(self, name: str = "accelflow job") -> Any:
-        """Run the job to completion on the embedded cluster and return its ``JobResult``.
-
-        Raises:
-            JobError: a subtask failed (after restarts, if any) or a TaskExecutor died.
-            AllocationError: a resource request cannot be met; says why per device.
-        """
-        self.last_result = self.execute_async(name).wait()
-        return self.last_result
-
-    def execute_async(self, name: str = "accelflow job") -> Any:
-        """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""
-        from accelflow.runtime.client import submit
-
-        return submit(self._job_graph(name), self.config, self._context)
-
-    def _job_graph(self, name: str) -> JobGraph:
-        """Check the job built so far and turn it into its graph (the environment is emptied)."""
-        if not isinstance(name, str):
-            raise ConfigError(f"a job's name must be a string, got {_shown(name)}", key="execute(name)")
-        if not self._transformations:
-            raise AccelflowError("the job has no operators: add a source and a sink first")
-        if not any(t.is_sink for t in self._transformations):
-            raise AccelflowError(
-                "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
-                "execute_and_collect()"
-            )
-        graph = build_job_graph(name, list(self._transformations))
-        self._transformations.clear()
-        return graph
-
-    # -- internals ----------------------------------------------------------------------------
-    def _add(self, spec: OperatorSpec, name: str, parallelism: int | None,
-             upstream: DataStream | None, *, resources: Mapping[str, Amount] | None = None) -> DataStream:
-        """Add the operator of ``spec`` reading ``upstream`` (as that stream is partitioned);
-        the spec's arguments are checked here, once (see ``Transformation``)."""
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"an operator's name must be a non-empty string, got {_shown(name)}",
-                              key=f"{spec.kind}(name=)")
-        if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1):
-            raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=f"operator {name!r}")
-        if parallelism is None:
-            parallelism = upstream.parallelism if upstream is not None and spec.is_sink \
-                else self.config.get(k.PARALLELISM_DEFAULT)
-        profile = ResourceProfile.parse(resources, operator=name)
-        taken = {t.name for t in self._transformations}
-        if name in taken:  # names key the per-operator counts: keep them unique
-            name = next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)
-        t = Transformation(
-            id=len(self._transformations), name=name, spec=spec, parallelism=parallelism,
-            resources=profile, input=None if upstream is None else upstream._id,
-            partitioning="forward" if upstream is None else upstream._partitioning,
-            key_fn=None if upstream is None else upstream._key_fn,
-        )
-        self._transformations.append(t)
-        return DataStream(self, t.id)
+if TYPE_CHECKING:
+    from accelflow.api._connected import ConnectedStreams
+    from accelflow.api._keyed import KeyedStream, WindowedStream
 
 
 class DataStream:
     """A stream of records; every transformation returns a new ``DataStream``.
 
     Every transformation takes ``name=``, ``parallelism=`` and ``resources=`` (e.g.
-    ``{"gpu": 1}``, ``{"gpu": 0.25}``, ``{"fpga": 2}``).
+    ``{"gpu": 1}``, ``{"gpu": 0.25}``, ``{"fpga": 2}``), or PyFlink's fluent
+    ``.name()``, ``.uid()``, ``.set_parallelism()`` on the stream it returns. PyFlink's
+    ``output_type`` arguments are accepted and not needed.
     """
 
-    def __init__(self, env: Environment, transformation_id: int,
-                 partitioning: Partitioning = "forward", key_fn: Any = None) -> None:
+    def __init__(self, env: Environment, transformation_id: int, partitioning: Partitioning = "forward",
+                 key_fn: Any = None, *, partitioner: Any = None, side: str | None = None) -> None:
         self._env = env
         self._id = transformation_id
         self._partitioning: Partitioning = partitioning
         self._key_fn = key_fn
+        self._partitioner = partitioner
+        self._side = side
 
     @property
     def parallelism(self) -> int:
         return self._env._transformations[self._id].parallelism
 
+    def _edge(self, input_index: int = 0) -> Edge:
+        return Edge(self._id, self._partitioning, self._key_fn, self._partitioner, self._side, input_index)
+
     def _then(self, spec: OperatorSpec, name: str | None, parallelism: int | None,
               resources: Mapping[str, Amount] | None = None) -> DataStream:
-        return self._env._add(spec, spec.kind if name is None else name, parallelism, self, resources=resources)
+        return self._env._add(spec, spec.kind if name is None else name, parallelism, [self._edge()],
+                              resources=resources)
 
-    def map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
-            resources: Mapping[str, Amount] | None = None) -> DataStream:
-        """One output per record: ``fn(x)`` or a ``RichMapFunction``."""
-        return self._then(MapSpec(fn), name, parallelism, resources)
+    def _view(self, partitioning: Partitioning, key_fn: Any = None, partitioner: Any = None) -> DataStream:
+        return DataStream(self._env, self._id, partitioning, key_fn, partitioner=partitioner, side=self._side)
 
-    def flat_map(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
-                 resources: Mapping[str, Amount] | None = None) -> DataStream:
+    # -- one record at a time -------------------------------------------------------------------
+    def map(self, fn: Any, output_type: Any = None, *, name: str | None = None, parallelism: int | None = None,
+            resources: Mapping[str, Amount] | None = None, resident: bool = False) -> DataStream:
+        """One output per record: ``fn(x)`` or a ``RichMapFunction`` (after ``key_by``, its
+        ``open(ctx)`` gets keyed state: ``ctx.get_state(ValueStateDescriptor(...))``).
+        ``resident=True``: one instance per device, opened once and kept (see :meth:`map_batches`)."""
+        spec = (ResidentMapSpec if _resident(resident, name or "map") else MapSpec)(fn)
+        return self._then(spec, name, parallelism, resources)
+
+    def flat_map(self, fn: Any, output_type: Any = None, *, name: str | None = None,
+                 parallelism: int | None = None, resources: Mapping[str, Amount] | None = None) -> DataStream:
         """Zero or more outputs per record: ``fn(x)`` returns an iterable."""
         return self._then(FlatMapSpec(fn), name, parallelism, resources)
 
@@ -224,7 +86,7 @@ class DataStream:
     def map_batches(self, fn: Any, *, batch_size: int | None = None, max_wait: float | None = None,
                     name: str | None = None, parallelism: int | None = None,
                     resources: Mapping[str, Amount] | None = None, device: str | None = None,
-                    prefetch: int = 2, device_backend: str | None = None) -> DataStream:
+                    prefetch: int = 2, device_backend: str | None = None, resident: bool = False) -> DataStream:
         """Vectorized map: ``fn(batch)`` gets up to ``batch_size`` records at once (a NumPy
         array of rows, a tuple of column arrays for tuple records, or a list) and returns a
         batch of outputs (array, tuple of arrays, or list).
@@ -239,23 +101,192 @@ class DataStream:
         batches in flight; its outputs come back as NumPy. ``device="auto"``: the same where
         CuPy or PyTorch sees a GPU, else plain NumPy batches (the log says why). See
         ``docs/gpu.md``, "map_batches on the device".
+
+        ``resident=True``: ``fn`` (e.g. a model class) gets one instance per device, in the
+        device's host process, opened once and kept for the job's later attempts and, on a
+        session cluster, later jobs with the same operator (its pickled bytes); every subtask on
+        the device (e.g. two at ``{"gpu": 0.5}``) sends its records there, and batches of
+        several subtasks run together up to ``batch_size``. The operator must ask for (a share
+        of) one device. See ``docs/gpu.md``, "Warm devices and resident models".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
-        spec = MapBatchesSpec(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
-                              device_backend=device_backend)
+        cls = ResidentMapBatchesSpec if _resident(resident, name or "map_batches") else MapBatchesSpec
+        spec = cls(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
+                   device_backend=device_backend)
         return self._then(spec, name, parallelism, resources)
 
-    def key_by(self, key_fn: Callable[[Any], Any]) -> KeyedStream:
-        """Partition by ``key_fn(x)``; follow with ``reduce`` or ``sum``. Keys compare as
-        in Flink: every NaN (``float("nan")``, NumPy's, also inside a tuple key) is one key,
-        although ``nan != nan`` in Python."""
+    def process(self, fn: Any, output_type: Any = None, *, name: str | None = None,
+                parallelism: int | None = None) -> DataStream:
+        """A ``ProcessFunction``: ``process_element(value, ctx)`` yields or returns its outputs,
+        ``ctx.timestamp()`` is the record's event time, ``ctx.output(tag, value)`` a side
+        output (see :meth:`get_side_output`); timers and state need ``key_by`` first."""
+        return self._then(ProcessSpec(fn), name, parallelism)
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any, *, name: str | None = None) -> DataStream:
+        """Each record's event time from the strategy's timestamp assigner (a Kafka record
+        keeps its own when the strategy has none), and a watermark every
+        ``pipeline.auto-watermark-interval`` (200 ms), e.g.
+        ``WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=5))
+        .with_timestamp_assigner(lambda event, ts: event["time"])``."""
+        return self._then(TimestampsSpec(watermark_strategy), name, self.parallelism)
+
+    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+        """The records the operator of this stream sent to side output ``output_tag``
+        (``ctx.output(tag, value)``, a window's late data)."""
+        if not isinstance(output_tag, OutputTag):
+            raise ConfigError(f"get_side_output needs an OutputTag, got {shown(output_tag)}",
+                              key=f"operator {self._operator.name!r}")
+        return DataStream(self._env, self._id, side=output_tag.tag_id)
+
+    # -- partitioning ---------------------------------------------------------------------------
+    def key_by(self, key_fn: Callable[[Any], Any], key_type: Any = None) -> KeyedStream:
+        """Partition by ``key_fn(x)``: ``reduce``, ``sum``, ``min``..., windows, keyed process
+        functions and keyed state follow. Keys compare as in Flink: every NaN (``float("nan")``,
+        NumPy's, also inside a tuple key) is one key, although ``nan != nan`` in Python; a
+        key's records go to the subtask owning its key group (``pipeline.max-parallelism``)."""
+        from accelflow.api._keyed import KeyedStream
+
         if not callable(key_fn):
             raise ConfigError(f"expected a function of a record, got {type(key_fn).__name__}", key="key_by()")
-        return KeyedStream(self._env, self._id, "hash", key_fn)
+        return KeyedStream(self._env, self._id, "hash", key_fn, side=self._side)
 
     def rebalance(self) -> DataStream:
         """Spread records round-robin over the next operator's subtasks."""
-        return DataStream(self._env, self._id, "rebalance")
+        return self._view("rebalance")
+
+    def rescale(self) -> DataStream:
+        """Round-robin over a share of the next operator's subtasks (Flink's ``rescale``:
+        each subtask feeds only its own share, fewer channels than ``rebalance``)."""
+        return self._view("rescale")
+
+    def shuffle(self) -> DataStream:
+        """Each record to a random subtask of the next operator."""
+        return self._view("shuffle")
+
+    def broadcast(self, *broadcast_state_descriptors: Any) -> DataStream:
+        """Every record to every subtask of the next operator. PyFlink's broadcast state
+        pattern (``broadcast(MapStateDescriptor)`` then ``connect`` with a
+        ``BroadcastProcessFunction``) is not implemented: it fails here, naming it."""
+        if broadcast_state_descriptors:
+            raise _not_implemented("broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)",
+                                   "broadcast() without descriptors, then connect(...).process(CoProcessFunction) "
+                                   "keeping the broadcast side in the function's own attributes")
+        return self._view("broadcast")
+
+    def join(self, other_stream: Any) -> Any:
+        """PyFlink's window join is not implemented: fails, naming it and the way around."""
+        raise _not_implemented("window join (join().where().equal_to().window())",
+                               "key_by(...).interval_join(other.key_by(...)), or union both and window the union")
+
+    def co_group(self, other_stream: Any) -> Any:
+        """PyFlink's window co-group is not implemented: fails, naming it and the way around."""
+        raise _not_implemented("window co_group (co_group().where().equal_to().window())",
+                               "connect(...).key_by(k1, k2).process(KeyedCoProcessFunction) with timers")
+
+    def forward(self) -> DataStream:
+        """Each subtask to the next operator's subtask of the same index (the default)."""
+        return self._view("forward")
+
+    def partition_custom(self, partitioner: Any, key_selector: Callable[[Any], Any]) -> DataStream:
+        """Each record to subtask ``partitioner(key_selector(x), num_partitions)``
+        (a function, or a PyFlink ``Partitioner`` with ``partition(key, num_partitions)``)."""
+        fn = getattr(partitioner, "partition", partitioner)
+        if not callable(fn) or not callable(key_selector):
+            raise ConfigError("partition_custom needs a partitioner (a function (key, num_partitions) -> int or an "
+                              f"object with partition()) and a key selector, got {shown(partitioner)} and "
+                              f"{shown(key_selector)}", key="partition_custom()")
+        return self._view("custom", key_selector, partitioner)
+
+    # -- several streams ------------------------------------------------------------------------
+    def union(self, *streams: DataStream) -> DataStream:
+        """The records of this stream and of ``streams`` (of the same type), as they come."""
+        for other in streams:
+            self._same_job(other, "union")
+        if not streams:
+            return self
+        edges = [s._edge(0) for s in (self, *streams)]
+        return self._env._add(UnionSpec(), "union", self.parallelism, edges)
+
+    def connect(self, ds: DataStream) -> ConnectedStreams:
+        """Two streams for one operator with two inputs: ``.map(CoMapFunction)``,
+        ``.flat_map(CoFlatMapFunction)``, ``.process(CoProcessFunction)``, or
+        ``.key_by(k1, k2).process(KeyedCoProcessFunction)`` with shared keyed state and timers."""
+        from accelflow.api._connected import ConnectedStreams
+
+        self._same_job(ds, "connect")
+        return ConnectedStreams(self, ds)
+
+    def _same_job(self, other: Any, what: str) -> None:
+        if not isinstance(other, DataStream):
+            raise ConfigError(f"{what} needs a DataStream, got {shown(other)}", key=f"{what}()")
+        if other._env is not self._env:
+            raise ConfigError(f"{what}: the streams belong to different Environments; build both from one",
+                              key=f"{what}()")
+
+    def interval_join(self, other: Any) -> Any:
+        raise ConfigError("interval_join joins keyed streams: a.key_by(key).interval_join(b.key_by(key))",
+                          key=f"operator {self._operator.name!r}")
+
+    def window_all(self, window_assigner: Any) -> WindowedStream:
+        """All records in windows (no key; one subtask), e.g. ``TumblingEventTimeWindows.of(...)``."""
+        from accelflow.api._keyed import KeyedStream, WindowedStream
+
+        return WindowedStream(KeyedStream(self._env, self._id, "hash", _no_key, side=self._side), window_assigner,
+                              all_window=True)
+
+    def count_window_all(self, size: int, slide: int = 0) -> WindowedStream:
+        """Windows of ``size`` records (sliding by ``slide`` when given) over all records."""
+        from accelflow.api._keyed import count_assigner
+
+        return self.window_all(count_assigner(size, slide))
+
+    # -- operator settings ------------------------------------------------------------------------
+    @property
+    def _operator(self) -> Any:
+        return self._env._transformations[self._id]
+
+    def _own(self, what: str) -> Any:
+        if self._partitioning != "forward" or self._side is not None:
+            raise ConfigError(f"{what} sets an operator's own setting: call it on the stream the operator "
+                              "returned (before key_by, rebalance, get_side_output...)",
+                              key=f"operator {self._operator.name!r}")
+        return self._operator
+
+    def name(self, name: str) -> DataStream:
+        """Name the operator that made this stream (REST, metrics, logs, errors; and its
+        state in checkpoints unless it has a :meth:`uid`)."""
+        t = self._own("name()")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an operator's name must be a non-empty string, got {shown(name)}",
+                              key=f"operator {t.name!r}")
+        t.name = unique_name(name, self._env._transformations, own=t.id)
+        return self
+
+    def uid(self, uid: str) -> DataStream:
+        """A stable id for the operator's state in checkpoints and savepoints: a restore
+        matches state by uid (else by name), so renaming the operator keeps its state."""
+        t = self._own("uid()")
+        if not isinstance(uid, str) or not uid.strip():
+            raise ConfigError(f"a uid must be a non-empty string, got {shown(uid)}", key=f"operator {t.name!r}")
+        if (other := next((o for o in self._env._transformations if uid in (o.uid, o.name) and o is not t), None)):
+            raise ConfigError(f"uid {uid!r} is taken by operator {other.name!r}: every operator's state needs its "
+                              "own name", key=f"operator {t.name!r}")
+        t.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        """The operator's parallelism (as ``parallelism=``)."""
+        t = self._own("set_parallelism()")
+        check_parallelism(parallelism, f"operator {t.name!r}")
+        t.parallelism = parallelism
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> DataStream:
+        """The number of key groups of the operator's keyed state (``pipeline.max-parallelism``)."""
+        t = self._own("set_max_parallelism()")
+        check_parallelism(max_parallelism, f"operator {t.name!r}")
+        t.max_parallelism = max_parallelism
+        return self
 
     # -- sinks ------------------------------------------------------------------------------
     def print(self, *, name: str = "print") -> None:
@@ -311,7 +342,7 @@ class DataStream:
 
     def _collect(self, job_name: str, ordered: bool) -> Any:
         if not isinstance(ordered, bool):
-            raise ConfigError(f"ordered must be True or False, got {_shown(ordered)}",
+            raise ConfigError(f"ordered must be True or False, got {shown(ordered)}",
                               key="execute_and_collect(ordered=)")
         positioned = ordered and keep_order(self._env._transformations, self._id, self._partitioning)
         self._then(CollectSinkSpec(), "collect", None)
@@ -321,42 +352,18 @@ class DataStream:
         return result
 
 
-class KeyedStream(DataStream):
-    """A stream partitioned by key. ``reduce`` and ``sum`` keep one value per key.
-
-    With only bounded sources (``execution.runtime-mode: automatic`` or ``batch``) they emit
-    one final value per key at the end; in streaming mode they emit the running value for
-    every record, as Flink does.
-    """
-
-    def reduce(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
-               resources: Mapping[str, Amount] | None = None) -> DataStream:
-        return self._then(ReduceSpec(fn), name, parallelism, resources)
-
-    def sum(self, field: int | None = None, *, name: str | None = None,
-            parallelism: int | None = None) -> DataStream:
-        """Sum records (numbers), or field ``field`` of tuple records keeping the others
-        from the first record of the key."""
-        if field is not None and (isinstance(field, bool) or not isinstance(field, int) or field < 0):
-            raise ConfigError(f"sum(field) needs the index of a tuple field (an integer >= 0) or None "
-                              f"to sum whole records, got {_shown(field)}", key=f"operator {name or 'sum'!r}")
-        return self._then(ReduceSpec(_Sum(field)), name or "sum", parallelism)
+def _no_key(record: Any) -> int:
+    """The key of ``window_all``: one for every record."""
+    return 0
 
 
-class _Sum:
-    def __init__(self, field: int | None) -> None:
-        self.field = field
-
-    def __call__(self, a: Any, b: Any) -> Any:
-        if self.field is None:
-            return a + b
-        out = list(a)
-        out[self.field] = a[self.field] + b[self.field]
-        return tuple(out)
+def _not_implemented(what: str, instead: str) -> ConfigError:
+    """The error of a PyFlink API this version does not implement (listed in docs/event-time.md)."""
+    return ConfigError(f"{what} is not implemented in this version of accelflow; instead: {instead}",
+                       key="see docs/event-time.md#not-implemented")
 
 
-def _shown(value: Any) -> str:
-    """``value`` for an error message: its type and a short repr, e.g. ``int (42)``."""
-    text = repr(value)
-    return f"{type(value).__name__} ({text if len(text) <= 60 else text[:57] + '...'})"
-
+def _resident(resident: Any, name: str) -> bool:
+    if not isinstance(resident, bool):
+        raise ConfigError(f"resident must be True or False, got {shown(resident)}", key=f"operator {name!r}")
+    return resident

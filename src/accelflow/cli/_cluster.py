@@ -1,4 +1,5 @@
-"""``accelflow cluster start|status|stop``: the session cluster, as Flink users know it.
+"""``accelflow cluster start|status|stop|inject-fault``: the session cluster, as Flink users know
+it (``inject-fault``, a fault drill: :mod:`._inject_fault`).
 
 ``start`` launches the JobManager and TaskExecutors as a detached process (its own session,
 ``setsid``), returns once they have registered and prints the REST/UI URL with its token;
@@ -22,6 +23,7 @@ from typing import Any
 import psutil
 
 from accelflow._errors import AccelflowError
+from accelflow.cli import _inject_fault
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say
 from accelflow.config import keys as k
 from accelflow.runtime import StatusRequest, StopRequest
@@ -50,6 +52,7 @@ examples:
   accelflow cluster start --conf conf/accelflow.yaml -D rest.port=0
   accelflow run --cluster http://127.0.0.1:8081 job.py
   accelflow cluster status
+  accelflow cluster inject-fault --taskexecutor taskexecutor-1 --device 0 --xid 79
   accelflow cluster stop --cluster http://127.0.0.1:8081"""
 
 
@@ -73,6 +76,7 @@ def register(sub: Any) -> None:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--cluster", metavar="URL", help="which session (default: the only one)")
         p.set_defaults(func=func)
+    _inject_fault.add_parser(actions)
 
 
 def start_cluster(args: argparse.Namespace) -> int:
@@ -189,7 +193,24 @@ def status(args: argparse.Namespace) -> int:
     for name, r in overview["resources"].items():
         print(f"  {name}: {r['free']['exact']} free of {r['total']['exact']} ({r['devices']} devices)")
     print(f"  jobs: {jobs}")
+    for line in _warm_lines(overview):
+        print(f"  {line}")
     return 0
+
+
+def _warm_lines(overview: dict[str, Any]) -> list[str]:
+    """What is resident where, and the warm pools, one line each, e.g. ``resident: classify on
+    taskexecutor-1 gpu 0 (key 3f2a..., 812.0 MiB, 2 subtasks, since 12:01:07)``."""
+    lines = []
+    for i in overview.get("resident", []):
+        memory = "memory unmeasured" if i["memory"] is None else f"{i['memory'] / 2**20:.1f} MiB"
+        lines.append(f"resident: {i['operator']} on {i['taskexecutor']} {i['resource']} {i['address']} "
+                     f"(key {i['key']}, {memory}, {i['users']} subtask(s), since "
+                     f"{time.strftime('%H:%M:%S', time.localtime(i['since']))})")
+    for p in overview.get("device_pools", []):
+        lines.append(f"warm processes: {p['ready']} ready of {p['size']} on {p['taskexecutor']} "
+                     f"{p['resource']} {p['address']}")
+    return lines
 
 
 def stop(args: argparse.Namespace) -> int:

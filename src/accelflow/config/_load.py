@@ -278,6 +278,8 @@ class _Validator:
             kubernetes_node_selector=selector,
             kubernetes_tolerations=tuple(parsed.get("kubernetes.tolerations") or ()),
             ray_resource_name=parsed.get("ray.resource-name"),
+            warm_framework=parsed.get("warm.framework") or "auto",
+            warm_preload=tuple(parsed.get("warm.preload") or ()),
         )
 
     def _params(self, keys: dict[str, str]) -> dict[str, str]:

@@ -42,6 +42,8 @@ class ExternalResourceSpec:
         kubernetes_node_selector: node labels (the ``gpu-product`` shorthand already applied).
         kubernetes_tolerations: V1Toleration-shaped dicts.
         ray_resource_name: the Ray custom resource standing for this one.
+        warm_framework: what a warm process of one of its devices initialises (``warm.framework``).
+        warm_preload: the modules a warm process imports ahead (``warm.preload``).
     """
 
     name: str
@@ -54,6 +56,8 @@ class ExternalResourceSpec:
     kubernetes_node_selector: Mapping[str, str] = field(default_factory=dict)
     kubernetes_tolerations: tuple[Mapping[str, Any], ...] = ()
     ray_resource_name: str | None = None
+    warm_framework: str = "auto"
+    warm_preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.amount < 1:

@@ -138,6 +138,17 @@ def non_negative_seconds(value: object) -> float:
     return seconds(value)
 
 
+def buffer_timeout(value: object) -> float:
+    """``execution.buffer-timeout``: a duration with its unit (``"100 ms"``), ``0`` (flush
+    every record) or ``-1`` (only full buffers), in seconds (-1.0 for -1)."""
+    if value in (-1, "-1") or (isinstance(value, str) and value.strip().replace(" ", "") in ("-1ms", "-1s")):
+        return -1.0
+    if isinstance(value, int | float) and not isinstance(value, bool) and value != 0:
+        raise ValueError(f"expected a duration with its unit such as '100 ms', or 0 (flush every record) or -1 "
+                         f"(only full buffers), got {_describe(value)}")
+    return non_negative_seconds(value)
+
+
 _QUANTITY = re.compile(
     r"(?P<number>\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?",
     re.ASCII,
@@ -286,6 +297,20 @@ def string_map(value: object) -> Mapping[str, str]:
                 raise ValueError(f"expected key=value pairs separated by commas, got {part!r}")
             items[key.strip()] = val.strip()
     return items
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def module_names(value: object) -> tuple[str, ...]:
+    """Python module names: ``"torchvision, my_models.cnn"`` or, in YAML, a list of them."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    bad = [name for name in names if not _MODULE.fullmatch(name)]
+    if bad:
+        raise ValueError(f"expected module names such as 'torchvision' or 'my_models.cnn', separated by "
+                         f"commas, got {', '.join(map(repr, bad))}")
+    return names
 
 
 def json_list(value: object) -> list[Any]:

@@ -103,6 +103,17 @@ RAY_RESOURCE_NAME = _suffix(
     "ray.resource-name", p.string, None,
     "Ray custom resource that stands for this resource (default: the resource name).",
 )
+WARM_FRAMEWORK = _suffix(
+    "warm.framework", p.choice("auto", "torch", "cupy", "none"), "auto",
+    "What a warm process of one of this resource's devices (a device host, a warm subtask "
+    "process) imports and initialises before its first use: 'torch' (import, CUDA context), "
+    "'cupy' (the same), 'auto' (torch where installed, else CuPy, else nothing) or 'none'.",
+)
+WARM_PRELOAD: Key[tuple[str, ...]] = _suffix(
+    "warm.preload", p.module_names, None,
+    "Modules a warm process of this resource's devices imports ahead of its first use, e.g. "
+    "'torchvision, my_models.cnn' (the module of a resident model's class).",
+)
 PARAM_PREFIX = "param."
 
 # -- local cluster and scheduling (issue: runtime) ---------------------------------------------
@@ -132,6 +143,17 @@ NUMBER_OF_TASK_SLOTS = _key(
     f"Slots per TaskExecutor (at most {MAX_SLOTS_PER_TASKEXECUTOR}). When not set, a local "
     "environment gives each TaskExecutor enough slots for the job's largest parallelism.",
 )
+DEVICE_POOL_SIZE = _key(
+    "taskmanager.device-pool.size", p.int_in_range(0, 16, "each is a process holding a device context"), 1,
+    "Warm subtask processes a TaskExecutor keeps ready per device that has had work (its device "
+    "framework imported, its CUDA context made); a subtask holding one device starts in one. "
+    "0: none (every subtask is forked).",
+)
+RESIDENT_MAX_INSTANCES = _key(
+    "taskmanager.resident.max-instances", p.int_in_range(1, 1024, "each holds a model in device memory"), 8,
+    "Resident operator instances (resident=True) a device host keeps per device; beyond it, the "
+    "least recently used one that no subtask uses is closed.",
+)
 PARALLELISM_DEFAULT = _key(
     "parallelism.default", p.int_in_range(1, MAX_PARALLELISM, "each subtask is a process"), 1,
     "Parallelism of operators that set none.",
@@ -156,6 +178,24 @@ ARRAY_SHARING = _key(
     "restriction), and copies it once into shared memory elsewhere; 'copy' always copies it "
     "(the job holds the array twice and waits for the copy at start, but its chunks are views: "
     "faster for CPU-bound batch functions, see benchmarks/dataplane.py).",
+)
+PIPELINE_MAX_PARALLELISM = _key(
+    "pipeline.max-parallelism", p.int_in_range(1, MAX_PARALLELISM, "Flink's upper bound"), None,
+    "Key groups of keyed state and timers (the most a keyed operator can be rescaled to); "
+    "not set: Flink's rule, 1.5 x the operator's parallelism rounded up to a power of two, "
+    "at least 128.",
+)
+AUTO_WATERMARK_INTERVAL = _key(
+    "pipeline.auto-watermark-interval", p.non_negative_seconds, 0.2,
+    "How often assign_timestamps_and_watermarks emits a watermark (and checks idleness), e.g. "
+    "'200 ms'; 0 disables periodic watermarks (the end of a bounded input still emits the last).",
+)
+BUFFER_TIMEOUT = _key(
+    "execution.buffer-timeout", p.buffer_timeout, 0.1,
+    "How long a record may wait in a partly filled chunk before it is sent on (a source's "
+    "chunks, the records collected for the client), e.g. '100 ms' (Flink's default); 0 sends "
+    "every record at once (lowest latency), -1 only full chunks. A source that pauses sends "
+    "what it has at once whatever the timeout.",
 )
 RESTART_STRATEGY = _key(
     "restart-strategy", p.choice("none", "fixed-delay"), "none",

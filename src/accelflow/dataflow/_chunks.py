@@ -13,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from accelflow.dataflow._time import MIN_TIMESTAMP
+
 CHUNK_RECORDS = 1024
-CHUNK_LATENCY_S = 0.05
+#: ``execution.buffer-timeout``'s default (Flink's 100 ms), in seconds
+CHUNK_LATENCY_S = 0.1
 
 
 class Columns(tuple):  # type: ignore[type-arg]
@@ -44,17 +47,77 @@ class Columns(tuple):  # type: ignore[type-arg]
         return (Columns, (self.columns(),))
 
 
-class Positioned:
+class Annotated:
+    """A chunk whose records carry an int64 row each beside them: ``data`` is the chunk (a
+    list, an array, :class:`Columns`, or another annotated chunk) and row *i* of ``rows`` is
+    record *i*'s. Operators call user functions with the records only and keep each
+    output's row; what the rows mean is the subclass's: :class:`Positioned` (positions in
+    the input) and :class:`Timestamped` (event timestamps). A timestamped chunk wraps a
+    positioned one, never the other way round.
+
+    Example:
+        >>> chunk = Timestamped(np.array([10, 20, 30]), Positioned(np.array([[4], [5], [6]]), ["a", "b", "c"]))
+        >>> part = chunk[1:]
+        >>> part.timestamps.tolist(), part.data.positions.ravel().tolist(), list(iter_records(part))
+        ([20, 30], [5, 6], ['b', 'c'])
+        >>> chunk.with_data(["A", "B", "C"]).data.data
+        ['A', 'B', 'C']
+    """
+
+    __slots__ = ("data", "rows")
+
+    def __init__(self, rows: np.ndarray[Any, Any], data: Any) -> None:
+        self.rows = rows
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter_records(self.data)
+
+    def __getitem__(self, where: slice) -> Any:
+        start, stop, _ = where.indices(len(self))
+        data = self.data.slice(start, stop) if isinstance(self.data, Columns) else self.data[start:stop]
+        return type(self)(self.rows[start:stop], data)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.rows, self.data))
+
+    def with_data(self, records: Any) -> Any:
+        """The same annotations around ``records``: one output per record, in order."""
+        inner = self.data.with_data(records) if isinstance(self.data, Annotated) else records
+        return type(self)(self.rows, inner)
+
+    def stripped(self) -> Any:
+        """The records without any annotation (a list, an array or :class:`Columns`)."""
+        return self.data.stripped() if isinstance(self.data, Annotated) else self.data
+
+    def kept(self, keep: Sequence[bool]) -> Any:
+        """The records where ``keep`` is true (a filter's output: a list of records)."""
+        mask = np.fromiter(keep, bool, len(keep))
+        if isinstance(self.data, Annotated):
+            return type(self)(self.rows[mask], self.data.kept(keep))
+        return type(self)(self.rows[mask], [r for r, k in zip(iter_records(self.data), keep) if k])
+
+    def expanded(self, outputs: Sequence[Sequence[Any]]) -> Any:
+        """Each record's ``outputs`` (a flat_map's), each with its record's row (see
+        :meth:`_expanded_rows`)."""
+        counts = np.fromiter((len(o) for o in outputs), np.int64, len(outputs))
+        inner = self.data.expanded(outputs) if isinstance(self.data, Annotated) else [out for o in outputs for out in o]
+        return type(self)(self._expanded_rows(counts), inner)
+
+    def _expanded_rows(self, counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.repeat(self.rows, counts, axis=0)
+
+
+class Positioned(Annotated):
     """A chunk whose records carry their positions in the input, for
-    ``execute_and_collect(ordered=True)``: ``data`` is the chunk (a list, an array or
-    :class:`Columns`) and row *i* of ``positions`` (int64, one row per record) is record *i*'s
+    ``execute_and_collect(ordered=True)``: row *i* of ``positions`` (int64) is record *i*'s
     position. A source row's position is ``[index]``; each ``flat_map`` adds the index of
     the output among its record's outputs (``[index, k]``), so comparing rows
     lexicographically gives the input's order, whichever subtasks the records went through.
-
-    Operators call user functions with ``data`` only (a function never sees a position) and
-    keep each output's position; the collected chunks are put in order at the end
-    (:func:`in_order`).
+    The collected chunks are put in order at the end (:func:`in_order`).
 
     Example:
         >>> chunk = Positioned(np.array([[4], [5], [6]]), ["a", "b", "c"])
@@ -64,36 +127,58 @@ class Positioned:
         [[4, 0], [4, 1], [6, 0]]
     """
 
-    __slots__ = ("data", "positions")
+    __slots__ = ()
 
-    def __init__(self, positions: np.ndarray[Any, Any], data: Any) -> None:
-        self.positions = positions
-        self.data = data
+    @property
+    def positions(self) -> np.ndarray[Any, Any]:
+        return self.rows
 
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def __getitem__(self, where: slice) -> Positioned:
-        start, stop, _ = where.indices(len(self))
-        data = self.data.slice(start, stop) if isinstance(self.data, Columns) else self.data[start:stop]
-        return Positioned(self.positions[start:stop], data)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Positioned, (self.positions, self.data))
-
-    def kept(self, keep: Sequence[bool]) -> Positioned:
-        """The records where ``keep`` is true (a filter's output: a list of records)."""
-        records = [r for r, k in zip(iter_records(self.data), keep) if k]
-        return Positioned(self.positions[np.fromiter(keep, bool, len(keep))], records)
-
-    def expanded(self, outputs: Sequence[Sequence[Any]]) -> Positioned:
-        """Each record's ``outputs`` (a flat_map's), each at its record's position followed
-        by its index among them."""
-        counts = np.fromiter((len(o) for o in outputs), np.int64, len(outputs))
+    def _expanded_rows(self, counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         starts = np.cumsum(counts) - counts
         index = np.arange(int(counts.sum())) - np.repeat(starts, counts)
-        positions = np.column_stack([np.repeat(self.positions, counts, axis=0), index])
-        return Positioned(positions, [out for o in outputs for out in o])
+        return np.column_stack([np.repeat(self.rows, counts, axis=0), index])
+
+
+class Timestamped(Annotated):
+    """A chunk whose records carry their event timestamps (epoch ms, int64; ``MIN_TIMESTAMP``
+    for a record without one): made by ``assign_timestamps_and_watermarks``, a Kafka source
+    (the records' own timestamps) and the event-time operators; ``map``, ``filter`` and
+    ``flat_map`` keep each record's timestamp for its outputs, as in Flink.
+
+    Example:
+        >>> stamped([("a", 1), ("b", 2)], [1000, None]).timestamps.tolist() == [1000, MIN_TIMESTAMP]
+        True
+    """
+
+    __slots__ = ()
+
+    @property
+    def timestamps(self) -> np.ndarray[Any, Any]:
+        return self.rows
+
+
+def stamped(records: Any, timestamps: Sequence[int | None] | np.ndarray[Any, Any]) -> Timestamped:
+    """``records`` with ``timestamps`` (``None``: no timestamp) as a :class:`Timestamped` chunk;
+    ``records`` may be positioned (its positions are kept)."""
+    if isinstance(records, Timestamped):
+        records = records.data
+    if isinstance(timestamps, np.ndarray):
+        return Timestamped(timestamps.astype(np.int64, copy=False), records)
+    rows = np.fromiter((MIN_TIMESTAMP if t is None else t for t in timestamps), np.int64, len(timestamps))
+    return Timestamped(rows, records)
+
+
+def timestamps_of(chunk: Any) -> list[int | None] | None:
+    """The event timestamps of ``chunk``'s records (``None`` for a record without one), or
+    ``None`` when its records have none."""
+    if not isinstance(chunk, Timestamped):
+        return None
+    return [None if t == MIN_TIMESTAMP else t for t in chunk.rows.tolist()]
+
+
+def unstamped(chunk: Any) -> Any:
+    """``chunk`` without its timestamps (what sinks and ``collect`` get)."""
+    return chunk.data if isinstance(chunk, Timestamped) else chunk
 
 
 def chunk_len(chunk: Any) -> int:
@@ -102,16 +187,34 @@ def chunk_len(chunk: Any) -> int:
 
 def strided(chunk: Any, start: int, step: int) -> Any:
     """Records ``start, start + step, ...`` of ``chunk``, as a chunk of the same kind."""
-    if isinstance(chunk, Positioned):
-        return Positioned(chunk.positions[start::step], strided(chunk.data, start, step))
+    if isinstance(chunk, Annotated):
+        return type(chunk)(chunk.rows[start::step], strided(chunk.data, start, step))
     if isinstance(chunk, Columns):
         return Columns(c[start::step] for c in chunk.columns())
     return chunk[start::step]
 
 
+def select(chunk: Any, indices: Sequence[int]) -> Any:
+    """Records ``indices`` of ``chunk`` (in that order), as a chunk of the same kind.
+
+    Example:
+        >>> select(stamped(["a", "b", "c"], [1, 2, 3]), [2, 0]).timestamps.tolist()
+        [3, 1]
+    """
+    if isinstance(chunk, Annotated):
+        return type(chunk)(chunk.rows[np.asarray(indices, dtype=np.intp)], select(chunk.data, indices))
+    if isinstance(chunk, Columns):
+        where = np.asarray(indices, dtype=np.intp)
+        return Columns(c[where] for c in chunk.columns())
+    if isinstance(chunk, np.ndarray):
+        return chunk[np.asarray(indices, dtype=np.intp)]
+    records = chunk if isinstance(chunk, list) else list(iter_records(chunk))
+    return [records[i] for i in indices]
+
+
 def iter_records(chunk: Any) -> Iterator[Any]:
-    """The records of ``chunk`` (of a :class:`Positioned` chunk, without their positions)."""
-    if isinstance(chunk, Positioned):
+    """The records of ``chunk`` (of an :class:`Annotated` chunk, without their rows)."""
+    if isinstance(chunk, Annotated):
         return iter_records(chunk.data)
     if isinstance(chunk, Columns):
         return chunk.rows()
@@ -121,18 +224,38 @@ def iter_records(chunk: Any) -> Iterator[Any]:
 def group_records(
     records: Iterable[Any], size: int = CHUNK_RECORDS, latency_s: float = CHUNK_LATENCY_S
 ) -> Iterator[list[Any]]:
-    """Group records into lists of ``size``, or fewer once ``latency_s`` has passed."""
+    """Group records into lists of ``size`` (``execution.buffer-timeout``'s rules): a chunk
+    also goes once its first record has waited ``latency_s`` (0: every record goes at once;
+    -1: only full chunks), and at once when the records come one at a time with pauses
+    between them (a record that took the source :data:`PAUSE_S` or more to give: the
+    source is idle, nothing is gained by waiting for the next one).
+
+    Example:
+        >>> [len(c) for c in group_records(range(5), size=2)], [len(c) for c in group_records(range(3), latency_s=0)]
+        ([2, 2, 1], [1, 1, 1])
+    """
     chunk: list[Any] = []
-    started = time.monotonic()
-    for record in records:
+    started = 0.0
+    records = iter(records)
+    while True:
+        asked = time.monotonic()
+        try:
+            record = next(records)
+        except StopIteration:
+            break
+        now = time.monotonic()
         if not chunk:
-            started = time.monotonic()
+            started = now
         chunk.append(record)
-        if len(chunk) >= size or time.monotonic() - started >= latency_s:
+        if len(chunk) >= size or (latency_s >= 0 and (now - started >= latency_s or now - asked >= PAUSE_S)):
             yield chunk
             chunk = []
     if chunk:
         yield chunk
+
+
+#: a record that took the source this long to give was preceded by a pause (see group_records)
+PAUSE_S = 0.001
 
 
 def to_batch(chunks: Sequence[Any]) -> Any:

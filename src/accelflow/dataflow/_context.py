@@ -6,7 +6,9 @@ import threading
 from collections.abc import Mapping
 from fractions import Fraction
 from types import MappingProxyType
+from typing import Any
 
+from accelflow._errors import JobError
 from accelflow.resources import ExternalResourceInfo
 
 
@@ -37,6 +39,8 @@ class RuntimeContext:
         taskexecutor_infos: Mapping[str, frozenset[ExternalResourceInfo]],
         taskexecutor_id: str,
         cancelled: threading.Event | None = None,
+        buffer_timeout_s: float = 0.1,
+        max_number_of_parallel_subtasks: int = 128,
     ) -> None:
         self.task_name = task_name
         #: the operator's own name (``task_name`` is the whole chain, e.g. "map -> sink")
@@ -48,6 +52,51 @@ class RuntimeContext:
         self._assigned = {name: MappingProxyType(dict(shares)) for name, shares in assigned.items()}
         self._all = dict(taskexecutor_infos)
         self._cancelled = cancelled or threading.Event()
+        #: ``execution.buffer-timeout`` in seconds (-1: only full chunks): how long a source's
+        #: records may wait to fill a chunk (see ``Source.read_chunks``)
+        self.buffer_timeout_s = buffer_timeout_s
+        self.max_number_of_parallel_subtasks = max_number_of_parallel_subtasks
+        #: the keyed state of the operator on a keyed stream (set by the runtime), else None
+        self.keyed_state: Any = None
+
+    # -- PyFlink's getters ------------------------------------------------------------------------
+    def get_task_name(self) -> str:
+        return self.task_name
+
+    def get_index_of_this_subtask(self) -> int:
+        return self.index_of_this_subtask
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self.number_of_parallel_subtasks
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self.max_number_of_parallel_subtasks
+
+    def get_attempt_number(self) -> int:
+        return self.attempt_number
+
+    # -- keyed state (on a keyed stream: after key_by) ---------------------------------------------
+    def _keyed(self) -> Any:
+        if self.keyed_state is None:
+            raise JobError(f"operator {self.operator_name!r}: Keyed state can only be used on a 'keyed stream', "
+                           "i.e., after a 'key_by()' operation.")
+        return self.keyed_state
+
+    def get_state(self, state_descriptor: Any) -> Any:
+        """The ``ValueState`` of ``state_descriptor`` for the current key (PyFlink's)."""
+        return self._keyed().get_state(state_descriptor)
+
+    def get_list_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_list_state(state_descriptor)
+
+    def get_map_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_map_state(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_reducing_state(state_descriptor)
+
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_aggregating_state(state_descriptor)
 
     def get_external_resource_infos(self, name: str) -> frozenset[ExternalResourceInfo]:
         """The devices of resource ``name`` this subtask may use (see the class docs)."""

@@ -27,10 +27,24 @@ OUT = TypeVar("OUT")
 
 
 class RichFunction:
-    """Lifecycle hooks shared by every rich function."""
+    """Lifecycle hooks shared by every rich function. On a keyed stream (after ``key_by``),
+    ``ctx.get_state(ValueStateDescriptor(...))`` and its siblings give keyed state."""
+
+    _runtime_context: RuntimeContext | None = None
 
     def open(self, ctx: RuntimeContext) -> None:
         """Called once in the subtask before the first record."""
+
+    def get_runtime_context(self) -> RuntimeContext:
+        """The context ``open`` got (Flink's ``getRuntimeContext()``).
+
+        Raises:
+            RuntimeError: called before the function was opened in its subtask.
+        """
+        if self._runtime_context is None:
+            raise RuntimeError("get_runtime_context() is only available once the function runs in its subtask "
+                               "(in open() and after)")
+        return self._runtime_context
 
     def close(self) -> None:
         """Called once in the subtask after the last record (also on failure, best effort)."""
@@ -100,11 +114,12 @@ class Source(ABC, Generic[OUT]):
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
         """Yield chunks of records (lists or arrays whose rows are records).
 
-        Override for speed (e.g. yield NumPy slices); the default groups :meth:`read`.
+        Override for speed (e.g. yield NumPy slices); the default groups :meth:`read`'s
+        records as ``execution.buffer-timeout`` says (see ``group_records``).
         """
-        from accelflow.dataflow._chunks import group_records
+        from accelflow.dataflow._chunks import CHUNK_LATENCY_S, group_records
 
-        return group_records(self.read(split, ctx))
+        return group_records(self.read(split, ctx), latency_s=getattr(ctx, "buffer_timeout_s", CHUNK_LATENCY_S))
 
     def size_hint(self) -> int | None:
         """Total records, if known (drives the progress bar)."""

@@ -37,11 +37,13 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from accelflow._errors import ConfigError
 from accelflow.dataflow._functions import Source
+from accelflow.dataflow._resident import ResidentFunction
 from accelflow.dataflow._sinks import Sink
 
 
@@ -67,6 +69,10 @@ class OperatorSpec:
     def check(self, where: str) -> None:
         """Raise :class:`ConfigError` (key ``where``, e.g. ``"operator 'parse'"``) for a bad
         argument; called once, when the operator joins the graph."""
+
+    def check_resources(self, resources: Mapping[str, Any], where: str) -> None:
+        """Raise :class:`ConfigError` if the operator cannot run with ``resources`` (what it
+        asked for, e.g. ``{"gpu": Fraction(1, 2)}``); called with :meth:`check`."""
 
     def reads(self) -> Source[Any] | None:
         """The source this operator reads its records from (a source operator's), else None."""
@@ -175,6 +181,47 @@ class MapBatchesSpec(FunctionSpec):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= 64:
             raise ConfigError(f"prefetch must be an integer from 1 to 64 (batches in flight), got {prefetch!r}",
                               key=where)
+
+
+class _Resident:
+    """``resident=True`` (``ResidentMapSpec``, ``ResidentMapBatchesSpec``): ``fn`` is replaced
+    by its :class:`ResidentFunction` once checked, so no subtask unpickles it; the instance
+    lives in the device host of the one device the operator asks for."""
+
+    __slots__ = ()
+
+    def _resident(self, where: str, options: tuple[Any, ...]) -> None:
+        fn = getattr(self, "fn")
+        if not isinstance(fn, ResidentFunction):
+            object.__setattr__(self, "fn", ResidentFunction.of(fn, options, where))
+
+    def check_resources(self, resources: Mapping[str, Any], where: str) -> None:
+        if len(resources) != 1 or any(amount > 1 for amount in resources.values()):
+            asked = dict(resources) or "nothing"
+            raise ConfigError(
+                f"resident=True keeps one instance per device, so the operator must ask for (a share "
+                f"of) one device, e.g. resources={{'gpu': 0.5}}; it asks for {asked}", key=where)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentMapSpec(_Resident, MapSpec):
+    """``map(fn, resident=True)``: ``fn`` runs in the device host, shared by the subtasks on
+    that device (see :class:`_Resident`)."""
+
+    def check(self, where: str) -> None:
+        MapSpec.check(self, where)
+        self._resident(where, ("map", self.method))
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentMapBatchesSpec(_Resident, MapBatchesSpec):
+    """``map_batches(fn, resident=True)``: batches from every subtask on the device run on one
+    instance in its device host, together up to ``batch_size`` (see :class:`_Resident`)."""
+
+    def check(self, where: str) -> None:
+        MapBatchesSpec.check(self, where)
+        self._resident(where, ("map_batches", self.method, self.batch_size, self.max_wait,
+                               self.device, self.prefetch, self.device_backend))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from accelflow.resources._device_watch import DeviceWatch
 
 _ADDRESS_KEYS = ("index", "uuid", "id", "address")
 _NUMBER = re.compile(r"\d+")
@@ -252,6 +255,14 @@ class ExternalResourceDriver(ABC):
 
     def close(self) -> None:
         """Free whatever the driver holds. Called once, after :meth:`release`."""
+
+    def device_watch(self, infos: Collection[ExternalResourceInfo]) -> DeviceWatch | None:
+        """How the TaskExecutor watches ``infos`` (the devices it kept) while jobs run: their
+        probes, fault events and compute processes (see ``docs/gpu.md``, "Health and
+        memory"). Called once after discovery, unless ``param.health.enabled`` is false. The
+        default, ``None``: nobody watches them, they are trusted for the TaskExecutor's life.
+        """
+        return None
 
 
 class ExternalResourceDriverFactory(ABC):

@@ -18,6 +18,8 @@ from accelflow.resources._api import (
     ExternalResourceInfo,
     info_properties,
 )
+from accelflow.resources._device_watch import DeviceWatch
+from accelflow.resources._health_params import HealthConfig, split_health_params
 from accelflow.resources._registry import load_driver_factory
 
 log = logging.getLogger("accelflow.resources")
@@ -36,6 +38,7 @@ class ResourceStatus:
             ``on-discovery-failure: degrade``; ``message`` says why).
         infos: the discovered devices, sorted.
         message: the discovery error or warning, if any.
+        health: how its devices are watched (its ``param.health.*`` keys).
     """
 
     spec: ExternalResourceSpec
@@ -43,6 +46,7 @@ class ResourceStatus:
     infos: tuple[ExternalResourceInfo, ...] = ()
     message: str | None = None
     warnings: tuple[str, ...] = field(default=())
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready view (``accelflow resources --json``; the REST API shows the same fields)."""
@@ -120,6 +124,24 @@ class ExternalResourceInfoProvider:
                 env.update(driver.isolation_env(self._own_infos(name, infos)))
         return env
 
+    def device_watches(self) -> dict[str, tuple[DeviceWatch, HealthConfig]]:
+        """Per resource whose devices are watched (discovered, ``param.health.enabled``, and a
+        driver that can: :meth:`ExternalResourceDriver.device_watch`), its watch and health
+        config. A driver whose watch fails to start is logged and left unwatched."""
+        watches = {}
+        for name, status in self._statuses.items():
+            driver = self._drivers.get(name)
+            if driver is None or status.status != "ok" or not status.infos or not status.health.enabled:
+                continue
+            try:
+                watch = driver.device_watch(status.infos)
+            except Exception as exc:
+                log.warning("%s: its devices are not watched: %s", name, _describe(exc))
+                continue
+            if watch is not None:
+                watches[name] = (watch, status.health)
+        return watches
+
     def _own_infos(
         self, name: str, infos: Collection[ExternalResourceInfo]
     ) -> list[ExternalResourceInfo]:
@@ -144,7 +166,8 @@ class ExternalResourceInfoProvider:
 def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResourceDriver | None]:
     if spec.driver_factory is None:
         return ResourceStatus(spec=spec, status="no-driver"), None
-    driver = _create_driver(spec)
+    health, params = _health_params(spec)
+    driver = _create_driver(spec, params)
     try:
         infos, warnings = _retrieve(driver, spec)
     except Exception as exc:
@@ -159,17 +182,29 @@ def _discover(spec: ExternalResourceSpec) -> tuple[ResourceStatus, ExternalResou
                 resource=spec.name,
             ) from exc
         log.warning("%s; continuing without it (on-discovery-failure: degrade)", message)
-        return ResourceStatus(spec=spec, status="degraded", message=message), driver
+        return ResourceStatus(spec=spec, status="degraded", message=message, health=health), driver
     for warning in warnings:
         log.warning("%s", warning)
-    return ResourceStatus(spec=spec, status="ok", infos=infos, warnings=warnings), driver
+    return ResourceStatus(spec=spec, status="ok", infos=infos, warnings=warnings, health=health), driver
 
 
-def _create_driver(spec: ExternalResourceSpec) -> ExternalResourceDriver:
+def _health_params(spec: ExternalResourceSpec) -> tuple[HealthConfig, dict[str, str]]:
+    """The resource's ``param.health.*`` keys (every driver's), and the driver's own keys.
+
+    Raises:
+        ConfigError: a wrong ``health.*`` key, named in full.
+    """
+    try:
+        return split_health_params(spec.params)
+    except ConfigError as exc:
+        raise ConfigError(_qualified(exc.problems, spec)) from exc
+
+
+def _create_driver(spec: ExternalResourceSpec, params: Mapping[str, str]) -> ExternalResourceDriver:
     key = spec.key("driver-factory.class")
     factory = load_driver_factory(spec.driver_factory or "", resource=spec.name, key=key)
     try:
-        driver = factory.create_external_resource_driver(MappingProxyType(dict(spec.params)))
+        driver = factory.create_external_resource_driver(MappingProxyType(dict(params)))
     except ConfigError as exc:
         raise ConfigError(_qualified(exc.problems, spec)) from exc
     except AccelflowError:

@@ -5,7 +5,9 @@
 - :mod:`.launchers`: how TaskExecutors come to life (OS processes or Ray actors);
 - :mod:`.taskexecutor`: a TaskExecutor process (drivers, slots, forks subtasks);
 - :mod:`.subtask`: one subtask process (operators, channels, partitioning, sinks);
-- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI).
+- :mod:`.service`: the session cluster's process (submissions, REST API, metrics, web UI);
+- :mod:`.devicehost`: a device host (one per device with resident operators on a
+  TaskExecutor: their instances, shared by the subtasks on that device).
 
 This module re-exports only what every process shares: the typed messages that cross process
 boundaries (:mod:`._messages`), pickling user code (:func:`dumps`), process hygiene, the
@@ -33,14 +35,9 @@ if TYPE_CHECKING:
         ChannelFailed,
         Collected,
         Command,
-        ConfigReply,
-        ConfigRequest,
         Deploy,
         DeviceShare,
-        JobAccepted,
-        JobFailed,
-        JobProgress,
-        JobSucceeded,
+        InputChannel,
         NotifyCheckpointComplete,
         OpenChannel,
         OutputEdge,
@@ -53,14 +50,8 @@ if TYPE_CHECKING:
         IN_FLIGHT_KIND,
         in_flight_name,
         SUBTASK_MESSAGES,
-        SavepointDone,
-        SavepointFailed,
         Shutdown,
-        StatusReply,
-        StatusRequest,
-        StopRequest,
-        Stopping,
-        SubmitJob,
+        StreamStatus,
         SubtaskDescriptor,
         SubtaskEvent,
         SubtaskExited,
@@ -74,9 +65,24 @@ if TYPE_CHECKING:
         TaskExecutorLost,
         ToSubtask,
         TriggerCheckpoint,
-        TriggerSavepoint,
+        Watermark,
+    )
+    from accelflow.runtime._session_messages import (
+        ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded, SavepointDone,
+        SavepointFailed, StatusReply, StatusRequest, StopRequest, Stopping, SubmitJob, TriggerSavepoint,
+    )
+    from accelflow.runtime._device_messages import (
+        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, DeviceChange, DeviceEvent, DevicePool, DeviceReport,
+        DevicesFree, DeviceStatus, HostAddress, HostFailed, HostReady, HostReport, HostRequest, InjectFault,
+        MemoryReport, ResidentInstance, ResidentOptions, ResidentReply, ResidentRequest, StartSubtask,
+        SubtaskMemory, WarmReady,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
+    from accelflow.runtime._oob import recv_chunk, send_chunk
+    from accelflow.runtime._warmup import (
+        device_memory, is_out_of_memory, memory_text, preload, resolve_framework,
+        share_for, warm_device,
+    )
     from accelflow.runtime._channel_addresses import (
         CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_PREFIX, RELAY_SOCKET, channel_path, connect_unix,
     )
@@ -97,18 +103,34 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     "._messages": (
         "Barrier", "CancelJob", "ChainPlan", "CheckpointAck", "CheckpointCommitted",
-        "NotifyCheckpointComplete", "ToSubtask", "TriggerCheckpoint", "ChannelDone", "ChannelFailed", "Collected", "Command",
-        "ConfigReply", "ConfigRequest", "Deploy", "JobAccepted", "JobFailed", "JobProgress",
-        "JobSucceeded", "OpenChannel", "OutputEdge", "PROTOCOL", "Registration",
-        "RegistrationFailed", "Rollback", "IN_FLIGHT_KIND", "in_flight_name", "SUBTASK_MESSAGES", "Shutdown", "StatusReply", "StatusRequest",
-        "StopRequest", "Stopping", "SubmitJob", "SubtaskDescriptor", "SubtaskEvent",
+        "NotifyCheckpointComplete", "ToSubtask", "TriggerCheckpoint", "ChannelDone", "ChannelFailed", "Collected",
+        "Command", "Deploy", "OpenChannel", "OutputEdge", "PROTOCOL", "Registration",
+        "RegistrationFailed", "Rollback", "IN_FLIGHT_KIND", "in_flight_name", "SUBTASK_MESSAGES", "Shutdown",
+        "SubtaskDescriptor", "SubtaskEvent",
         "SubtaskExited", "SubtaskFailed", "SubtaskFinished", "SubtaskKey", "SubtaskProgress",
         "SubtaskRunning", "TaskExecutorEvent", "TaskExecutorExited", "TaskExecutorLost",
-        "SavepointDone", "SavepointFailed", "TriggerSavepoint",
-        "DeviceShare", "RegisteredDevice", "RegisteredResource",
+        "DeviceShare", "RegisteredDevice", "RegisteredResource", "InputChannel", "StreamStatus", "Watermark",
+    ),
+    "._session_messages": (
+        "ConfigReply", "ConfigRequest", "JobAccepted", "JobFailed", "JobProgress", "JobSucceeded",
+        "SavepointDone", "SavepointFailed", "StatusReply", "StatusRequest", "StopRequest", "Stopping",
+        "SubmitJob", "TriggerSavepoint",
+    ),
+    "._device_messages": (
+        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "Attach", "Attached", "DeviceChange", "DeviceEvent", "DevicePool",
+        "DeviceReport", "DevicesFree", "DeviceStatus", "HostAddress", "HostFailed", "HostReady", "HostReport",
+        "HostRequest", "InjectFault", "MemoryReport", "ResidentInstance", "ResidentOptions", "ResidentReply",
+        "ResidentRequest", "StartSubtask", "SubtaskMemory", "WarmReady",
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
+    ),
+    "._oob": (
+        "recv_chunk", "send_chunk",
+    ),
+    "._warmup": (
+        "device_memory", "is_out_of_memory", "memory_text", "preload",
+        "resolve_framework", "share_for", "warm_device",
     ),
     "._channel_addresses": (
         "CONNECT_TIMEOUT_S", "RELAY_DIR_ENV_VAR", "RELAY_PREFIX", "RELAY_SOCKET", "channel_path",
@@ -139,6 +161,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "Attach",
+    "Attached",
     "Barrier",
     "CONNECT_TIMEOUT_S",
     "CancelJob",
@@ -153,12 +177,27 @@ __all__ = [
     "ConfigReply",
     "ConfigRequest",
     "Deploy",
+    "DeviceChange",
+    "DeviceEvent",
+    "DevicePool",
+    "DeviceReport",
+    "DevicesFree",
     "DeviceShare",
+    "DeviceStatus",
+    "HostAddress",
+    "HostFailed",
+    "HostReady",
+    "HostReport",
+    "HostRequest",
+    "HOSTS_ENV_VAR",
+    "HOSTS_KEY_ENV_VAR",
+    "InjectFault",
     "JobAccepted",
     "JobFailed",
     "JobProgress",
     "JobSucceeded",
     "ManualClock",
+    "MemoryReport",
     "NotifyCheckpointComplete",
     "NpyFile",
     "OWNER",
@@ -174,6 +213,10 @@ __all__ = [
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "ResidentInstance",
+    "ResidentOptions",
+    "ResidentReply",
+    "ResidentRequest",
     "Rollback",
     "IN_FLIGHT_KIND",
     "in_flight_name",
@@ -185,6 +228,7 @@ __all__ = [
     "SessionInfo",
     "SharedArray",
     "Shutdown",
+    "StartSubtask",
     "StatusReply",
     "StatusRequest",
     "StopRequest",
@@ -196,6 +240,7 @@ __all__ = [
     "SubtaskFailed",
     "SubtaskFinished",
     "SubtaskKey",
+    "SubtaskMemory",
     "SubtaskProgress",
     "SubtaskRunning",
     "TaskExecutorEvent",
@@ -204,26 +249,39 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WarmReady",
     "channel_path",
     "close_listener",
     "committables_at",
     "connect_unix",
     "copy_to_memfd",
+    "device_memory",
     "die_with_parent",
     "dumps",
+    "is_out_of_memory",
+    "memory_text",
     "object_handles",
+    "preload",
+    "recv_chunk",
     "register_arrays",
     "release_arrays",
+    "resolve_framework",
     "same_process",
+    "send_chunk",
     "serve_forever",
     "session_process",
     "share_arrays",
+    "share_for",
     "shared_view",
     "sink_state",
     "socket_dir",
     "unix_listener",
+    "warm_device",
     "whole_lines",
     "write_private",
+    "InputChannel",
+    "StreamStatus",
+    "Watermark",
 ]
 
 

@@ -9,7 +9,7 @@ JobManager → TaskExecutor (:data:`Command`): :class:`Deploy`, :class:`CancelJo
 
 TaskExecutor → JobManager: :class:`Registration` (its devices as :class:`RegisteredResource`
 and :class:`RegisteredDevice`) or :class:`RegistrationFailed` once, then :class:`SubtaskExited`
-and every subtask event, relayed. A :class:`SubtaskDescriptor` hands a subtask its devices as
+and every subtask event, relayed, and ``DeviceStatus`` (warm devices: ``_device_messages``). A :class:`SubtaskDescriptor` hands a subtask its devices as
 :class:`DeviceShare`.
 
 Subtask → TaskExecutor (:data:`SubtaskEvent`): :class:`SubtaskRunning`,
@@ -24,24 +24,25 @@ ended).
 Subtask → relay (the Ray target's data channels): :class:`OpenChannel`, then chunks, then
 ``None``; the relay answers :class:`ChannelDone` or :class:`ChannelFailed`.
 
-Client ↔ session cluster (the submission channel): :class:`SubmitJob` → :class:`JobAccepted`,
-then :class:`JobProgress`... and :class:`JobSucceeded` or :class:`JobFailed`; the client may
-send :class:`CancelJob`. :class:`StatusRequest` → :class:`StatusReply`; :class:`StopRequest`
-→ :class:`Stopping`; :class:`ConfigRequest` → :class:`ConfigReply`;
-:class:`TriggerSavepoint` → :class:`SavepointDone` or :class:`SavepointFailed` (``accelflow
-savepoint|stop``).
+Client ↔ session cluster (the submission channel): ``_session_messages``.
+
+JobManager → subtask, relayed by its TaskExecutor (:data:`ToSubtask`): the checkpoint
+commands and :class:`Rollback` (a rollback in place, ``docs/failover.md``).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
 
 from msgspec import Struct, field
 
 from accelflow._errors import RemoteError
 from accelflow.dataflow import Partitioning
 from accelflow.resources import ExternalResourceInfo, info_properties
+
+if TYPE_CHECKING:  # device health and memory (``_device_messages``, which imports this module)
+    from accelflow.runtime._device_messages import DeviceEvent, DeviceStatus, InjectFault
 
 PROTOCOL = 2
 
@@ -61,9 +62,20 @@ class SubtaskKey(NamedTuple):
 
 
 class OutputEdge(_Message, frozen=True):
+    """Where one edge out of a chain sends its records: the consumer's subtasks
+    (``addresses``), spread by ``partitioning`` (``key_fn`` for ``hash`` and ``custom``,
+    ``partitioner`` for ``custom``, over ``max_parallelism`` key groups for ``hash``), into
+    the consumer's input ``input_index``; the records of node ``node`` of the chain (-1: the
+    last), of its side output ``side`` (None: its main output)."""
+
     partitioning: Partitioning
     key_fn: Any
     addresses: tuple[str, ...]
+    input_index: int = 0
+    node: int = -1
+    side: str | None = None
+    partitioner: Any = None
+    max_parallelism: int = 128
 
 
 class ChainPlan(_Message, frozen=True):
@@ -81,6 +93,13 @@ class ChainPlan(_Message, frozen=True):
     #: whether a failure elsewhere rolls this subtask back in place (:class:`Rollback`): a
     #: data channel that breaks then makes it wait for its rollback instead of failing
     in_place: bool = False
+    #: the number of key groups of the chain's keyed state (``pipeline.max-parallelism``)
+    max_parallelism: int = 128
+    #: how often watermarks are generated (``pipeline.auto-watermark-interval``), in ms
+    watermark_interval_ms: int = 200
+    #: how long a record may wait in a partly filled chunk (``execution.buffer-timeout``), in
+    #: ms; 0: never, -1: until the chunk is full (or the input pauses)
+    buffer_timeout_ms: int = 100
 
 
 # -- devices (inside Registration and SubtaskDescriptor) ------------------------------------------
@@ -125,6 +144,9 @@ class RegisteredResource(_Message, frozen=True):
     #: why discovery degraded, if it did
     message: str | None = None
     devices: tuple[RegisteredDevice, ...] = ()
+    #: the TaskExecutor watches these devices: it reports their health and says when a
+    #: subtask's shares are free again (``DevicesFree``)
+    watched: bool = False
 
     @property
     def counted(self) -> bool:
@@ -182,6 +204,9 @@ class SubtaskDescriptor(_Message, frozen=True):
     #: array id -> a Ray ``ObjectRef`` as the JobManager sends it, replaced by the
     #: ``SharedArray`` where the TaskExecutor mapped it before forking the subtask
     arrays: dict[str, Any] = field(default_factory=dict)
+    #: per resource, the device memory (bytes) this subtask holds of each device it was
+    #: assigned whose memory is known: its per-process limit
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)
     #: a standby subtask (``execution.failover.standby-subtasks``): opened, then idle until a
     #: :class:`Rollback` gives it the index of a failed subtask
     standby: bool = False
@@ -250,7 +275,8 @@ class Rollback(_Message, frozen=True):
 
 #: JobManager messages a TaskExecutor hands to one of its subtasks
 ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete | Rollback
-Command = Deploy | CancelJob | Shutdown | ToSubtask
+Command = Union[Deploy, CancelJob, Shutdown, TriggerCheckpoint, NotifyCheckpointComplete, Rollback,
+                "InjectFault"]
 
 
 # -- TaskExecutor → JobManager ------------------------------------------------------------------
@@ -338,6 +364,27 @@ class Barrier(_Message, frozen=True):
     checkpoint_id: int
 
 
+class Watermark(_Message, frozen=True):
+    """A watermark, in a data channel between chunks: no record with ``timestamp <= this``
+    is expected any more on this channel."""
+
+    timestamp: int
+
+
+class StreamStatus(_Message, frozen=True):
+    """The sending subtask's output became idle (its watermarks do not hold the receiver's
+    back) or active again, in a data channel between chunks (Flink's ``WatermarkStatus``)."""
+
+    idle: bool
+
+
+class InputChannel(_Message, frozen=True):
+    """The first message on a data channel: which input of the receiving operator it feeds
+    (0, or 1 for the second stream of ``connect`` or ``interval_join``)."""
+
+    input_index: int
+
+
 # -- Launcher → JobManager ------------------------------------------------------------------------
 class TaskExecutorLost(_Message, frozen=True):
     taskexecutor_id: str
@@ -350,8 +397,8 @@ class TaskExecutorExited(_Message, frozen=True):
     pid: int
 
 
-TaskExecutorEvent = (Registration | RegistrationFailed | SubtaskExited | SubtaskEvent
-                     | TaskExecutorLost | TaskExecutorExited)
+TaskExecutorEvent = Union[Registration, RegistrationFailed, SubtaskExited, SubtaskEvent,
+                          TaskExecutorLost, TaskExecutorExited, "DeviceEvent", "DeviceStatus"]
 
 
 # -- relay (Ray target) ---------------------------------------------------------------------------
@@ -366,70 +413,3 @@ class ChannelDone(_Message, frozen=True):
 
 class ChannelFailed(_Message, frozen=True):
     reason: str
-
-
-# -- client ↔ session cluster ---------------------------------------------------------------------
-class SubmitJob(_Message, frozen=True):
-    graph_blob: bytes
-    config: dict[str, Any]
-
-
-class JobAccepted(_Message, frozen=True):
-    job_id: str
-    url: str
-
-
-class JobProgress(_Message, frozen=True):
-    snapshot: dict[str, Any]
-
-
-class JobSucceeded(_Message, frozen=True):
-    result: Any  # a JobResult
-
-
-class JobFailed(_Message, frozen=True):
-    error: RemoteError
-
-
-class StatusRequest(_Message, frozen=True):
-    pass
-
-
-class StatusReply(_Message, frozen=True):
-    overview: dict[str, Any]
-
-
-class StopRequest(_Message, frozen=True):
-    pass
-
-
-class Stopping(_Message, frozen=True):
-    pass
-
-
-class ConfigRequest(_Message, frozen=True):
-    pass
-
-
-class ConfigReply(_Message, frozen=True):
-    config: dict[str, Any]
-
-
-class TriggerSavepoint(_Message, frozen=True):
-    """Take a savepoint of job ``job_id`` in ``target`` (None: the job's
-    ``execution.checkpointing.savepoint-dir``); ``stop``: end the job after it (Flink's
-    stop-with-savepoint)."""
-
-    job_id: str
-    target: str | None = None
-    stop: bool = False
-
-
-class SavepointDone(_Message, frozen=True):
-    """The savepoint's directory (once the stopped job has ended, for ``stop``)."""
-
-    path: str
-
-
-class SavepointFailed(_Message, frozen=True):
-    error: RemoteError

@@ -2,7 +2,8 @@
 
 A request amount is either a whole number of devices (``1``, ``2``) or a share of one device
 (``0.25``, ``"1/3"``); shares above one device (``1.5``) are refused because a fractional
-request must fit on a single device.
+request must fit on a single device. A request may also ask for device memory, as a
+Kubernetes quantity (:class:`ResourceProfile`, :mod:`._memory`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from fractions import Fraction
 from typing import Union
 
 from accelflow._errors import ConfigError
+from accelflow.scheduling._memory import format_bytes, parse_memory
 
 Amount = Union[int, float, str, Fraction]
+#: one resource's request in ``resources=``: an amount, or ``{"amount": ..., "memory": ...}``
+ResourceRequest = Union[Amount, Mapping[str, object]]
 
 ONE = Fraction(1)
 
@@ -71,34 +75,55 @@ def format_amount(amount: Fraction) -> str:
 class ResourceProfile(Mapping[str, Fraction]):
     """What one operator subtask asks for, e.g. ``{"gpu": 1/4}``. Immutable and hashable.
 
+    A resource may also ask for device memory (bytes, :attr:`memory`): ``{"gpu": {"memory":
+    "10Gi"}}`` (memory only: the amount is ``0``) or ``{"gpu": {"amount": 0.5, "memory":
+    "10Gi"}}``; with a whole device (``{"amount": 1, "memory": "40Gi"}``) the memory is the
+    least each device must have.
+
     Example:
         >>> ResourceProfile.parse({"gpu": 0.25}, operator="classify")
         ResourceProfile(gpu=0.25)
+        >>> ResourceProfile.parse({"gpu": {"memory": "10Gi"}}, operator="embed")
+        ResourceProfile(gpu={memory: 10 GiB})
 
     Raises (from :meth:`parse`):
-        ConfigError: a bad amount or resource name, naming the operator.
+        ConfigError: a bad amount, memory or resource name, naming the operator.
     """
 
-    __slots__ = ("_amounts",)
+    __slots__ = ("_amounts", "_memory")
 
-    def __init__(self, amounts: Mapping[str, Fraction] | None = None) -> None:
+    def __init__(
+        self, amounts: Mapping[str, Fraction] | None = None, memory: Mapping[str, int] | None = None
+    ) -> None:
         self._amounts = dict(sorted((amounts or {}).items()))
+        self._memory = {k: v for k, v in sorted((memory or {}).items()) if v}
 
     @classmethod
-    def parse(cls, requests: Mapping[str, Amount] | None, *, operator: str) -> ResourceProfile:
+    def parse(cls, requests: Mapping[str, ResourceRequest] | None, *,
+              operator: str) -> ResourceProfile:
         if requests is None:
             return cls()
+        where = f"operator {operator!r}"
         if not isinstance(requests, Mapping):
             raise ConfigError(
-                f"resources= must be a mapping such as {{'gpu': 1}}, got {requests!r}",
-                key=f"operator {operator!r}",
+                f"resources= must be a mapping such as {{'gpu': 1}}, got {requests!r}", key=where
             )
-        amounts = {}
+        amounts: dict[str, Fraction] = {}
+        memory: dict[str, int] = {}
         for name, value in requests.items():
             if not isinstance(name, str) or not name:
-                raise ConfigError(f"resource names must be strings, got {name!r}", key=f"operator {operator!r}")
-            amounts[name] = parse_amount(value, what=f"operator {operator!r} resources[{name!r}]")
-        return cls(amounts)
+                raise ConfigError(f"resource names must be strings, got {name!r}", key=where)
+            what = f"{where} resources[{name!r}]"
+            if isinstance(value, Mapping):
+                amounts[name], memory[name] = _parse_request(value, what)
+            else:
+                amounts[name] = parse_amount(value, what=what)
+        return cls(amounts, memory)
+
+    @property
+    def memory(self) -> Mapping[str, int]:
+        """The device memory asked for, in bytes, by resource (only those that ask)."""
+        return dict(self._memory)
 
     def __getitem__(self, key: str) -> Fraction:
         return self._amounts[key]
@@ -110,13 +135,50 @@ class ResourceProfile(Mapping[str, Fraction]):
         return len(self._amounts)
 
     def __hash__(self) -> int:
-        return hash(tuple(self._amounts.items()))
+        return hash((tuple(self._amounts.items()), tuple(self._memory.items())))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ResourceProfile):
-            return self._amounts == other._amounts
+            return self._amounts == other._amounts and self._memory == other._memory
         return NotImplemented
 
+    def describe(self, resource: str) -> str:
+        """What is asked of ``resource`` in words: ``0.5``, ``10 GiB of memory``, ``0.5 and
+        10 GiB of memory``."""
+        amount, memory = self._amounts[resource], self._memory.get(resource)
+        if memory is None:
+            return format_amount(amount)
+        mem = f"{format_bytes(memory)} of memory"
+        return mem if not amount else f"{format_amount(amount)} and {mem}"
+
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={format_amount(v)}" for k, v in self._amounts.items())
+        inner = ", ".join(f"{k}={self._repr(k)}" for k in self._amounts)
         return f"ResourceProfile({inner})"
+
+    def _repr(self, resource: str) -> str:
+        amount, memory = self._amounts[resource], self._memory.get(resource)
+        if memory is None:
+            return format_amount(amount)
+        mem = f"memory: {format_bytes(memory)}"
+        return f"{{amount: {format_amount(amount)}, {mem}}}" if amount else f"{{{mem}}}"
+
+
+_REQUEST_KEYS = ("amount", "memory")
+
+
+def _parse_request(value: Mapping[str, object], what: str) -> tuple[Fraction, int]:
+    """``{"amount": ..., "memory": ...}``: the amount (``0`` when only memory is asked) and
+    the memory in bytes."""
+    unknown = [k for k in value if k not in _REQUEST_KEYS]
+    if unknown or "memory" not in value:
+        problem = f"unknown key(s) {', '.join(map(repr, unknown))}" if unknown else "no 'memory'"
+        raise ConfigError(
+            f"{problem}; a mapping asks for device memory, alone or with an amount: "
+            "{'memory': '10Gi'} or {'amount': 0.5, 'memory': '10Gi'} (or give the amount "
+            "alone, e.g. 0.5)",
+            key=what,
+        )
+    memory = parse_memory(value["memory"], what=f"{what}['memory']")
+    if "amount" not in value:
+        return Fraction(0), memory
+    return parse_amount(value["amount"], what=f"{what}['amount']"), memory  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-from accelflow.scheduling._amounts import format_amount
+from accelflow.scheduling._memory import MEMORY_PROPERTY, format_bytes
 from accelflow.scheduling._model import SlotRequest, SubtaskRequest, TaskExecutorOffer, natural_key
 
 #: more reason lines than this are grouped into ranges of TaskExecutors
@@ -107,11 +107,46 @@ def describe_failure(request: SlotRequest, offers: Sequence[TaskExecutorOffer]) 
         )
     asks = "; ".join(
         f"{s.description} asking for "
-        + ", ".join(f"{k}: {format_amount(v)}" for k, v in s.profile.items())
+        + ", ".join(f"{k}: {s.profile.describe(k)}" for k in s.profile)
         for s in asking
     )
-    hints = "".join(f"; {h}" for h in missing_resource_hints(asking, offers))
-    return f"cannot place {asks} on {where}{hints}:"
+    hints = [*missing_resource_hints(asking, offers), *memory_hints(asking, offers)]
+    return f"cannot place {asks} on {where}{''.join(f'; {h}' for h in hints)}:"
+
+
+def memory_hints(subtasks: Sequence[SubtaskRequest], offers: Sequence[TaskExecutorOffer]) -> list[str]:
+    """One hint per resource whose memory request is larger than every device of it (naming
+    the largest), or whose devices report no memory size at all.
+
+    >>> from accelflow.scheduling import ResourceProfile
+    >>> gib = 2**30
+    >>> offers = [TaskExecutorOffer("taskexecutor-1", 1, 1, {"gpu": {"0": Fraction(1)}},
+    ...                             {"gpu": {"0": (24 * gib, 24 * gib)}})]
+    >>> ask = ResourceProfile({"gpu": Fraction(0)}, {"gpu": 100 * gib})
+    >>> memory_hints([SubtaskRequest("a", "map (1/1)", ask)], offers)
+    ['no gpu has 100 GiB of memory: the largest is taskexecutor-1: gpu 0 with 24 GiB']
+    """
+    wanted: dict[str, int] = {}
+    for subtask in subtasks:
+        for resource, size in subtask.profile.memory.items():
+            wanted[resource] = max(wanted.get(resource, 0), size)
+    hints = []
+    for resource, size in wanted.items():
+        sizes = [(total, natural_key(o.id), natural_key(a), f"{o.id}: {resource} {a}")
+                 for o in offers for a, (_, total) in o.memory.get(resource, {}).items()]
+        has = any(o.devices.get(resource) for o in offers)
+        if not sizes and has:
+            hints.append(
+                f"no {resource} reports its memory size (the '{MEMORY_PROPERTY}' property of its "
+                f"infos), so a memory request cannot be placed on one; ask for a share instead"
+            )
+        elif sizes and size > (top := max(s[0] for s in sizes)):
+            name = min((s for s in sizes if s[0] == top), key=lambda s: (s[1], s[2]))[3]
+            hints.append(
+                f"no {resource} has {format_bytes(size)} of memory: the largest is {name} "
+                f"with {format_bytes(top)}"
+            )
+    return hints
 
 
 def missing_resource_hints(

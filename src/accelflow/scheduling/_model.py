@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Literal
 
 from accelflow.scheduling._amounts import ResourceProfile
-from accelflow.scheduling._ledger import DeviceKey
+from accelflow.scheduling._ledger import DeviceKey, DeviceLedger
 
 Policy = Literal["pack", "spread"]
 _DIGITS = re.compile(r"(\d+)")
@@ -28,17 +28,27 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
 
 @dataclass(slots=True)
 class TaskExecutorOffer:
-    """Free capacity of one TaskExecutor: slots and each device's free share."""
+    """Free capacity of one TaskExecutor: slots and each device's free share.
+
+    Attributes:
+        devices: per resource, each device's free share (a quarantined device's included).
+        memory: per resource, each device whose memory is known: ``(free, total)`` bytes.
+        quarantined: per resource, each quarantined device and why: it gets no new share.
+    """
 
     id: str
     free_slots: int
     total_slots: int
     devices: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+    memory: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    quarantined: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def copy(self) -> TaskExecutorOffer:
         return TaskExecutorOffer(
             self.id, self.free_slots, self.total_slots,
             {r: dict(addresses) for r, addresses in self.devices.items()},
+            {r: dict(addresses) for r, addresses in self.memory.items()},
+            {r: dict(addresses) for r, addresses in self.quarantined.items()},
         )
 
 
@@ -60,10 +70,43 @@ class SlotRequest:
 
 @dataclass(frozen=True, slots=True)
 class SlotAssignment:
+    """Where one slot request goes: its TaskExecutor, each subtask's device shares (``0`` for
+    a device it takes memory of only) and, for devices whose memory is known, the bytes each
+    subtask takes of them (only subtasks that take some are listed)."""
+
     taskexecutor: str
     shares: Mapping[Hashable, Mapping[DeviceKey, Fraction]]
+    memory: Mapping[Hashable, Mapping[DeviceKey, int]] = field(default_factory=dict)
 
 
-def largest_share(subtask: SubtaskRequest) -> Fraction:
-    """The order a slot's subtasks are fitted in (largest first, best-fit decreasing)."""
-    return max(subtask.profile.values(), default=Fraction(0))
+def largest_share(subtask: SubtaskRequest) -> tuple[Fraction, int]:
+    """The order a slot's subtasks are fitted in (largest share first, then largest memory
+    request: best-fit decreasing)."""
+    profile = subtask.profile
+    return max(profile.values(), default=Fraction(0)), max(profile.memory.values(), default=0)
+
+
+def offer_from_ledger(
+    ledger: DeviceLedger, taskexecutor: str, free_slots: int, total_slots: int, *, empty: bool = False
+) -> TaskExecutorOffer:
+    """What ``taskexecutor`` offers according to ``ledger``: each device's free share, memory
+    and quarantine (``empty``: as if nothing ran, quarantines kept). O(its devices).
+
+    Example:
+        >>> ledger = DeviceLedger()
+        >>> gpu0 = DeviceKey("te-1", "gpu", "0")
+        >>> ledger.add_devices([gpu0], memory={gpu0: 2**30})
+        >>> ledger.acquire("a", {gpu0: Fraction(0)}, memory={gpu0: 2**29})
+        >>> offer_from_ledger(ledger, "te-1", 1, 2).memory
+        {'gpu': {'0': (536870912, 1073741824)}}
+    """
+    offer = TaskExecutorOffer(taskexecutor, free_slots, total_slots)
+    quarantined = ledger.quarantined()
+    for d in ledger.devices_of(taskexecutor):
+        offer.devices.setdefault(d.resource, {})[d.address] = Fraction(1) if empty else ledger.free(d)
+        memory = ledger.memory(d)
+        if memory is not None:
+            offer.memory.setdefault(d.resource, {})[d.address] = (memory[1], memory[1]) if empty else memory
+        if d in quarantined:
+            offer.quarantined.setdefault(d.resource, {})[d.address] = quarantined[d]
+    return offer

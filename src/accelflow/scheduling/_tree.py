@@ -6,7 +6,8 @@ subtree, one flat list per quantity (index 1 is the root, node ``n``'s children 
 
 * ``slots``: most free slots;
 * ``most[resource]``: largest free units of one device;
-* ``whole[resource]``: most wholly free devices;
+* ``mem[resource]``: largest free memory of one device, in bytes;
+* ``whole[resource]``: most wholly free devices (all their share and, where known, memory);
 * ``key``: largest ``spread`` key, ``(free slots, free units in all, -rank)`` packed in one int
   so that a comparison is one int comparison.
 
@@ -24,11 +25,14 @@ from accelflow.scheduling._model import natural_key
 
 class Capacity(Protocol):
     """What the tree reads of a TaskExecutor: free slots, per resource each device's free
-    units, and their total."""
+    units and free and total bytes (``-1``: unknown), and the units' total."""
 
     slots: int
     total: int
     free: dict[str, list[int]]
+    mem: dict[str, list[int]]
+    mem_total: dict[str, list[int]]
+    known: set[str]
 
 
 C = TypeVar("C", bound=Capacity)
@@ -54,8 +58,10 @@ class Tree(Generic[C]):
         self.key = [-1] * size
         resources = sorted({r for f in frees.values() for r in f.free})
         self.most = {r: [-1] * size for r in resources}
+        #: only resources whose memory some TaskExecutor knows: most clusters' leaves skip it
+        self.mem = {r: [-1] * size for r in resources if any(r in f.known for f in frees.values())}
         self.whole = {r: [-1] * size for r in resources}
-        self.arrays = [self.slots, self.key, *self.most.values(), *self.whole.values()]
+        self.arrays = [self.slots, self.key, *self.most.values(), *self.mem.values(), *self.whole.values()]
         for rank, free in enumerate(self.frees):
             self._leaf(rank, free)
         for node in range(self.cap - 1, 0, -1):
@@ -66,7 +72,10 @@ class Tree(Generic[C]):
         """Record what ``te`` offers now (None: gone); its rank, or None when the tree must be
         rebuilt (a new id that does not sort last, a new resource, more units than ``span``)."""
         rank = self.rank.get(te)
-        if free is not None and (free.total >= self.span or any(r not in self.most for r in free.free)):
+        if free is not None and (
+            free.total >= self.span or any(r not in self.most for r in free.free)
+            or any(r not in self.mem for r in free.known)
+        ):
             return None
         if rank is None:
             if free is None:
@@ -81,11 +90,14 @@ class Tree(Generic[C]):
         self._up(self.cap + rank)
         return rank
 
-    def checks(self, fractions: Mapping[str, int], wholes: Mapping[str, int]) -> Checks | None:
-        """What a node must hold for a request needing ``fractions`` (units of one device) and
-        ``wholes`` (wholly free devices) per resource; None when no TaskExecutor has one."""
+    def checks(self, fractions: Mapping[str, int], wholes: Mapping[str, int],
+               memories: Mapping[str, int] | None = None) -> Checks | None:
+        """What a node must hold for a request needing ``fractions`` (units of one device),
+        ``wholes`` (wholly free devices) and ``memories`` (bytes of one device) per resource;
+        None when no TaskExecutor has one."""
         checks = []
-        for needs, arrays in ((fractions, self.most), (wholes, self.whole)):
+        for needs, arrays in ((fractions, self.most), (wholes, self.whole), (memories or {}, self.mem)):
+            # a memory request of a resource whose memory no TaskExecutor knows fits nowhere
             for resource, need in needs.items():
                 if resource not in arrays:
                     return None
@@ -176,9 +188,19 @@ class Tree(Generic[C]):
         for resource, values in self.most.items():
             units = free.free.get(resource)
             values[node] = max(units) if units else -1
+        for resource, values in self.mem.items():
+            sizes = free.mem.get(resource)
+            values[node] = max(sizes) if sizes and resource in free.known else -1
         for resource, values in self.whole.items():
             units = free.free.get(resource)
-            values[node] = units.count(unit) if units else -1
+            if not units:
+                values[node] = -1
+                continue
+            if resource not in free.known:
+                values[node] = units.count(unit)
+                continue
+            sizes, totals = free.mem[resource], free.mem_total[resource]
+            values[node] = sum(1 for d, u in enumerate(units) if u == unit and sizes[d] == totals[d])
 
     def _up(self, leaf: int) -> None:
         """Recompute the ancestors of ``leaf``, each quantity up to where it stops changing."""

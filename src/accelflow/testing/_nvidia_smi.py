@@ -6,13 +6,21 @@ a discovery script or a shell) reaches it as a real program. It answers the part
 command that discovery uses, with the real formats:
 
 * ``--query-gpu=<fields> --format=csv[,noheader][,nounits]`` with the fields ``index``,
-  ``uuid``, ``name``, ``memory.total``, ``pci.bus_id``, ``count``, ``mig.mode.current``
-  (unknown fields: exit 2 with nvidia-smi's message; ``-i``/``--id`` selects GPUs);
+  ``uuid``, ``name``, ``memory.total``, ``memory.used``, ``memory.free``, ``pci.bus_id``,
+  ``count``, ``mig.mode.current``, ``temperature.gpu``, ``retired_pages.pending`` (unknown
+  fields: exit 2 with nvidia-smi's message; ``-i``/``--id`` selects GPUs);
+* ``--query-remapped-rows=<fields>`` (``gpu_uuid``, ``gpu_bus_id``, ``remapped_rows.pending``,
+  ``remapped_rows.failure``, ``remapped_rows.correctable``, ``remapped_rows.uncorrectable``);
+* ``--query-compute-apps=<fields>`` (``pid``, ``used_memory``, ``gpu_uuid``, ``gpu_bus_id``,
+  ``process_name``): the :class:`FakeComputeApp` values given;
 * ``-L`` (GPUs and their MIG units);
-* no GPUs: ``No devices were found`` and exit code 6, like the real one.
+* no GPUs: ``No devices were found`` and exit code 6, like the real one; a GPU that is
+  ``lost`` (fallen off the bus): a line ``Unable to determine the device handle for GPU
+  <bus id>: GPU is lost...`` in place of its row, and exit code 15 (NVML's "GPU is lost").
 
 The GPU list lives in ``nvidia-smi.json`` next to the executable and is read on every call, so a
-test can change it (call :func:`install_fake_nvidia_smi` again) while processes run. Every call
+test can change it (call :func:`install_fake_nvidia_smi` again, e.g. with a GPU ``lost`` or too
+hot) while processes run; :mod:`accelflow.testing.fake_pynvml` reads the same file. Every call
 appends its argv as one JSON line to ``nvidia-smi.calls``.
 
 On a host with a real GPU, the real driver would win: NVML is asked before ``nvidia-smi`` and
@@ -89,6 +97,11 @@ class FakeGPU:
         memory_total: MiB.
         pci_bus_id: e.g. ``00000000:17:00.0``; default derived from the index.
         mig_devices: MIG units (MIG mode is on when there are any).
+        temperature: degrees Celsius (``None``: the GPU does not report it, ``[N/A]``).
+        retired_pages_pending: pages wait for a reset to be retired (``None``: not supported).
+        remapped_rows_pending: rows wait for a reset to be remapped (``None``: not supported).
+        lost: fallen off the bus: every query about it fails.
+        memory_used: MiB used besides the compute apps' (which add theirs).
     """
 
     index: int
@@ -97,6 +110,11 @@ class FakeGPU:
     memory_total: int = 81920
     pci_bus_id: str = ""
     mig_devices: tuple[FakeMIGDevice, ...] = field(default=())
+    temperature: int | None = 35
+    retired_pages_pending: bool | None = False
+    remapped_rows_pending: bool | None = False
+    lost: bool = False
+    memory_used: int = 0
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -105,10 +123,31 @@ class FakeGPU:
             object.__setattr__(self, "pci_bus_id", f"00000000:{0x10 + self.index:02X}:00.0")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FakeComputeApp:
+    """A process computing on a fake GPU (``--query-compute-apps``, NVML's compute processes).
+
+    Attributes:
+        pid: its process id (a real one, for tests that kill leftovers).
+        gpu_uuid: the GPU it runs on.
+        used_memory: MiB it holds (``None``: not reported, as in containers without rights).
+        name: the process name.
+        while_alive: listed only while process ``pid`` lives (not a zombie), as the driver
+            lists a real one: its memory comes back when it dies.
+    """
+
+    pid: int
+    gpu_uuid: str
+    used_memory: int | None = 1024
+    name: str = "python"
+    while_alive: bool = False
+
+
 def install_fake_nvidia_smi(
     directory: str | os.PathLike[str],
     gpus: int | Sequence[FakeGPU],
     *,
+    compute_apps: Sequence[FakeComputeApp] = (),
     exit_code: int = 0,
     stderr: str = "",
     environ: MutableMapping[str, str] | None = None,
@@ -118,6 +157,7 @@ def install_fake_nvidia_smi(
     Args:
         directory: where to put it (created if missing); put it first on ``PATH``.
         gpus: a number of fake GPUs ``0..n-1`` or the GPUs themselves.
+        compute_apps: the processes computing on them.
         exit_code: non-zero makes every call print ``stderr`` and exit with this code.
         stderr: what a failing call prints on stderr.
         environ: if given (e.g. a copy of ``os.environ`` for a subprocess), updated in place
@@ -132,6 +172,7 @@ def install_fake_nvidia_smi(
     listing = [FakeGPU(index=i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
     state = {
         "gpus": [asdict(g) for g in listing],
+        "compute_apps": [asdict(a) for a in compute_apps],
         "exit_code": exit_code,
         "stderr": stderr,
     }
@@ -220,6 +261,34 @@ with open(os.path.join(HERE, "nvidia-smi.calls"), "a") as log:
 with open(os.path.join(HERE, "nvidia-smi.json")) as f:
     STATE = json.load(f)
 GPUS = STATE["gpus"]
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+APPS = [a for a in STATE.get("compute_apps", []) if not a.get("while_alive") or alive(a["pid"])]
+LOST_EXIT_CODE = 15  # NVML_ERROR_GPU_IS_LOST
+
+
+def na(value):
+    return "[N/A]" if value is None else str(value)
+
+
+def yes_no(value):
+    return "[N/A]" if value is None else ("Yes" if value else "No")
+
+
+def mib(value, units):
+    return na(value) + ("" if value is None or not units else " MiB")
+
+
+def used(g):
+    return g["memory_used"] + sum(a["used_memory"] or 0 for a in APPS if a["gpu_uuid"] == g["uuid"])
+
+
 FIELDS = {
     "index": lambda g, units: str(g["index"]),
     "uuid": lambda g, units: g["uuid"],
@@ -231,8 +300,30 @@ FIELDS = {
     "gpu_bus_id": lambda g, units: g["pci_bus_id"],
     "count": lambda g, units: str(len(GPUS)),
     "mig.mode.current": lambda g, units: "Enabled" if g["mig_devices"] else "Disabled",
+    "memory.used": lambda g, units: mib(used(g), units),
+    "memory.free": lambda g, units: mib(g["memory_total"] - used(g), units),
+    "temperature.gpu": lambda g, units: na(g["temperature"]),
+    "retired_pages.pending": lambda g, units: yes_no(g["retired_pages_pending"]),
 }
-HEADERS = {"memory.total": "memory.total [MiB]"}
+ROW_FIELDS = {
+    "gpu_uuid": lambda g: g["uuid"],
+    "gpu_bus_id": lambda g: g["pci_bus_id"],
+    "remapped_rows.pending": lambda g: na(None if g["remapped_rows_pending"] is None else int(g["remapped_rows_pending"])),
+    "remapped_rows.failure": lambda g: na(None if g["remapped_rows_pending"] is None else 0),
+    "remapped_rows.correctable": lambda g: na(None if g["remapped_rows_pending"] is None else 0),
+    "remapped_rows.uncorrectable": lambda g: na(None if g["remapped_rows_pending"] is None else int(g["remapped_rows_pending"])),
+}
+APP_FIELDS = {
+    "pid": lambda a, g, units: str(a["pid"]),
+    "used_memory": lambda a, g, units: mib(a["used_memory"], units),
+    "used_gpu_memory": lambda a, g, units: mib(a["used_memory"], units),
+    "gpu_uuid": lambda a, g, units: a["gpu_uuid"],
+    "gpu_bus_id": lambda a, g, units: g["pci_bus_id"],
+    "process_name": lambda a, g, units: a["name"],
+    "name": lambda a, g, units: a["name"],
+}
+HEADERS = {"memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]",
+           "memory.free": "memory.free [MiB]", "used_memory": "used_gpu_memory [MiB]"}
 
 
 def fail(message, code):
@@ -260,10 +351,10 @@ def selected(args):
     return chosen
 
 
-def query(args):
-    fields = [f.strip() for f in option_value(args, "--query-gpu").split(",")]
+def fields_and_format(args, option, known):
+    fields = [f.strip() for f in option_value(args, option).split(",")]
     for name in fields:
-        if name not in FIELDS:
+        if name not in known:
             fail('Field "%s" is not a valid field to query.' % name, 2)
     fmt = option_value(args, "--format")
     if fmt is None:
@@ -272,10 +363,47 @@ def query(args):
     if "csv" not in options:
         fail('"%s" is not a valid format.' % fmt, 2)
     units = "nounits" not in options
-    lines = [] if "noheader" in options else [", ".join(HEADERS.get(f, f) if units else f for f in fields)]
-    for gpu in selected(args):
-        lines.append(", ".join(FIELDS[f](gpu, units) for f in fields))
+    header = [] if "noheader" in options else [", ".join(HEADERS.get(f, f) if units else f for f in fields)]
+    return fields, units, header
+
+
+def lost_line(gpu):
+    return ("Unable to determine the device handle for GPU %s: GPU is lost. Reboot the system "
+            "to recover this GPU" % gpu["pci_bus_id"])
+
+
+def emit(lines, lost):
     print("\n".join(lines))
+    if lost:
+        sys.exit(LOST_EXIT_CODE)
+
+
+def query(args):
+    fields, units, lines = fields_and_format(args, "--query-gpu", FIELDS)
+    lost = False
+    for gpu in selected(args):
+        lost = lost or gpu["lost"]
+        lines.append(lost_line(gpu) if gpu["lost"] else ", ".join(FIELDS[f](gpu, units) for f in fields))
+    emit(lines, lost)
+
+
+def remapped_rows(args):
+    fields, units, lines = fields_and_format(args, "--query-remapped-rows", ROW_FIELDS)
+    lost = False
+    for gpu in selected(args):
+        lost = lost or gpu["lost"]
+        lines.append(lost_line(gpu) if gpu["lost"] else ", ".join(ROW_FIELDS[f](gpu) for f in fields))
+    emit(lines, lost)
+
+
+def compute_apps(args):
+    fields, units, lines = fields_and_format(args, "--query-compute-apps", APP_FIELDS)
+    by_uuid = {g["uuid"]: g for g in GPUS}
+    for app in APPS:
+        gpu = by_uuid.get(app["gpu_uuid"])
+        if gpu is not None and not gpu["lost"]:
+            lines.append(", ".join(APP_FIELDS[f](app, gpu, units) for f in fields))
+    emit(lines, any(g["lost"] for g in GPUS))
 
 
 def listing():
@@ -293,6 +421,10 @@ def main(args):
         sys.exit(6)
     if option_value(args, "--query-gpu") is not None:
         query(args)
+    elif option_value(args, "--query-remapped-rows") is not None:
+        remapped_rows(args)
+    elif option_value(args, "--query-compute-apps") is not None:
+        compute_apps(args)
     elif args == ["-L"] or args == ["--list-gpus"]:
         listing()
     else:

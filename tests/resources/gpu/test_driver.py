@@ -534,11 +534,15 @@ def test_the_public_surface_is_pinned() -> None:
         "Liveness",
         "Owner",
         "ScriptConfig",
+        "Xid",
+        "classify",
         "default_coordination_path",
         "discover_gpus",
+        "drill_xid",
         "owner_from_env",
         "parse_script_output",
         "run_discovery_script",
+        "xid_fault",
     ]
     shared = {"Allocation", "Liveness", "Owner"}  # host coordination's, for any resource
     for name in gpu.__all__:

@@ -70,6 +70,8 @@ class SplitReader:
         #: partitions not (or no longer) fetched: those that reached their stop offset
         self._paused = {k for k in self._next if self._done(k)}
         self._consumer: Any = None
+        #: the Kafka timestamps of the records the last poll gave (None: a record has none)
+        self.timestamps: list[int | None] = []
         todo = [k for k in self._next if k not in self._paused]
         if todo:
             ck = kafka()
@@ -88,11 +90,13 @@ class SplitReader:
 
     def poll(self) -> list[Any]:
         """The records that have arrived, waiting up to :data:`POLL_TIMEOUT_S` for the first
-        (maybe none)."""
+        (maybe none); :attr:`timestamps` are theirs (the Kafka record timestamps, None where
+        a record has none)."""
         if self._consumer is None or len(self._paused) == len(self._next):
             time.sleep(POLL_TIMEOUT_S)
             return []
         out: list[Any] = []
+        self.timestamps = []
         # what has arrived, at once; only when nothing has, wait for the first record (a batch
         # waiting to fill up would add up to the whole timeout to every record's latency)
         messages = self._consumer.consume(num_messages=POLL_RECORDS, timeout=0)
@@ -103,7 +107,7 @@ class SplitReader:
         if messages:
             self._last_up = time.monotonic()
         for msg in messages:
-            self._take(msg, out)
+            self._take(msg, out, self.timestamps)
         self._follow_positions()
         self._pause_done()
         self._check_reachable()
@@ -134,7 +138,7 @@ class SplitReader:
         stop = self._stop[key]
         self._next[key] = max(self._next[key], offset if stop is None else min(offset, stop))
 
-    def _take(self, msg: Any, out: list[Any]) -> None:
+    def _take(self, msg: Any, out: list[Any], timestamps: list[int | None]) -> None:
         key = (msg.topic(), msg.partition())
         error = msg.error()
         if error is not None:
@@ -151,6 +155,8 @@ class SplitReader:
             self._advance(key, stop)
             return
         out.append(self._value(msg, key, offset))
+        kind, timestamp = msg.timestamp()
+        timestamps.append(None if kind == kafka().TIMESTAMP_NOT_AVAILABLE else timestamp)
         self._next[key] = offset + 1
 
     def _value(self, msg: Any, key: TopicPartitionKey, offset: int) -> Any:

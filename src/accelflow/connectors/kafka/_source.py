@@ -20,7 +20,7 @@ from accelflow.connectors.kafka._common import (
 )
 from accelflow.connectors.kafka._decode import Deserializers, KafkaRecord, TopicPartitionKey
 from accelflow.connectors.kafka._reader import KafkaSplit, PartitionPosition, SplitReader
-from accelflow.dataflow import RuntimeContext, Source
+from accelflow.dataflow import RuntimeContext, Source, stamped
 
 STARTING_OFFSETS = ("earliest", "latest", "committed")
 _RESERVED = {
@@ -189,9 +189,11 @@ class KafkaSource(Source[Any]):
         for chunk in self.read_chunks(split, ctx):
             yield from chunk
 
-    def read_chunks(self, split: KafkaSplit, ctx: RuntimeContext) -> Generator[list[Any], None, None]:
-        """Lists of records as they arrive, ``[]`` when none came within 100 ms; ends when
-        cancelled or (bounded) once every partition reached its stop offset."""
+    def read_chunks(self, split: KafkaSplit, ctx: RuntimeContext) -> Generator[Any, None, None]:
+        """Lists of records as they arrive, each with its Kafka timestamp (the default event
+        time: a ``WatermarkStrategy`` without a timestamp assigner keeps it), ``[]`` when none
+        came within 100 ms; ends when cancelled or (bounded) once every partition reached its
+        stop offset."""
         if not isinstance(split, KafkaSplit):
             raise KafkaConnectorError(f"KafkaSource cannot read split {split!r} (expected a KafkaSplit)",
                                       bootstrap_servers=self.bootstrap_servers)
@@ -200,7 +202,8 @@ class KafkaSource(Source[Any]):
         self._readers[split] = reader
         try:
             while not ctx.is_cancelled() and not (self.bounded and reader.finished()):
-                yield reader.poll()
+                records = reader.poll()  # with their record timestamps: the default event time
+                yield stamped(records, reader.timestamps) if records else records
         finally:
             reader.close()
 

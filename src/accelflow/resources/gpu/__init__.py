@@ -31,6 +31,7 @@ from accelflow.resources.gpu._params import (
     ScriptConfig,
 )
 from accelflow.resources.gpu._script import parse_script_output, run_discovery_script
+from accelflow.resources.gpu._xid import Xid, classify, drill_xid, xid_fault
 
 __all__ = [
     "GPU_DISCOVERY_ENV_VAR",
@@ -46,11 +47,15 @@ __all__ = [
     "Liveness",
     "Owner",
     "ScriptConfig",
+    "Xid",
+    "classify",
     "default_coordination_path",
     "discover_gpus",
+    "drill_xid",
     "owner_from_env",
     "parse_script_output",
     "run_discovery_script",
+    "xid_fault",
 ]
 
 #: re-exported from accelflow.resources.coordination, which they keep as their public module

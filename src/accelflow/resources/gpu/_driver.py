@@ -21,7 +21,7 @@ import os
 from collections.abc import Collection, Mapping
 
 from accelflow._errors import DiscoveryError
-from accelflow.resources import ExternalResourceDriver, ExternalResourceInfo
+from accelflow.resources import DeviceWatch, ExternalResourceDriver, ExternalResourceInfo
 from accelflow.resources.gpu import _discovery, _script
 from accelflow.resources.gpu._cli_args import (
     COMMAND_NAME,
@@ -102,6 +102,13 @@ class GPUDriver(ExternalResourceDriver):
         """Drop this process's coordination records of ``infos`` (no-op without coordination)."""
         wanted = set(infos)
         self._release([d for d in self._held if d.to_info() in wanted])
+
+    def device_watch(self, infos: Collection[ExternalResourceInfo]) -> DeviceWatch | None:
+        """NVML's fault events and probes, else ``nvidia-smi``'s probes (see
+        :mod:`._device_watch`); ``None`` when neither is there."""
+        from accelflow.resources.gpu._device_watch import GPUWatch
+
+        return GPUWatch.open(infos)
 
     def close(self) -> None:
         """Release every GPU this driver still holds in the coordination file."""

@@ -23,7 +23,7 @@ import logging
 import pickle
 import queue
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +34,7 @@ from accelflow.runtime import (
     SYSTEM_CLOCK, CheckpointAck, CheckpointCommitted, Clock, Command, NotifyCheckpointComplete,
     SubtaskKey, TriggerCheckpoint,
 )
-from accelflow.dataflow import JobGraph, Source
+from accelflow.dataflow import JobGraph, Source, rescale_targets
 from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 from accelflow.runtime.jobmanager._checkpoint_store import (
     CheckpointStore, CompletedCheckpoint, OperatorState, RestoredCheckpoint, load_checkpoint,
@@ -376,17 +376,26 @@ def upstream_of(graph: JobGraph, keys: list[SubtaskKey]) -> dict[SubtaskKey, lis
     """Per subtask of ``keys`` that has inputs, the subtasks of ``keys`` that send to it.
 
     Example: ``source (p=2) -> rebalance -> map (p=2)`` gives each map subtask both source
-    subtasks; a forward edge gives subtask *i* the upstream subtask *i* only.
+    subtasks; a forward edge gives subtask *i* the upstream subtask *i* only, a ``rescale``
+    edge the upstream subtasks that feed *i*; a chain with several inputs gets those of each.
     """
     found = {(key.chain, key.index): key for key in keys}
     upstream: dict[SubtaskKey, list[SubtaskKey]] = {}
     for key in keys:
         chain = graph.chains[key.chain]
-        if chain.input is None:
+        if not chain.inputs:
             continue
-        sender = graph.chains[chain.input]
-        indices = [key.index] if chain.partitioning == "forward" else range(sender.parallelism)
-        upstream[key] = [found[(sender.id, i)] for i in indices if (sender.id, i) in found]
+        senders: list[SubtaskKey] = []
+        for inp in chain.inputs:
+            up = graph.chains[inp.chain].parallelism
+            if inp.edge.partitioning == "forward":
+                indices: Iterable[int] = [key.index]
+            elif inp.edge.partitioning == "rescale":
+                indices = [u for u in range(up) if key.index in rescale_targets(u, up, chain.parallelism)]
+            else:
+                indices = range(up)
+            senders += [found[(inp.chain, i)] for i in indices if (inp.chain, i) in found]
+        upstream[key] = senders
     return upstream
 
 

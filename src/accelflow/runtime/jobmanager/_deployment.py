@@ -121,8 +121,11 @@ class Deployer:
                 if job.pending is None:
                     _log.info("%s waits for resources: %s", job.id, str(now).splitlines()[0])
                 job.state = "PENDING"
-                job.pending = PendingReason(str(now).splitlines()[0], now.reasons, self.clock.time())
-                self.clock.wait(self.state.released, 1.0)
+                since = self.clock.time() if job.pending is None else job.pending.since
+                job.pending = PendingReason(str(now).splitlines()[0], now.reasons, since)
+                # embedded, nobody else routes a TaskExecutor's ``DevicesFree`` meanwhile
+                self.clock.wait(self.state.released, 1.0 if self.pump.dispatching else POLL_S)
+                self.pump.route_pending()
 
     def _acquire(self, job: Job, assignments: list[SlotAssignment]) -> list[SubtaskKey]:
         keys: list[SubtaskKey] = []
@@ -155,7 +158,15 @@ class Deployer:
             restored=restored_of(job, chain),
             restored_checkpoint=job.restore_id,
             arrays={} if chain.head.source is None else object_handles(chain.head.source),
+            memory=self._memory(key),
         )
+
+    def _memory(self, key: SubtaskKey) -> dict[str, dict[str, int]]:
+        """Per resource, the bytes ``key`` holds of each device (its per-process limits)."""
+        out: dict[str, dict[str, int]] = {}
+        for device, taken in self.state.ledger.memory_held_by(key).items():
+            out.setdefault(device.resource, {})[device.address] = taken
+        return out
 
     def _shares(self, te_id: str, resource: str, items: list[tuple[str, Fraction]]) -> tuple[DeviceShare, ...]:
         """The devices of ``resource`` (with their shares) to hand a subtask on ``te_id``: none

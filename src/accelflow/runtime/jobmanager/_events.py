@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from accelflow.runtime import (
-    SUBTASK_MESSAGES, SYSTEM_CLOCK, Clock, Registration, RegistrationFailed, TaskExecutorEvent,
-    TaskExecutorExited, TaskExecutorLost,
+    SUBTASK_MESSAGES, SYSTEM_CLOCK, Clock, DeviceReport, DevicesFree, DeviceStatus, MemoryReport,
+    Registration, RegistrationFailed, TaskExecutorEvent, TaskExecutorExited, TaskExecutorLost,
 )
+from accelflow.runtime.jobmanager._quarantine import on_device_event
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Event, Launcher
 
@@ -122,6 +123,25 @@ class EventPump:
         except queue.Empty:
             return None
 
+    def route_pending(self) -> None:
+        """Route the events that came meanwhile, without waiting, unless a dispatcher thread
+        or another waiter routes them (a placement waiting for shares to come back)."""
+        if self._dispatcher is None and self._pump.acquire(blocking=False):
+            try:
+                while True:
+                    try:
+                        event = self.launcher.events.get_nowait()
+                    except queue.Empty:
+                        return
+                    self.route(event)
+            finally:
+                self._pump.release()
+
+    @property
+    def dispatching(self) -> bool:
+        """Whether a dispatcher thread routes every event."""
+        return self._dispatcher is not None
+
     def route(self, event: Event) -> None:
         te_id, msg = event
         if isinstance(msg, Registration):
@@ -134,7 +154,14 @@ class EventPump:
                     running.events.put((te_id, TaskExecutorDied(te_id)))
                 if self._dispatcher is not None and not (self._closed.is_set() or self.state.cancel_all):
                     self._lost_in_session(te_id, msg)
-        if isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
+        if isinstance(msg, DeviceReport | MemoryReport | DevicesFree):
+            on_device_event(self.state, te_id, msg)
+            return
+        if isinstance(msg, DeviceStatus):  # what is resident and warm there (REST, cluster status)
+            with self.state.lock:
+                if te_id in self.state.taskexecutors:
+                    self.state.taskexecutors[te_id].devices = msg
+        elif isinstance(msg, Registration | RegistrationFailed | TaskExecutorLost | TaskExecutorExited):
             self.membership.put((te_id, msg))
         elif isinstance(msg, SUBTASK_MESSAGES):
             job = self.state.jobs.get(msg.key.job_id)

@@ -287,8 +287,8 @@ class Failover:
             old_key, key, job.restore_id, restored_of(job, chain), job.splits.get((chain.id, key.index)),
             deployer.address(job, chain.id, key.index) if chain.head.source is None else None,
             graph.upstream_senders(chain, key.index),
-            tuple(tuple(deployer.address(job, o, i) for i in range(graph.chains[o].parallelism))
-                  for o in chain.outputs),
+            tuple(tuple(deployer.address(job, out.id, i) for i in range(out.parallelism))
+                  for out, _ in graph.outputs_of(chain)),
         ))
 
     # -- the record ------------------------------------------------------------------------------

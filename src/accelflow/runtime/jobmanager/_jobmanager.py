@@ -39,6 +39,7 @@ from accelflow.runtime.jobmanager._jobs import (
     SUBTASK_ENDED, FailoverRecord, Job, JobResult, SubtaskState, TaskExecutorInfo,
 )
 from accelflow.runtime.jobmanager._membership import Membership
+from accelflow.runtime.jobmanager._quarantine import inject_fault
 from accelflow.runtime.jobmanager._plan import (
     job_config, never_deployed, progress_of, result_of, slot_requests,
 )
@@ -222,6 +223,11 @@ class JobManager:
             job.cancel_requested = True
             self.state.released.notify_all()  # a pending job stops waiting
             return True
+
+    def inject_fault(self, te_id: str, device: str, xid: object, resource: str | None = None) -> Any:
+        """A fault drill on TaskExecutor ``te_id``'s ``device`` (see ``_quarantine.inject_fault``):
+        the ``InjectFault`` sent. Raises ``KeyError`` (no such TaskExecutor) or ``ConfigError``."""
+        return inject_fault(self.state, self.launcher, te_id, device, xid, resource)
 
     def prepare_sources(self, graph: JobGraph) -> None:
         """Share NumPy sources with the subtasks, never through a file (idempotent; may

@@ -16,7 +16,7 @@ from typing import Any
 
 from accelflow.config import Configuration
 from accelflow.dataflow import JobGraph, iter_records, to_batch
-from accelflow.runtime import Registration, SubtaskKey
+from accelflow.runtime import DeviceStatus, Registration, SubtaskKey
 
 #: States of a job, in the order a job usually passes them.
 JOB_STATES = ("CREATED", "PENDING", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED")
@@ -32,6 +32,8 @@ SUBTASK_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
 class TaskExecutorInfo:
     registration: Registration
     used_slots: int = 0
+    #: what is resident on its devices and its warm pools, as it last said
+    devices: DeviceStatus | None = None
 
     @property
     def id(self) -> str:

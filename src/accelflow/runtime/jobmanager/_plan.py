@@ -18,7 +18,7 @@ import cloudpickle
 from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
-from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation
+from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation, default_max_parallelism
 from accelflow.runtime import IN_FLIGHT_KIND, ChainPlan, OutputEdge, SubtaskKey, dumps, in_flight_name, shared_view
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount, is_counted
@@ -31,7 +31,8 @@ JOB_KEYS = (
     k.CHECKPOINT_INTERVAL, k.CHECKPOINT_DIR, k.CHECKPOINT_TIMEOUT, k.CHECKPOINT_MIN_PAUSE,
     k.CHECKPOINTS_RETAINED, k.CHECKPOINT_RETENTION, k.SAVEPOINT_DIR, k.STATE_RECOVERY_PATH,
     k.ALLOW_NON_RESTORED_STATE, k.CHECKPOINT_PERMISSIONS, k.CHECKPOINT_SIGNING_KEY_FILE,
-    k.VERIFY_CHECKPOINT_SIGNATURE, k.FAILOVER_IN_PLACE, k.STANDBY_SUBTASKS,
+    k.VERIFY_CHECKPOINT_SIGNATURE, k.PIPELINE_MAX_PARALLELISM, k.AUTO_WATERMARK_INTERVAL, k.BUFFER_TIMEOUT,
+    k.FAILOVER_IN_PLACE, k.STANDBY_SUBTASKS,
 )
 
 
@@ -42,18 +43,24 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
     Raises:
         JobError: user code that does not pickle, naming its operator.
     """
-    graph = job.graph
+    graph, config = job.graph, job.config
     outputs = tuple(
         OutputEdge(
-            graph.chains[o].partitioning, graph.chains[o].key_fn,
-            tuple(address(o, i) for i in range(graph.chains[o].parallelism)),
+            i.edge.partitioning, i.edge.key_fn, tuple(address(c.id, n) for n in range(c.parallelism)),
+            input_index=i.edge.input_index, node=i.node, side=i.edge.side, partitioner=i.edge.partitioner,
+            max_parallelism=max_parallelism_of(c, config),
         )
-        for o in chain.outputs
+        for c, i in graph.outputs_of(chain)
     )
     try:
-        checkpointing = job.config.get_optional(k.CHECKPOINT_INTERVAL) is not None
-        return dumps(ChainPlan(chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing,
-                               in_place=job.in_place_off is None))
+        checkpointing = config.get_optional(k.CHECKPOINT_INTERVAL) is not None
+        timeout = config.get(k.BUFFER_TIMEOUT)
+        return dumps(ChainPlan(
+            chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing,
+            in_place=job.in_place_off is None,
+            max_parallelism=max_parallelism_of(chain, config),
+            watermark_interval_ms=round(config.get(k.AUTO_WATERMARK_INTERVAL) * 1000),
+            buffer_timeout_ms=-1 if timeout < 0 else round(timeout * 1000)))
     except Exception as exc:
         raise JobError(
             f"{_unpicklable(chain)} cannot be sent to its subtasks: {type(exc).__name__}: "
@@ -61,6 +68,16 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
             "(locks, open files, connections, models on a device) in open() of a rich "
             "function, or pass the class instead of an instance"
         ) from exc
+
+
+def max_parallelism_of(chain: Chain, config: Configuration) -> int:
+    """The number of key groups of ``chain``'s keyed state: an operator's own
+    (``set_max_parallelism``), else ``pipeline.max-parallelism``, else Flink's rule."""
+    own = [n.max_parallelism for n in chain.nodes if n.max_parallelism is not None]
+    if own:
+        return own[0]
+    configured = config.get_optional(k.PIPELINE_MAX_PARALLELISM)
+    return configured if configured is not None else default_max_parallelism(chain.parallelism)
 
 
 def _as_deployed(chain: Chain) -> list[Transformation]:
@@ -130,7 +147,8 @@ def job_config(cluster: Configuration, job: Configuration) -> Configuration:
 def _unpicklable(chain: Chain) -> str:
     """Name the first operator of ``chain`` whose function (or key function) does not pickle."""
     for node in chain.nodes:
-        for what, obj in (("function", node.spec), ("key function", node.key_fn)):
+        edges = [(what, obj) for e in node.inputs for what, obj in (("key function", e.key_fn), ("partitioner", e.partitioner))]
+        for what, obj in [("function", node.spec), *edges]:
             try:
                 cloudpickle.dumps(obj)
             except Exception:
@@ -155,11 +173,11 @@ def never_deployed(job: Job, known: Container[SubtaskKey], state: str) -> list[S
 
 def state_names(chain: Chain) -> list[tuple[str, str]]:
     """``(name, kind)`` of each state the subtasks of ``chain`` may checkpoint: one per
-    operator, and for a chain with inputs the records taken out of ended inputs and not
+    operator (its ``state_name``: uid, else name), and for a chain with inputs the records taken out of ended inputs and not
     processed yet (``in_flight_name``, see ``runtime/subtask/_in_flight.py``)."""
-    names = [(n.name, n.kind) for n in chain.nodes]
+    names = [(n.state_name, n.kind) for n in chain.nodes]
     if chain.head.source is None:
-        names.append((in_flight_name(chain.head.name), IN_FLIGHT_KIND))
+        names.append((in_flight_name(chain.head.state_name), IN_FLIGHT_KIND))
     return names
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 from fractions import Fraction
+from typing import Any
 
 from accelflow._errors import AccelflowInternalError
-from accelflow.runtime import Registration, SubtaskKey
+from accelflow.runtime import Registration, SubtaskKey, SubtaskMemory
 from accelflow.runtime.jobmanager._jobs import Job, SubtaskState, TaskExecutorInfo
 from accelflow.scheduling import (
-    ONE,
     CapacityIndex,
     DeviceKey,
     DeviceLedger,
@@ -25,6 +25,8 @@ from accelflow.scheduling import (
     SlotRequest,
     TaskExecutorOffer,
     counted_address,
+    device_memory,
+    offer_from_ledger,
 )
 
 
@@ -49,12 +51,23 @@ class ClusterState:
         self.members = 0
         #: cancels every job (the embedded cluster's ``JobClient.cancel``, a session's stop)
         self.cancel_all = False
+        #: devices' health as their TaskExecutors last reported it (``_quarantine``)
+        self.health: dict[DeviceKey, dict[str, Any]] = {}
+        #: per TaskExecutor, the device memory each subtask's processes held at its last probe
+        self.memory_used: dict[str, tuple[SubtaskMemory, ...]] = {}
+        #: quarantined devices that stay out until their TaskExecutor restarts (``max-faults``)
+        self.permanent: set[DeviceKey] = set()
+        #: subtasks the JobManager is done with whose watched devices their TaskExecutor has
+        #: not said free yet (``DevicesFree``): those shares stay held
+        self.reconciling: dict[SubtaskKey, set[DeviceKey]] = {}
+        #: subtasks whose ``DevicesFree`` came before the JobManager was done with them
+        self.freed_early: set[SubtaskKey] = set()
 
     # -- membership --------------------------------------------------------------------------
     def add_taskexecutor(self, reg: Registration) -> None:
         with self.lock:
             self.taskexecutors[reg.taskexecutor_id] = TaskExecutorInfo(reg)
-            self.ledger.add_devices(devices_of(reg))
+            self.ledger.add_devices(devices_of(reg), memory_of(reg))
             self.capacity.put(self.offer(reg.taskexecutor_id))
             self.members += 1
             self.released.notify_all()
@@ -70,7 +83,18 @@ class ClusterState:
             self.ledger.remove_taskexecutor(te_id)
             self.capacity.remove(te_id)
             self.members += 1
+            self._forget_devices_of(te_id)
             return True
+
+    def _forget_devices_of(self, te_id: str) -> None:
+        """A lost TaskExecutor's devices have no health, memory or shares waiting any more."""
+        self.health = {d: h for d, h in self.health.items() if d.taskexecutor != te_id}
+        self.permanent = {d for d in self.permanent if d.taskexecutor != te_id}
+        self.memory_used.pop(te_id, None)
+        for key, devices in list(self.reconciling.items()):
+            devices -= {d for d in devices if d.taskexecutor == te_id}
+            if not devices:
+                del self.reconciling[key]
 
     def running_jobs(self) -> list[Job]:
         with self.lock:
@@ -98,7 +122,7 @@ class ClusterState:
                 te.used_slots += 1
                 held.append((te.id, te.registration.pid))
                 for holder, shares in assignment.shares.items():
-                    self.ledger.acquire(holder, shares)
+                    self.ledger.acquire(holder, shares, assignment.memory.get(holder))
 
     def offers(self, *, empty: bool = False) -> list[TaskExecutorOffer]:
         """What each TaskExecutor offers now (or when ``empty``, with nothing running)."""
@@ -106,18 +130,16 @@ class ClusterState:
             return [self.offer(te_id, empty=empty) for te_id in sorted(self.taskexecutors)]
 
     def offer(self, te_id: str, *, empty: bool = False) -> TaskExecutorOffer:
-        """What ``te_id`` offers now: O(its devices)."""
+        """What ``te_id`` offers now (shares, memory, quarantines): O(its devices). ``empty``:
+        as if nothing ran and every device that may rejoin had (a job waits for those)."""
         te = self.taskexecutors[te_id]
-        return TaskExecutorOffer(
-            te_id, te.registration.slots - (0 if empty else te.used_slots), te.registration.slots,
-            self.free_devices(te_id, empty=empty),
-        )
-
-    def free_devices(self, te_id: str, *, empty: bool = False) -> dict[str, dict[str, Fraction]]:
-        free: dict[str, dict[str, Fraction]] = {}
-        for d in self.ledger.devices_of(te_id):
-            free.setdefault(d.resource, {})[d.address] = ONE if empty else self.ledger.free(d)
-        return free
+        offer = offer_from_ledger(self.ledger, te_id, te.registration.slots - (0 if empty else te.used_slots),
+                                  te.registration.slots, empty=empty)
+        if empty:
+            for resource, out in list(offer.quarantined.items()):
+                kept = {a: why for a, why in out.items() if DeviceKey(te_id, resource, a) in self.permanent}
+                offer.quarantined[resource] = kept
+        return offer
 
     def release_slots(self, job_id: str, attempt: int) -> None:
         with self.lock:
@@ -150,14 +172,49 @@ class ClusterState:
             self.ledger.acquire(new, self.ledger.release_if_held(old))
 
     def release_devices(self, key: SubtaskKey) -> None:
-        """Give back what subtask ``key`` holds (nothing when it holds nothing)."""
+        """Give back what subtask ``key`` holds (nothing when it holds nothing). A subtask that
+        did not finish (it failed, or was stopped) may have left processes holding device
+        memory: its shares of watched devices wait for their TaskExecutor's ``DevicesFree``,
+        unless that came already."""
         with self.lock:
-            by_te: dict[str, dict[DeviceKey, Fraction]] = {}
-            for device, share in self.ledger.release_if_held(key).items():
-                by_te.setdefault(device.taskexecutor, {})[device] = share
-            for te_id, shares in by_te.items():
-                self.capacity.release(te_id, shares)
-            self.released.notify_all()
+            if not self.ledger.is_holder(key):
+                return
+            early = key in self.freed_early
+            self.freed_early.discard(key)
+            st = self.subtasks.get(key)
+            finished = st is not None and st.state == "FINISHED"
+            waiting = set() if early or finished else {d for d in self.ledger.held_by(key) if self._watched(d)}
+            if waiting:
+                self.reconciling[key] = waiting
+            self._give_back(key, [d for d in self.ledger.held_by(key) if d not in waiting])
+
+    def devices_free(self, key: SubtaskKey) -> None:
+        """Subtask ``key``'s TaskExecutor says its watched devices are free (``DevicesFree``)."""
+        with self.lock:
+            waiting = self.reconciling.pop(key, None)
+            if waiting is not None:
+                self._give_back(key, [d for d in waiting if d in self.ledger.held_by(key)])
+            elif self.ledger.is_holder(key):
+                self.freed_early.add(key)
+
+    def _give_back(self, key: SubtaskKey, devices: list[DeviceKey]) -> None:
+        """Release ``devices`` of ``key`` (the holder goes once it holds none) to the ledger
+        and the capacity index."""
+        held, memory = self.ledger.held_by(key), self.ledger.memory_held_by(key)
+        if held and not devices:
+            return
+        released = self.ledger.release(key, None if set(devices) >= set(held) else devices)
+        by_te: dict[str, dict[DeviceKey, Fraction]] = {}
+        for device, share in released.items():
+            by_te.setdefault(device.taskexecutor, {})[device] = share
+        for te_id, shares in by_te.items():
+            self.capacity.release(te_id, shares, memory={d: memory[d] for d in shares if d in memory})
+        self.released.notify_all()
+
+    def _watched(self, device: DeviceKey) -> bool:
+        te = self.taskexecutors.get(device.taskexecutor)
+        registered = te.registration.resource(device.resource) if te is not None else None
+        return registered is not None and registered.watched and not device.counted
 
     def info_properties(self, te_id: str, resource: str, address: str) -> dict[str, str]:
         """The properties of the device ``address`` that ``te_id`` registered."""
@@ -166,6 +223,13 @@ class ClusterState:
         if device is None:
             raise AccelflowInternalError(f"{te_id} has no {resource} {address}")
         return device.properties
+
+
+def memory_of(reg: Registration) -> dict[DeviceKey, int]:
+    """The memory (bytes) of each device ``reg`` names whose properties give it."""
+    return {DeviceKey(reg.taskexecutor_id, r.name, d.address): memory
+            for r in reg.resources if not r.counted for d in r.devices
+            if (memory := device_memory(d.properties)) is not None}
 
 
 def devices_of(reg: Registration) -> list[DeviceKey]:

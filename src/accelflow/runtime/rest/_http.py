@@ -62,6 +62,14 @@ SAFE_HEADERS = {
 _log = logging.getLogger("accelflow.rest")
 
 
+class HttpError(Exception):
+    """An answer other than 200: its status, message (the JSON ``error``) and headers."""
+
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
 def max_waiting() -> int:
     """How many connections may wait for a complete request: a share of the fd limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -5,6 +5,11 @@ Metric families (labels in braces):
 - ``accelflow_device_allocated_share{taskexecutor,resource,address}``: share held (0..1);
 - ``accelflow_device_free_share{taskexecutor,resource,address}``: share free (0..1);
 - ``accelflow_device_holder_share{taskexecutor,resource,address,job,subtask}``: one per holder;
+- ``accelflow_device_health{taskexecutor,resource,address,state}``: 1 for the device's state
+  (``healthy``, ``quarantined``, ``rejoining``), 0 for the others (watched devices only);
+- ``accelflow_device_xid_total{taskexecutor,resource,address,xid}``: Xids the device reported;
+- ``accelflow_device_memory_used_bytes{taskexecutor,resource,address,job,subtask}``: device
+  memory the subtask's processes hold, as its TaskExecutor's last probe saw it;
 - ``accelflow_resource_discovery_failed{taskexecutor,resource,status,driver}``: 1 when the
   resource's driver or discovery failed (``degraded`` or ``no-driver``), else 0;
 - ``accelflow_operator_records_in_total`` / ``..._out_total{job,operator}``: counters;
@@ -49,7 +54,7 @@ def render_metrics(view: View) -> bytes:
         >>> print(render_metrics(view).decode().splitlines()[-1])
         accelflow_slots_free 3.0
     """
-    families = [*_devices(view), *_jobs(view), *_checkpoints(view), *_cluster(view)]
+    families = [*_devices(view), *_health(view), *_jobs(view), *_checkpoints(view), *_cluster(view)]
     return "".join(line for family in families for line in family.lines()).encode()
 
 
@@ -145,6 +150,28 @@ def _devices(view: View) -> Iterator[Family]:
                 for h in d["holders"]:
                     holder.add([*labels, h["job"], h["subtask"]], h["share"]["value"])
     yield from (allocated, free, holder, failed)
+
+
+def _health(view: View) -> Iterator[Family]:
+    device = ["taskexecutor", "resource", "address"]
+    health = Family("accelflow_device_health", "gauge", "1 for the device's health state, 0 for the others.",
+                    [*device, "state"])
+    xids = Family("accelflow_device_xid_total", "counter", "Xids the device reported.", [*device, "xid"])
+    used = Family("accelflow_device_memory_used_bytes", "gauge", "Device memory the subtask's processes hold.",
+                  [*device, "job", "subtask"])
+    for te in view["taskexecutors"]:
+        for r in te["resources"]:
+            for d in r["devices"]:
+                labels = [te["id"], r["name"], d["address"]]
+                if d.get("health") is not None:
+                    for state in ("healthy", "quarantined", "rejoining"):
+                        health.add([*labels, state], 1.0 if d["health"]["state"] == state else 0.0)
+                    for xid, count in sorted(d["health"]["xid_counts"].items(), key=lambda i: int(i[0])):
+                        xids.add([*labels, xid], count)
+                for h in d["holders"]:
+                    if h.get("memory_used") is not None:
+                        used.add([*labels, h["job"], h["subtask"]], h["memory_used"])
+    yield from (health, xids, used)
 
 
 def _jobs(view: View) -> Iterator[Family]:

@@ -10,6 +10,7 @@ GET      ``/v1/jobs``                    every job, short
 GET      ``/v1/jobs/{id}``               operators, subtasks, devices, record counts
 GET      ``/v1/jobs/{id}/pending``       why a waiting job waits, per TaskExecutor/device
 POST     ``/v1/jobs/{id}/cancel``        cancel a job (202; 409 when it has ended)
+POST     ``/v1/taskexecutors/{id}/faults``  fault drill (``device``, ``xid``, ``resource``): 202
 GET      ``/v1/jobs/{id}/checkpoints``   checkpoint counts, latest, history, last restore
 POST     ``/v1/jobs/{id}/savepoints``    savepoint (``target-directory``, ``cancel-job``): 202
 POST     ``/v1/jobs/{id}/stop``          stop with savepoint (``targetDirectory``): 202
@@ -39,7 +40,9 @@ visits can reach a loopback port. So, in this order and before any route runs:
 The UI's static files hold no cluster data and are served without the token; the UI takes it
 from ``?token=`` (kept in the tab's ``sessionStorage``, sent as the bearer header, so no
 cookie rides along with cross-site requests). No route runs code, reads a file named by the
-request, or changes anything but a job's cancel flag and its savepoints: a savepoint is
+request, or changes anything but a job's cancel flag, its savepoints and a drill's Xid (fed to one
+device's health as an NVML event: the device may be quarantined, its subtasks fail and restart;
+the token's holder could stop the cluster anyway): a savepoint is
 written only into a new ``savepoint-<job>-<random>`` directory under an absolute target
 directory (or URL) or the configured ``execution.checkpointing.savepoint-dir``, as the
 cluster's user (the token's holder could run ``accelflow savepoint`` anyway).
@@ -64,11 +67,13 @@ from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow._errors import CheckpointError
+from accelflow.runtime.rest._faults import FAULTS, inject_fault
 from accelflow.runtime.rest._http import (
     MAX_BODY,
     SAFE_HEADERS,
     BoundedHTTPServer,
     BoundedHTTPServer6,
+    HttpError,
     RequestHandler,
     content_length,
     log_dropped,
@@ -110,12 +115,6 @@ UNAUTHORIZED_CONFIGURED = (
     "this job requires its REST token, the value of rest.token in the job's configuration: "
     "open the web UI at {url}?token=<rest.token>, or send 'Authorization: Bearer <rest.token>'"
 )
-
-
-class HttpError(Exception):
-    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
 
 
 class RestServer:
@@ -261,7 +260,7 @@ class RestServer:
             except KeyError:
                 raise HttpError(HTTPStatus.NOT_FOUND, f"no savepoint request {savepoint['rid']} "
                                 f"of {savepoint['id']}") from None
-        if match:
+        if match or FAULTS.match(path):
             raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts POST only", {"Allow": "POST"})
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")
 
@@ -278,6 +277,9 @@ class RestServer:
                 state = self.jobmanager.jobs[match["id"]].state
                 raise HttpError(HTTPStatus.CONFLICT, f"{match['id']} has already ended ({state})")
             return HTTPStatus.ACCEPTED, _json({"job": match["id"], "cancel_requested": True})[0]
+        fault = FAULTS.match(path)
+        if fault:
+            return inject_fault(self.jobmanager, fault["id"], body)
         if path in _STATIC or path in _GET_ROUTES or match or _SAVEPOINT.match(path):
             raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} accepts GET only", {"Allow": "GET"})
         raise HttpError(HTTPStatus.NOT_FOUND, f"no such path: {path}")

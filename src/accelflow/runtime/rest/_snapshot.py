@@ -20,6 +20,8 @@ from collections.abc import Hashable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from msgspec import structs
+
 from accelflow.runtime import RegisteredDevice, SubtaskKey
 from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
@@ -93,6 +95,8 @@ def _overview(taskexecutors: list[View], jobs: list[View]) -> View:
             name: {"devices": e["devices"], "total": share(e["total"]), "free": share(e["free"])}
             for name, e in sorted(resources.items())
         },
+        "resident": [i for te in taskexecutors for i in te["resident"]],
+        "device_pools": [p for te in taskexecutors for p in te["device_pools"]],
         "time": time.time(),
     }
 
@@ -112,14 +116,21 @@ def _taskexecutor(jm: JobManager, te_id: str) -> View:
             "status": r.status, "message": r.message,
             "devices": [_device(jm, d, registered.get(d.address)) for d in devices_of.get(r.name, [])],
         })
+    warm = te.devices
     return {
         "id": te_id, "pid": reg.pid,
         "slots": {"total": reg.slots, "free": reg.slots - te.used_slots},
         "resources": resources,
+        # what resident operators keep on its devices, and its warm subtask processes
+        "resident": [dict(structs.asdict(i), taskexecutor=te_id) for i in warm.resident] if warm else [],
+        "device_pools": [dict(structs.asdict(p), taskexecutor=te_id) for p in warm.pools] if warm else [],
     }
 
 
 def _device(jm: JobManager, device: DeviceKey, registered: RegisteredDevice | None) -> View:
+    memory = jm.ledger.memory(device)
+    used: dict[tuple[Hashable, str], int] = {(u.key, u.address): u.used for u in jm.state.memory_used.get(device.taskexecutor, ())
+            if u.resource == device.resource}
     return {
         "address": device.address,
         # a degraded or driver-less resource is counted by amount: stand-ins
@@ -127,8 +138,23 @@ def _device(jm: JobManager, device: DeviceKey, registered: RegisteredDevice | No
         "placeholder": registered is None,
         "properties": dict(registered.properties) if registered is not None else {},
         "free": share(jm.ledger.free(device)),
-        "holders": [_holder(jm, h, s) for h, s in _sorted_holders(jm.ledger.holders(device))],
+        # bytes (the ledger's: what holders took, not what they use; None: unknown)
+        "memory": None if memory is None else {"free": memory[0], "total": memory[1]},
+        # None where nobody watches it (see docs/gpu.md, "Health and memory")
+        "health": _health(jm.state.health.get(device)),
+        "quarantined": jm.ledger.quarantined().get(device),
+        "holders": [{**_holder(jm, h, s), "memory": jm.ledger.memory_held_by(h).get(device),
+                     "memory_used": used.get((h, device.address))}
+                    for h, s in _sorted_holders(jm.ledger.holders(device))],
     }
+
+
+def _health(health: dict[str, Any] | None) -> View | None:
+    """A device's health as its TaskExecutor reported it, Xid counts by Xid (as strings)."""
+    if health is None:
+        return None
+    return {**health, "xid_counts": dict(health.get("xid_counts", {})),
+            "history": [dict(h) for h in health.get("history", [])]}
 
 
 def _sorted_holders(holders: Mapping[Hashable, Fraction]) -> list[tuple[Hashable, Fraction]]:

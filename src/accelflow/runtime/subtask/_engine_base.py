@@ -19,7 +19,7 @@ from accelflow._errors import JobError
 from accelflow.dataflow.eventtime import KeyedStateStore, OutputTag, TimerService
 from accelflow.runtime.subtask._keyed_state import KeyedStateBackend
 from accelflow.runtime.subtask._keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
-from accelflow.runtime.subtask._partition import canonical_key
+from accelflow.runtime.subtask._keys import canonical_key
 from accelflow.runtime.subtask._timers import InternalTimer, InternalTimerService
 
 #: Flink's message for a timer on a non-keyed stream
@@ -187,6 +187,15 @@ class KeyedEngine:
         self.current_key = canonical_key(key)
         if self.backend is not None:
             self.backend.set_current_key(self.current_key)
+
+    def reset(self) -> None:
+        """Drop every key's state and every timer, and go back to no watermark (a rollback in
+        place: ``restore`` follows). The state objects user code took in ``open()`` stay valid."""
+        if self.backend is not None:
+            for table in self.backend.tables.values():
+                table.clear()
+        self.timers.reset()
+        self.current_key = None
 
     def advance_watermark(self, watermark: int) -> Outputs:
         """The input watermark advanced (the caller forwards it downstream after these outputs)."""

@@ -13,8 +13,9 @@ instead of failing, when the job rolls back in place.
 
 Rolling back: close the old epoch's channels (no end of stream is sent: the other side is
 rolling back too), drop what is in flight (partial batches, collected chunks, records read
-into memory at a checkpoint), reset every operator (its state goes; a sink is closed and opened
-again), restore the operators' state of the checkpoint and the source's splits, listen on the
+into memory at a checkpoint), reset every operator (its state goes: keyed state, timers, window
+contents, watermark positions, queued async calls, requests to a resident instance; a sink is
+closed and opened again), start the input watermark over, restore the operators' state of the checkpoint and the source's splits, listen on the
 new address, and run again: connect downstream, accept upstream, go on as the new key.
 """
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from accelflow._errors import TransportError
+from accelflow.dataflow.eventtime import MIN_TIMESTAMP
 from accelflow.runtime import NotifyCheckpointComplete, Rollback, SubtaskRunning
 from accelflow.runtime.subtask._channels import listen
 
@@ -96,6 +98,7 @@ class Epochs:
             op.reset()
             op.records_in = op.records_out = 0
         runner.source_out = 0
+        runner.input_watermark = MIN_TIMESTAMP  # the new epoch's inputs start over
         plan = runner.plan
         outputs = tuple(msgspec.structs.replace(edge, addresses=addresses)
                         for edge, addresses in zip(plan.outputs, order.outputs, strict=True))
@@ -116,19 +119,18 @@ class Epochs:
     def _close_channels(self) -> None:
         """Close the old epoch's data channels, sending no end of stream."""
         runner = self.runner
-        for router in getattr(runner, "routers", []):
+        for router in getattr(runner, "all_routers", []):
             for conn in router.conns:
                 try:
                     conn.close()
                 except OSError:
                     pass
-        runner.routers = []
-        inputs = runner.in_flight.inputs
-        if inputs is not None:
-            live, _, receiver = inputs
-            for conn in live:
+        runner._route([], 0)
+        gate = runner.in_flight.gate
+        if gate is not None:
+            for conn in gate.live:
                 conn.close()
-            receiver.close_all()
+            gate.close()
         if runner.listener is not None:
             runner.listener.close()  # removes its socket file
             runner.listener = None

@@ -1,8 +1,8 @@
 """A subtask's heartbeat and progress, read by its TaskExecutor's watchdog
 (``runtime/taskexecutor/_watchdog.py``), which finds a subtask that is hung.
 
-Three numbers in memory shared with the TaskExecutor (a ``multiprocessing.RawArray`` it made
-before forking this process), so watching costs neither process a message:
+Three numbers in memory shared with the TaskExecutor (a small file it made before starting
+this process, which both map), so watching costs neither process a message:
 
 - ``beat``: written every ``heartbeat.interval`` by a thread of this process. It stops when
   the whole process does (stopped, or a C extension holding the GIL);
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import mmap
 import signal
 import threading
 import time
@@ -89,7 +90,11 @@ current = Heartbeat()
 
 
 def start(cell: Any, dump_path: str | None, interval: float) -> Heartbeat:
-    """Start this subtask's heartbeat (``cell`` None: unwatched) and make it :data:`current`."""
+    """Start this subtask's heartbeat and make it :data:`current`. ``cell``: the path of the
+    file of the shared numbers (the watchdog's), or the numbers themselves; None: unwatched."""
     global current
+    if isinstance(cell, str):
+        with open(cell, "r+b") as f:
+            cell = memoryview(mmap.mmap(f.fileno(), 0)).cast("d")  # the view keeps the map
     current = Heartbeat(cell, dump_path, interval)
     return current

@@ -24,57 +24,49 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from accelflow._errors import TransportError
-from accelflow.runtime import Barrier, in_flight_name
+from accelflow.runtime import in_flight_name
 
 if TYPE_CHECKING:
+    from accelflow.runtime.subtask._inputs import InputGate
     from accelflow.runtime.subtask._runner import _Runner
 
 
 class InFlight:
-    """The records a subtask took out of its ended input channels and has not processed."""
+    """The input events (records, watermarks, statuses: ``InputGate.receive``'s) a subtask
+    took out of its ended input channels and has not processed."""
 
     def __init__(self, runner: _Runner) -> None:
         self.runner = runner
-        self.records: deque[Any] = deque()
-        #: the input channels being read: ``(live, aligned, receiver)`` of ``_run_inputs``
-        self.inputs: tuple[set[Any], set[Any], Any] | None = None
+        self.records: deque[tuple[Any, ...]] = deque()
+        #: the input channels being read (``_run_inputs``'s)
+        self.gate: InputGate | None = None
 
     @property
     def name(self) -> str:
-        return in_flight_name(self.runner.plan.nodes[0].name)
+        return in_flight_name(self.runner.plan.nodes[0].state_name)
 
     def drain(self) -> None:
         """Read every input channel still open to its end (its upstream subtask has ended, so
         the end is there already) and keep its records, in order, for :meth:`run`."""
-        if self.inputs is None:
+        gate = self.gate
+        if gate is None:
             return
-        live, aligned, receiver = self.inputs
-        for conn in list(live):
-            while True:
-                try:
-                    item = receiver.recv(conn)
-                except (EOFError, OSError):
-                    raise TransportError("an upstream subtask disconnected before ending its stream") from None
-                if item is None:
-                    break
-                if not isinstance(item, Barrier):  # of a checkpoint given up: nothing waits for it
-                    self.records.append(item)
-            live.discard(conn)
-            aligned.discard(conn)
-            conn.close()
+        for conn in list(gate.live):
+            while conn in gate.live:  # the gate closes it at its end
+                # a barrier here is of a checkpoint given up: nothing waits for it
+                self.records.extend(e for e in gate.receive(conn) if e[0] != "checkpoint")
 
     def run(self) -> None:
         """Process the records kept, a chunk at a time, with checkpoints in between."""
         runner = self.runner
         while self.records:
-            runner._push(self.records.popleft(), 0)
+            runner._on_input(self.records.popleft())
             runner._control()
             runner._timers()
 
     def clear(self) -> None:
         self.records.clear()
-        self.inputs = None
+        self.gate = None
 
     def snapshot(self) -> dict[str, bytes]:
         """The records not processed yet, as checkpointed state (none: nothing)."""

@@ -21,7 +21,7 @@ from typing import Any
 from accelflow._errors import JobError
 from accelflow.dataflow.eventtime import StateDescriptor
 from accelflow.runtime.subtask._keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, key_group_of
-from accelflow.runtime.subtask._partition import canonical_key
+from accelflow.runtime.subtask._keys import canonical_key
 from accelflow.runtime.subtask._state_ttl import Ttl, drop_expired
 
 _MISSING = object()

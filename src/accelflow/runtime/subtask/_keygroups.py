@@ -19,12 +19,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from accelflow.runtime.subtask._partition import stable_hash
-
-#: Flink's default max parallelism for small jobs (``pipeline.max-parallelism``)
-DEFAULT_MAX_PARALLELISM = 128
-#: Flink's upper bound on the max parallelism
-UPPER_BOUND_MAX_PARALLELISM = 1 << 15
+from accelflow.dataflow import DEFAULT_MAX_PARALLELISM, default_max_parallelism
+from accelflow.runtime.subtask._keys import stable_hash
 
 _M32 = 0xFFFFFFFF
 
@@ -103,14 +99,6 @@ def key_group_range(max_parallelism: int, parallelism: int, index: int) -> KeyGr
     start = (index * max_parallelism + parallelism - 1) // parallelism
     end = ((index + 1) * max_parallelism - 1) // parallelism
     return KeyGroupRange(start, end)
-
-
-def default_max_parallelism(parallelism: int) -> int:
-    """Flink's ``computeDefaultMaxParallelism``: 1.5 x the parallelism rounded up to a power
-    of two, at least 128 and at most 32768."""
-    target = parallelism + parallelism // 2
-    power = 1 << max(0, (target - 1).bit_length())
-    return min(max(power, DEFAULT_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
 
 
 __all__ = [

@@ -18,11 +18,14 @@ import numpy as np
 
 from accelflow._errors import AccelflowInternalError, JobError
 from accelflow.dataflow import (
-    Columns, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec, OperatorSpec, Positioned,
-    ReduceSpec, RuntimeContext, Transformation, from_batch, iter_records, to_batch,
+    Annotated, Columns, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec, OperatorSpec,
+    ReduceSpec, RichFunction, RuntimeContext, Timestamped, Transformation, from_batch, iter_records, stamped, to_batch,
 )
+from accelflow.dataflow.eventtime import MIN_TIMESTAMP
 from accelflow.runtime import ChainPlan
-from accelflow.runtime.subtask._partition import canonical_key, stable_hash
+from accelflow.runtime.subtask._keygroups import subtask_for_key
+from accelflow.runtime.subtask._keyed_functions import KeyedFunctionState
+from accelflow.runtime.subtask._keys import canonical_key
 
 if TYPE_CHECKING:
     from accelflow.runtime.subtask._device import DeviceStage, PlainStage
@@ -70,19 +73,60 @@ class Operator:
     :meth:`snapshot_state`; when the checkpoint is complete, :meth:`notify_checkpoint_complete`.
     A restored attempt calls :meth:`restore_state` after :meth:`open`. A subtask rolled back
     in place (``docs/failover.md``) calls :meth:`reset`, then :meth:`restore_state`, on the
-    operator it has: never :meth:`open` again."""
+    operator it has: never :meth:`open` again.
+
+    Event time: :meth:`process_watermark` gets each watermark of the operator's input (in
+    order with the chunks) and returns what advancing to it released (e.g. windows that
+    fire); the runner then passes the watermark on, unless :attr:`generates_watermarks`
+    (the operator makes its own, put in :attr:`events` with its idleness status changes).
+    Side outputs go into :attr:`side` as ``(tag name, chunk)``; the runner routes them after
+    each call.
+    """
 
     #: whether the operator publishes output only when a checkpoint completes (the runner
     #: then waits for the job's final checkpoint at the end of its input)
     needs_commit = False
+    #: whether it makes the watermarks after it (``assign_timestamps_and_watermarks``):
+    #: upstream watermarks (but the final one) and statuses stop here
+    generates_watermarks = False
+    #: whether it passes watermarks on itself, once the outputs before them are out (async
+    #: I/O: :meth:`process_watermark` queues it, :attr:`events` has it when due)
+    holds_watermarks = False
+    #: whether it sends what it holds at once when its subtask's input is idle (the collect sink)
+    flushes_when_idle = False
 
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         self.node = node
+        self.max_parallelism = plan.max_parallelism
         self.records_in = 0
         self.records_out = 0
         self.obj: Any = None
+        #: side outputs of the last call: (tag name, chunk)
+        self.side: list[tuple[str, Any]] = []
+        #: watermarks (``Watermark``) and statuses (``StreamStatus``) it made in the last call
+        self.events: list[Any] = []
+
+    def process_input(self, chunk: Any, input_index: int) -> Any:
+        """A chunk of input ``input_index`` (1: the second input of a two-input operator)."""
+        return self.process(chunk)
+
+    def process_watermark(self, timestamp: int) -> Any:
+        """The input watermark advanced to ``timestamp``: the outputs that releases."""
+        return []
+
+    def holds(self) -> bool:
+        """Whether it holds records back for latency only (sent when the input is idle, see
+        :attr:`flushes_when_idle`)."""
+        return False
+
+    def waker(self) -> Any:
+        """A connection the runner waits on beside its inputs (readable when
+        :meth:`deadline` may have moved: async results), or None."""
+        return None
 
     def open(self, ctx: RuntimeContext) -> None:
+        if isinstance(self.obj, RichFunction):
+            self.obj._runtime_context = ctx  # its get_runtime_context()
         if hasattr(self.obj, "open") and callable(self.obj.open):
             self.obj.open(ctx)
 
@@ -131,15 +175,39 @@ class Operator:
 
 @runs(MapSpec)
 class MapOp(Operator):
+    """``map``; on a keyed stream a rich function (one with ``open``) gets keyed state."""
+
+    #: whether its rich function gets keyed state on a keyed stream
+    keyed_functions = True
+
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         super().__init__(node, plan)
         assert isinstance(node.spec, FunctionSpec)
         self.obj, self.fn = _bind(node.spec)
+        self.keyed: KeyedFunctionState | None = None
+
+    def open(self, ctx: RuntimeContext) -> None:
+        key_fn = self.node.key_fn_of(0)
+        if self.keyed_functions and key_fn is not None and callable(getattr(self.obj, "open", None)):
+            self.keyed = KeyedFunctionState(self.node, self.max_parallelism, ctx)
+            self.fn = self.keyed.wrap(self.fn, key_fn)
+        super().open(ctx)
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return None if self.keyed is None else self.keyed.snapshot()
+
+    def reset(self) -> None:
+        if self.keyed is not None:
+            self.keyed.engine.reset()
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        if self.keyed is not None:
+            self.keyed.restore(states, index, parallelism)
 
     def process(self, chunk: Any) -> Any:
         fn = self.fn
-        if isinstance(chunk, Positioned):  # one output per record: at its record's position
-            return Positioned(chunk.positions, [fn(r) for r in iter_records(chunk.data)])
+        if isinstance(chunk, Annotated):  # one output per record: its record's position, timestamp
+            return chunk.with_data([fn(r) for r in iter_records(chunk)])
         return [fn(r) for r in iter_records(chunk)]
 
 
@@ -147,8 +215,8 @@ class MapOp(Operator):
 class FlatMapOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
-        if isinstance(chunk, Positioned):
-            return chunk.expanded([list(fn(r)) for r in iter_records(chunk.data)])
+        if isinstance(chunk, Annotated):
+            return chunk.expanded([list(fn(r)) for r in iter_records(chunk)])
         return [out for r in iter_records(chunk) for out in fn(r)]
 
 
@@ -156,8 +224,8 @@ class FlatMapOp(MapOp):
 class FilterOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
-        if isinstance(chunk, Positioned):
-            return chunk.kept([bool(fn(r)) for r in iter_records(chunk.data)])
+        if isinstance(chunk, Annotated):
+            return chunk.kept([bool(fn(r)) for r in iter_records(chunk)])
         if isinstance(chunk, list):
             return [r for r in chunk if fn(r)]
         return [r for r in iter_records(chunk) if fn(r)]
@@ -167,6 +235,8 @@ class FilterOp(MapOp):
 class MapBatchesOp(MapOp):
     """Batches of ``batch_size`` records; with ``max_wait`` (seconds) a partial batch is
     also called once its first record has waited that long (as Ray Serve's batching)."""
+
+    keyed_functions = False
 
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         super().__init__(node, plan)
@@ -178,8 +248,8 @@ class MapBatchesOp(MapOp):
         self.pending_len = 0
         self.first_waiting = 0.0
         self.stage: DeviceStage | PlainStage | None = None  # set with ``device`` (PlainStage: NumPy)
-        #: the positions of each batch in the stage, oldest first (of :class:`Positioned` input)
-        self.staged_positions: deque[np.ndarray[Any, Any]] = deque()
+        #: the annotations (positions, timestamps) of each batch in the stage, oldest first
+        self.staged_positions: deque[Any] = deque()
 
     def open(self, ctx: RuntimeContext) -> None:
         super().open(ctx)
@@ -250,12 +320,12 @@ class MapBatchesOp(MapOp):
 
     def _call(self, chunks: list[Any]) -> Any:
         """The output chunk of the batch of ``chunks`` (with a stage: of the batches it has
-        finished meanwhile). ``fn`` gets the records only; :class:`Positioned` input gives
-        each output its record's position."""
+        finished meanwhile). ``fn`` gets the records only; :class:`Annotated` input gives
+        each output its record's position and timestamp."""
         positions = None
-        if isinstance(chunks[0], Positioned):
-            positions = np.concatenate([c.positions for c in chunks])
-            chunks = [c.data for c in chunks]
+        if any(isinstance(c, Annotated) for c in chunks):
+            positions = join_chunks(chunks)  # the annotations of the batch (around its records)
+            chunks = [positions.stripped()]
         if self.stage is not None:
             if positions is not None:
                 self.staged_positions.append(positions)
@@ -275,16 +345,20 @@ class MapBatchesOp(MapOp):
         chunks = [c for c in chunks if len(c)]
         return join_chunks(chunks) if chunks else []
 
-    def _placed(self, positions: np.ndarray[Any, Any] | None, chunk: Any) -> Any:
-        """``chunk`` with ``positions`` (None: as it is); one output per record is needed."""
+    def _placed(self, positions: Any, chunk: Any) -> Any:
+        """``chunk`` with the annotations of the batch ``positions`` (None: as it is): each
+        output takes its record's; a batch whose outputs are not one per record gives them the
+        batch's latest timestamp (with positions, one output per record is needed)."""
         if positions is None:
             return chunk
-        if len(chunk) != len(positions):
-            raise JobError(
-                f"operator {self.node.name!r} (map_batches) returned {len(chunk)} outputs for a "
-                f"batch of {len(positions)} records: execute_and_collect(ordered=True) puts each "
-                "output at its record's position, so it needs one output per record")
-        return Positioned(positions, chunk)
+        if len(chunk) == len(positions):
+            return positions.with_data(chunk)
+        if isinstance(positions, Timestamped) and not isinstance(positions.data, Annotated):
+            return stamped(chunk, np.full(len(chunk), positions.timestamps.max(initial=MIN_TIMESTAMP)))
+        raise JobError(
+            f"operator {self.node.name!r} (map_batches) returned {len(chunk)} outputs for a "
+            f"batch of {len(positions)} records: execute_and_collect(ordered=True) puts each "
+            "output at its record's position, so it needs one output per record")
 
 
 @runs(ReduceSpec)
@@ -292,10 +366,13 @@ class ReduceOp(MapOp):
     """One value per key: emitted for every record (``rolling``: streaming mode, a fact of
     the run in the :class:`ChainPlan`), or once per key at the end."""
 
+    keyed_functions = False
+
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         super().__init__(node, plan)
         self.key_fn = node.key_fn
         self.rolling = plan.rolling
+        self.max_parallelism = plan.max_parallelism
         self.state: dict[Any, Any] = {}
 
     def process(self, chunk: Any) -> Any:
@@ -319,11 +396,13 @@ class ReduceOp(MapOp):
         return dict(self.state)
 
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
-        # key groups as in Flink: each key goes back to the subtask its hash routes it to,
-        # whatever the parallelism the checkpoint was taken with
+        # key groups as in Flink: each key goes back to the subtask that owns its key group
+        # (where its records are routed), whatever the parallelism the checkpoint was taken
+        # with; a checkpoint from before key groups ({key: value} too) restores alike
+        maxp = self.max_parallelism
         for state in states:
             for key, value in (state or {}).items():
-                if stable_hash(key) % parallelism == index:
+                if subtask_for_key(key, parallelism, maxp) == index:
                     self.state[canonical_key(key)] = value  # an unpickled NaN is a new object
 
 
@@ -337,8 +416,10 @@ def join_chunks(outputs: list[Any]) -> Any:
     """One chunk of ``outputs`` (chunks of one operator, in order)."""
     if len(outputs) == 1:
         return outputs[0]
-    if outputs and all(isinstance(o, Positioned) for o in outputs):
-        return Positioned(np.concatenate([o.positions for o in outputs]), join_chunks([o.data for o in outputs]))
+    if outputs and all(isinstance(o, Annotated) for o in outputs) and len({type(o) for o in outputs}) == 1:
+        return type(outputs[0])(np.concatenate([o.rows for o in outputs]), join_chunks([o.data for o in outputs]))
+    if any(isinstance(o, Timestamped) for o in outputs):  # records with and without timestamps
+        return join_chunks([o if isinstance(o, Timestamped) else stamped(o, [None] * len(o)) for o in outputs])
     if outputs and all(isinstance(o, np.ndarray) for o in outputs):
         return np.concatenate(outputs)
     if outputs and all(isinstance(o, Columns) for o in outputs) and len({len(o.columns()) for o in outputs}) == 1:

@@ -11,31 +11,32 @@ import os
 import select
 import signal
 import threading
-import time
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 import cloudpickle
 
 from accelflow.dataflow import RuntimeContext
+from accelflow.dataflow.eventtime import MAX_TIMESTAMP
 from accelflow._errors import TransportError, encode_error
 from accelflow.runtime import (
-    Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, Collected, NotifyCheckpointComplete,
-    Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskProgress, SubtaskRunning,
+    Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, NotifyCheckpointComplete,
+    Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskRunning,
     TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime.subtask import _heartbeat
+from accelflow.runtime.subtask._chain_io import ChainIO
 from accelflow.runtime.subtask._channels import listen
 from accelflow.runtime.subtask._epochs import Epochs, RollingBack
 from accelflow.runtime.subtask._in_flight import InFlight
+from accelflow.runtime.subtask._memory_limit import before_user_code, check_opened, explain, hold_frameworks
+from accelflow.runtime.subtask._inputs import InputGate
+from accelflow.runtime.subtask import _async_operator, _event_operators, _resident  # noqa: F401 (register their operators)
 from accelflow.runtime.subtask._operators import Operator, operator_for
-from accelflow.runtime.subtask._sink_operators import CollectSink
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._resume import read_split
-from accelflow.runtime.subtask._shm import ShmReceiver
 
-PROGRESS_EVERY_S = 0.25
 _log = logging.getLogger("accelflow.runtime")
 
 
@@ -57,6 +58,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
 
     signal.signal(signal.SIGTERM, on_term)
     os.environ.update(env)
+    before_user_code(desc)  # its part of the device's memory: CuPy reads it at import
     runner: _Runner | None = None
     try:
         if watch is not None:
@@ -74,13 +76,14 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
         try:
-            key = runner.desc.key if runner is not None else desc.key
-            status.send(SubtaskFailed(key, encode_error(exc, with_traceback=True)))
+            last = runner.desc if runner is not None else desc  # its key is the last rollback's
+            exc = explain(exc, last, runner.plan if runner is not None else None)
+            status.send(SubtaskFailed(last.key, encode_error(exc, with_traceback=True)))
         finally:
             os._exit(1)
 
 
-class _Runner:
+class _Runner(ChainIO):
     def __init__(self, desc: SubtaskDescriptor, status: Connection, cancelled: threading.Event) -> None:
         self.desc = desc
         self.status = status  # events up to the TaskExecutor, checkpoint commands down
@@ -113,9 +116,12 @@ class _Runner:
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
             opened: list[Operator] = []
             try:
+                hold_frameworks(desc)  # those a warm process imported ahead
                 for op in self.ops:
                     op.open(self._context(op.node))
                     opened.append(op)
+                hold_frameworks(desc)  # those the user's functions imported
+                check_opened(desc, self.plan)
                 self._restore()
                 if desc.standby:
                     self.epochs.stand_by()
@@ -141,7 +147,8 @@ class _Runner:
 
     def _run_epoch(self, source_ctx: RuntimeContext | None) -> None:
         desc, head = self.desc, self.plan.nodes[0]
-        self.routers = [Router(edge, desc.key.index, desc.authkey, desc.key) for edge in self.plan.outputs]
+        self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
+                     for edge in self.plan.outputs], len(self.plan.nodes) - len(self.ops))
         self.status.send(SubtaskRunning(desc.key))
         if head.source is not None:
             self.source_out = 0
@@ -162,11 +169,14 @@ class _Runner:
             if resource in node.resources
         }
         all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
+        timeout = self.plan.buffer_timeout_ms
         ctx = RuntimeContext(
             task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,
+            buffer_timeout_s=-1.0 if timeout < 0 else timeout / 1000,
+            max_number_of_parallel_subtasks=self.plan.max_parallelism,
         )
         self.epochs.contexts.append(ctx)
         return ctx
@@ -177,13 +187,14 @@ class _Runner:
         index, parallelism = self.desc.key.index, self.desc.parallelism
         head = self.plan.nodes[0]
         self.splits = list(self.desc.splits or [])
-        if head.source is not None and head.name in restored:
+        if head.source is not None and head.state_name in restored:
             # the splits not yet read when the checkpoint was taken, spread as at the start
-            remaining = [s for blob in restored[head.name] for s in (cloudpickle.loads(blob) or [])]
+            remaining = [s for blob in restored[head.state_name] for s in (cloudpickle.loads(blob) or [])]
             self.splits = remaining[index::parallelism]
         for op in self.ops:
-            if op.node.name in restored:
-                op.restore_state([cloudpickle.loads(b) for b in restored[op.node.name]], index, parallelism)
+            if op.node.state_name in restored:
+                states = [cloudpickle.loads(b) for b in restored[op.node.state_name]]
+                op.restore_state(states, index, parallelism)
         self.in_flight.restore(restored, index, parallelism)
 
     def _snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
@@ -192,11 +203,11 @@ class _Runner:
             rest = list(self.splits)
             if rest:
                 rest[0] = self.source.snapshot_split(rest[0], self.split_read, checkpoint_id)
-            states[self.plan.nodes[0].name] = cloudpickle.dumps(rest)
+            states[self.plan.nodes[0].state_name] = cloudpickle.dumps(rest)
         for op in self.ops:
             state = op.snapshot_state(checkpoint_id)
             if state is not None:
-                states[op.node.name] = cloudpickle.dumps(state)
+                states[op.node.state_name] = cloudpickle.dumps(state)
         states.update(self.in_flight.snapshot())
         return states
 
@@ -209,21 +220,8 @@ class _Runner:
         self._flush_ops(lambda op: op.flush())
         self.status.send(CheckpointAck(self.desc.key, checkpoint_id, self._snapshot(checkpoint_id)))
         barrier = Barrier(checkpoint_id)
-        for router in self.routers:
+        for router in self.all_routers:
             router.broadcast(barrier)
-
-    def _flush_ops(self, take: Any, only: Any = None) -> None:
-        """Push what ``take(op)`` releases down the rest of the chain, in chain order."""
-        for i, op in enumerate(self.ops):
-            if only is not None and op not in only:
-                continue
-            out = take(op)
-            if len(out):
-                op.records_out += len(out)
-                if i + 1 < len(self.ops):
-                    self._push(out, i + 1)
-                else:
-                    self._emit(out)
 
     def _control(self) -> None:
         """Handle the JobManager's checkpoint commands that have arrived (never blocks; a
@@ -267,16 +265,6 @@ class _Runner:
             if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
                 return
 
-    def _timers(self) -> None:
-        now = time.monotonic()
-        due = [op for op in self.ops if (d := op.deadline()) is not None and d <= now]
-        if due:
-            self._flush_ops(lambda op: op.on_deadline(), due)
-
-    def _next_deadline(self) -> float | None:
-        deadlines = [d for op in self.ops if (d := op.deadline()) is not None]
-        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-
     # -- records -------------------------------------------------------------------------------
     def _run_source(self, source: Any, ctx: RuntimeContext) -> None:
         self.source = source
@@ -289,6 +277,7 @@ class _Runner:
                     self.split_read += n
                     self._push(chunk, 0)
                 else:
+                    self._idle()
                     self._progress()  # an idle source's gauges (e.g. Kafka lag) still go out
                 self._control()
                 self._timers()
@@ -298,79 +287,53 @@ class _Runner:
             self.split_read = 0
 
     def _run_inputs(self, listener: Listener | None) -> None:
-        conns = [listener.accept() for _ in range(self.desc.expected_senders)] if listener else []
-        receiver = ShmReceiver()
-        live: set[Any] = set(conns)
-        aligned: set[Any] = set()  # inputs whose barrier of ``aligning`` arrived: held back
-        aligning: int | None = None
-        self.in_flight.inputs = (live, aligned, receiver)
+        gate = InputGate([listener.accept() for _ in range(self.desc.expected_senders)] if listener else [])
+        self.in_flight.gate = gate
+        wakers = [w for op in self.ops if (w := op.waker()) is not None]
         try:
-            while live:
-                ready = self.beat.wait([c for c in live if c not in aligned] + [self.status], self._next_deadline())
-                if not ready:
-                    self._timers()
-                    continue
+            while gate.live:
+                waiting = gate.readable() + [self.status] + wakers
+                if any(op.holds() for op in self.ops):  # sent at once when nothing else is there
+                    ready = self.beat.wait(waiting, 0)
+                    if not ready:
+                        self._idle()
+                        continue
+                else:
+                    ready = self.beat.wait(waiting, self._next_deadline())
                 for conn in ready:
                     if conn is self.status:
                         self._control()
-                        continue
-                    if conn not in live:
+                    elif conn in wakers:
+                        conn.drain()  # type: ignore[union-attr]
+                    elif conn not in gate.live:
                         continue  # read to its end at a checkpoint (``InFlight.drain``)
-                    assert isinstance(conn, Connection)
-                    try:
-                        item = receiver.recv(conn)
-                    except (EOFError, OSError):
-                        raise TransportError(
-                            "an upstream subtask disconnected before ending its stream") from None
-                    if item is None:
-                        live.discard(conn)
-                        aligned.discard(conn)
-                        conn.close()
-                    elif isinstance(item, Barrier):
-                        if aligning is None or item.checkpoint_id > aligning:
-                            aligned.clear()  # a newer checkpoint replaces one never completed
-                            aligning = item.checkpoint_id
-                        if item.checkpoint_id == aligning:
-                            aligned.add(conn)
                     else:
-                        self._push(item, 0)
-                    if aligning is not None and live <= aligned:
-                        self._checkpoint(aligning)
-                        aligning = None
-                        aligned.clear()
+                        for event in gate.receive(conn):  # type: ignore[arg-type]
+                            self._on_input(event)
                 self._timers()
         finally:
-            receiver.close_all()
+            gate.close()
 
-    def _push(self, chunk: Any, start: int) -> None:
-        self.beat.tick()
-        for op in self.ops[start:]:
-            op.records_in += len(chunk)
-            chunk = op.process(chunk)
-            n = len(chunk)
-            op.records_out += n
-            if not n:
-                break
+    def _push(self, chunk: Any, start: int, input_index: int = 0) -> None:
+        self.beat.tick()  # progress, for the watchdog
+        super()._push(chunk, start, input_index)
+
+    def _on_input(self, event: tuple[Any, ...]) -> None:
+        what = event[0]
+        if what == "records":
+            self._push(event[1], 0, event[2])
+        elif what == "watermark":
+            self._watermark(event[1])
+        elif what == "status":
+            self._status(event[1])
         else:
-            self._emit(chunk)
-        self._progress()
-
-    def _progress(self) -> None:
-        now = time.monotonic()
-        if now - self.last_progress >= PROGRESS_EVERY_S:
-            self.last_progress = now
-            metrics = self.source.metrics() if self.source is not None else {}
-            self.status.send(SubtaskProgress(self.desc.key, self._counts(), metrics))
-
-    def _emit(self, chunk: Any) -> None:
-        if self.ops and isinstance(self.ops[-1], CollectSink):
-            self.status.send(Collected(self.desc.key, chunk))
-        for router in self.routers:
-            router.send(chunk)
+            self._checkpoint(event[1])
 
     def _finish(self) -> None:
+        if not self.cancelled.is_set():
+            self._watermark(MAX_TIMESTAMP)  # the end of the input: every window fires
         self._flush_ops(lambda op: op.finish())
-        for router in self.routers:
+        for router in self.all_routers:
             router.close()
 
     def _counts(self) -> list[tuple[int, int]]:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from accelflow.dataflow import (
-    CollectSinkSpec, Columns, Positioned, PrintSinkSpec, RuntimeContext, SinkToSpec, Transformation,
-    UserSinkSpec, iter_records,
+    Annotated, CollectSinkSpec, Columns, PrintSinkSpec, RuntimeContext, SinkToSpec, Transformation,
+    UserSinkSpec, iter_records, unstamped,
 )
 from accelflow.runtime import ChainPlan, sink_state
 from accelflow.runtime.subtask._operators import MapOp, Operator, join_chunks, runs
@@ -35,17 +35,25 @@ class CollectSink(Operator):
     """Hands chunks to the subtask runner, which ships them to the client, a few at a time:
     every message costs work in three processes (subtask, TaskExecutor, client), and one per
     chunk took a NumPy job a third of its running time on 2 cores.
-    Chunks wait at most :data:`COLLECT_MAX_DELAY_S` and until :data:`COLLECT_MAX_RECORDS`
-    records or :data:`COLLECT_MAX_BYTES` of arrays are held; the end of the input and a
-    checkpoint barrier release them at once."""
+    Chunks wait at most ``execution.buffer-timeout`` (0: not at all; -1: until full) and
+    until :data:`COLLECT_MAX_RECORDS` records or :data:`COLLECT_MAX_BYTES` of arrays are held;
+    the end of the input, a checkpoint barrier and an idle input release them at once.
+    Records lose their timestamps here (the client gets the records)."""
+
+    flushes_when_idle = True
 
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         super().__init__(node, plan)
         self.held: list[Any] = []
         self.held_records = self.held_bytes = 0
         self.first_held = 0.0
+        timeout = plan.buffer_timeout_ms
+        self.delay = None if timeout < 0 else timeout / 1000
 
     def process(self, chunk: Any) -> Any:
+        chunk = unstamped(chunk)
+        if self.delay == 0:
+            return chunk
         if not self.held:
             self.first_held = time.monotonic()
         self.held.append(chunk)
@@ -66,16 +74,19 @@ class CollectSink(Operator):
         self.finish()
 
     def deadline(self) -> float | None:
-        return self.first_held + COLLECT_MAX_DELAY_S if self.held else None
+        return None if not self.held or self.delay is None else self.first_held + self.delay
+
+    def holds(self) -> bool:
+        return bool(self.held)
 
 
-#: how long, how many records and how many bytes of arrays a subtask holds collected chunks
-COLLECT_MAX_DELAY_S, COLLECT_MAX_RECORDS, COLLECT_MAX_BYTES = 0.05, 65536, 8 << 20
+#: how many records and how many bytes of arrays a subtask holds collected chunks
+COLLECT_MAX_RECORDS, COLLECT_MAX_BYTES = 65536, 8 << 20
 
 
 def _nbytes(chunk: Any) -> int:
-    if isinstance(chunk, Positioned):
-        return chunk.positions.nbytes + _nbytes(chunk.data)
+    if isinstance(chunk, Annotated):
+        return chunk.rows.nbytes + _nbytes(chunk.data)
     if isinstance(chunk, Columns):
         return sum(c.nbytes for c in chunk.columns())
     return chunk.nbytes if isinstance(chunk, np.ndarray) else 0
@@ -83,6 +94,7 @@ def _nbytes(chunk: Any) -> int:
 
 @runs(UserSinkSpec)
 class UserSink(MapOp):
+    keyed_functions = False
     def process(self, chunk: Any) -> Any:
         fn = self.fn
         for r in iter_records(chunk):
@@ -109,7 +121,7 @@ class SinkToOp(Operator):
         self.obj.open(ctx)
 
     def process(self, chunk: Any) -> Any:
-        self.obj.write(chunk)
+        self.obj.write(unstamped(chunk))
         return []
 
     def reset(self) -> None:

@@ -15,16 +15,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-import msgspec
-
 from accelflow._errors import JobError
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, WatermarkStrategy
-
-
-class Watermark(msgspec.Struct, frozen=True):
-    """A watermark: no record with ``timestamp <= this`` is expected any more."""
-
-    timestamp: int
+from accelflow.runtime import Watermark
 
 
 class WatermarkStatus(Enum):

@@ -66,6 +66,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix
 from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_forkserver, trace
+from accelflow.runtime.taskexecutor._warm import WarmSettings
 
 log = logging.getLogger("accelflow.runtime")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -154,13 +155,14 @@ class TaskExecutorActor:
                 config.external_resources.values(),
                 ray.get_runtime_context().get_accelerator_ids(),
             ))
+            warm = WarmSettings.from_config(config)
             provider = ExternalResourceInfoProvider.from_config(config)
         except AccelflowError as exc:
             return RegistrationFailed(self.id, encode_error(exc))
         trace(f"te drivers done {self.id}")
         self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
-                          base_env={RELAY_DIR_ENV_VAR: self.relay_dir},
+                          base_env={RELAY_DIR_ENV_VAR: self.relay_dir}, warm=warm,
                           heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
         self.listener = unix_listener(os.path.join(self.relay_dir, RELAY_SOCKET))
         threading.Thread(target=serve_forever, daemon=True, name="accelflow-relay-accept",

@@ -30,21 +30,24 @@ from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider
 from accelflow.runtime import (
-    CancelJob, Deploy, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
-    RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskKey, TriggerCheckpoint,
+    CancelJob, Deploy, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
+    RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey,
+    TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
+from accelflow.runtime.taskexecutor._health import SUBTASK_ENV_VAR, FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 from accelflow.runtime.taskexecutor._watchdog import Watchdog
+from accelflow.runtime.taskexecutor._warm import WarmDevices, WarmSettings
 
 _TERM_GRACE_S = 2.0
 
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int, base_env: dict[str, str] | None = None,
+                 slots: int, base_env: dict[str, str] | None = None, warm: WarmSettings | None = None,
                  heartbeat: tuple[float, float] = (k.HEARTBEAT_INTERVAL.default or 1.0,
                                                    k.HEARTBEAT_TIMEOUT.default or 30.0)) -> None:
         self.id = te_id
@@ -54,7 +57,15 @@ class TaskExecutor:
         self.slots = slots
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
-        self.watchdog = Watchdog(*heartbeat, self.ctx)  # ``heartbeat``: (interval, timeout)
+        self.watchdog = Watchdog(*heartbeat)  # ``heartbeat``: (interval, timeout)
+        self.descriptors: dict[SubtaskKey, SubtaskDescriptor] = {}
+        watches = provider.device_watches()
+        self.monitor = HealthMonitor(watches, {
+            name: [i.address for i in provider.get_external_resource_infos(name)] for name in watches
+        }) if watches else None
+        #: warm subtask processes and device hosts, per device with work (``_warm``)
+        self.devices = WarmDevices(te_id, provider, warm or WarmSettings(), dict(self.base_env))
+        self.base_env.update(self.devices.subtask_env)
 
     #: True when the JobManager's connection dropped without a shutdown command
     orphaned = False
@@ -63,24 +74,52 @@ class TaskExecutor:
         """What this TaskExecutor registers: its slots and what its drivers discovered."""
         resources = tuple(
             RegisteredResource(s.spec.name, s.spec.amount, s.spec.driver_factory, s.status, s.message,
-                               tuple(RegisteredDevice.of(info) for info in s.infos))
+                               tuple(RegisteredDevice.of(info) for info in s.infos),
+                               watched=self.monitor is not None and self.monitor.watched(s.spec.name))
             for s in self.provider.statuses.values()
         )
         return Registration(self.id, os.getpid(), self.slots, resources)
 
     def serve(self) -> None:
+        if self.monitor is not None:
+            self.monitor.start()
         while True:
-            sources: list[Any] = [self.jm]
+            sources: list[Any] = [self.jm, *self.devices.sources()]
+            if self.monitor is not None:
+                sources.append(self.monitor.wakeup)
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
             for ready in wait(sources, self.watchdog.due_in()):
                 if ready is self.jm:
                     if not self._command():
                         return
+                elif self.monitor is not None and ready == self.monitor.wakeup:
+                    self._health()
+                elif self.devices.event(ready):
+                    self._device_status()
                 else:
                     self._child_event(ready)
             for failed in self.watchdog.check():  # hung subtasks: dumped, reported, killed
                 self.jm.send(failed)
+
+    def _health(self) -> None:
+        """Send what the health monitor saw; fail the subtasks on a device that failed."""
+        assert self.monitor is not None
+        for notice in self.monitor.drain():
+            if not isinstance(notice, FailDevice):
+                self.jm.send(notice)
+                continue
+            keys = [key for key, desc in self.descriptors.items() if key in self.children and any(
+                d.info().address == notice.address for d in desc.assigned.get(notice.resource, ()))]
+            for key in keys:  # before they are stopped: the failure, not the exit, is the news
+                self.jm.send(SubtaskFailed(key, encode_error(notice.error)))
+            self._terminate(keys)
+
+    def _device_status(self) -> None:
+        """Tell the JobManager what is resident and warm, when that changed."""
+        status = self.devices.status()
+        if status is not None:
+            self.jm.send(status)
 
     def _command(self) -> bool:
         try:
@@ -96,34 +135,67 @@ class TaskExecutor:
         elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete | Rollback):
             child = self.children.get(msg.key)
             if child is not None and isinstance(msg, Rollback):  # it goes on under its new key
-                self.children[msg.new_key] = self.children.pop(msg.key)
-                self.watchdog.rename(msg.key, msg.new_key)
+                self._rename(msg.key, msg.new_key)
             if child is not None:  # one that has just ended needs nothing any more
                 try:
                     child[1].send(msg)
                 except OSError:
                     pass  # it is exiting: its exit is reported as usual
+        elif isinstance(msg, InjectFault):
+            self._inject(msg)
         elif isinstance(msg, Shutdown):
             return False
         return True
 
+    def _inject(self, msg: InjectFault) -> None:
+        """A drill: the Xid goes where an NVML event of the device would."""
+        from accelflow.resources.gpu import xid_fault
+
+        if self.monitor is not None:
+            self.monitor.inject(msg.resource, msg.address, xid_fault(msg.xid))
+
+    def _rename(self, old: SubtaskKey, new: SubtaskKey) -> None:
+        """A subtask rolled back in place goes on as ``new`` (a standby may take another index)."""
+        self.children[new] = self.children.pop(old)
+        self.watchdog.rename(old, new)
+        if old in self.descriptors:
+            self.descriptors[new] = self.descriptors.pop(old)
+        if self.monitor is not None:
+            self.monitor.subtask_renamed(old, new)
+
     def _deploy(self, desc: SubtaskDescriptor) -> None:
-        env = dict(self.base_env)
+        env = {**self.base_env, SUBTASK_ENV_VAR: subtask_marker(desc.key)}
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
-        parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         key = desc.key
         watch = self.watchdog.watch(key, f"{key.index + 1}/{desc.parallelism} of chain {key.chain} of {key.job_id}")
+        warm = self.devices.start_subtask(desc, env, watch)  # a process of its device, ready ahead
+        if warm is not None:
+            trace(f"subtask warm {desc.key}")
+            self.children[desc.key] = (warm, warm.conn)
+            self._started(desc, warm.pid)
+            return
+        parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
             target=SubtaskEntry(), args=(desc, child, env, watch), name=f"accelflow-subtask-{desc.key}",
             daemon=False,
         )
         proc.start()
-        self.watchdog.started(key, proc.pid)
         trace(f"subtask forked {desc.key}")
         child.close()
         self.children[desc.key] = (proc, parent)
+        self._started(desc, proc.pid or -1)
+
+    def _started(self, desc: SubtaskDescriptor, pid: int) -> None:
+        """A subtask's process runs (forked, or in a warm process): the watchdog watches it, its
+        devices are watched for its leftovers, and what is warm changed."""
+        self.watchdog.started(desc.key, pid)
+        self.descriptors[desc.key] = desc
+        if self.monitor is not None:
+            self.monitor.subtask_started(desc.key, pid, {
+                r: [d.info().address for d in shares] for r, shares in desc.assigned.items()})
+        self._device_status()
 
     def _child_event(self, ready: Any) -> None:
         for key, (proc, conn) in list(self.children.items()):
@@ -143,7 +215,10 @@ class TaskExecutor:
                 conn.close()
                 del self.children[key]
                 self.watchdog.forget(key)
+                self.descriptors.pop(key, None)
                 self.jm.send(SubtaskExited(key, proc.exitcode))
+                if self.monitor is not None:
+                    self.monitor.subtask_ended(key)
                 return
 
     def _terminate(self, keys: list[SubtaskKey]) -> None:
@@ -166,7 +241,10 @@ class TaskExecutor:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             self._terminate(list(self.children))
+            self.devices.close()
         finally:
+            if self.monitor is not None:
+                self.monitor.close()
             self.provider.close()
 
 
@@ -264,12 +342,13 @@ def _main(argv: list[str] | None, client: int | None) -> int:
             print(f"accelflow: error: {te_id} cannot reach its JobManager: {exc}", file=sys.stderr)
         return 1
     try:
+        warm = WarmSettings.from_config(config)
         provider = ExternalResourceInfoProvider.from_config(config)
     except AccelflowError as exc:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     trace("te drivers done")
-    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm,
                       heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
     try:
         jm.send(te.registration())

@@ -2,7 +2,9 @@
 
 Each subtask writes a heartbeat, a progress counter and when it entered the user or device
 code it is in now into three numbers shared with this process (``runtime/subtask/_heartbeat.py``;
-the layout is repeated here, as the TaskExecutor never imports the subtask runtime). Every
+the layout is repeated here, as the TaskExecutor never imports the subtask runtime): a small
+file both map, so that a forked subtask and one started in a warm process (spawned, not
+forked: ``_warmpool.py``) are watched alike. Every
 ``heartbeat.interval`` the TaskExecutor checks them: a subtask in one call for longer than
 ``heartbeat.timeout``, or whose heartbeat is that old, is hung. The watchdog then has it write
 every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; plus
@@ -14,6 +16,7 @@ SIGKILLs it; its exit is reported as every subtask's is.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import shutil
 import signal
@@ -34,13 +37,28 @@ DUMP_WAIT_S = 1.0
 _log = logging.getLogger("accelflow.runtime")
 
 
+#: the shared numbers' size: three doubles
+CELL_BYTES = 24
+
+
 @dataclass
 class _Watched:
     name: str
-    cell: Any
+    cell: Any  # the three numbers (a ``memoryview`` of :attr:`shared`)
+    shared: mmap.mmap
+    cell_path: str
     dump_path: str
     started: float  # time.monotonic() at fork: a beat that never came is counted from here
     pid: int | None = None
+
+    def close(self) -> None:
+        self.cell.release()
+        self.shared.close()
+        for path in (self.cell_path, self.dump_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 class Watchdog:
@@ -51,21 +69,27 @@ class Watchdog:
         timeout: ``heartbeat.timeout``.
     """
 
-    def __init__(self, interval: float, timeout: float, ctx: Any) -> None:
+    def __init__(self, interval: float, timeout: float) -> None:
         self.interval = interval
         self.timeout = timeout
-        self.ctx = ctx  # the forkserver context: its RawArray reaches the forked subtask
         self.watched: dict[SubtaskKey, _Watched] = {}
         self.next_check = time.monotonic() + interval
 
-    def watch(self, key: SubtaskKey, name: str) -> tuple[Any, str, float]:
+    def watch(self, key: SubtaskKey, name: str) -> tuple[str, str, float]:
         """Watch subtask ``key`` from now on; what its process needs (``run_subtask``'s
-        ``watch`` argument: the shared numbers, the stack file and the interval)."""
-        cell = self.ctx.RawArray("d", 3)
-        fd, path = tempfile.mkstemp(prefix="stack-", suffix=".txt", dir=util.get_temp_dir())
+        ``watch`` argument: the file of the shared numbers, the stack file and the interval)."""
+        fd, cell_path = tempfile.mkstemp(prefix="beat-", dir=util.get_temp_dir())
+        try:
+            os.ftruncate(fd, CELL_BYTES)  # zeros: no beat yet, not busy
+            shared = mmap.mmap(fd, CELL_BYTES)
+        finally:
+            os.close(fd)
+        fd, dump_path = tempfile.mkstemp(prefix="stack-", suffix=".txt", dir=util.get_temp_dir())
         os.close(fd)
-        self.watched[key] = _Watched(name, cell, path, time.monotonic())
-        return cell, path, self.interval
+        self.forget(key)
+        self.watched[key] = _Watched(name, memoryview(shared).cast("d"), shared, cell_path, dump_path,
+                                     time.monotonic())
+        return cell_path, dump_path, self.interval
 
     def started(self, key: SubtaskKey, pid: int | None) -> None:
         if key in self.watched:
@@ -78,10 +102,7 @@ class Watchdog:
     def forget(self, key: SubtaskKey) -> None:
         watched = self.watched.pop(key, None)
         if watched is not None:
-            try:
-                os.unlink(watched.dump_path)
-            except OSError:
-                pass
+            watched.close()
 
     def due_in(self) -> float | None:
         """Seconds until the next :meth:`check` (None: nothing to watch)."""
@@ -108,6 +129,7 @@ class Watchdog:
         w = self.watched.pop(key)
         assert w.pid is not None
         stack = _stack(w.pid, w.dump_path)
+        w.close()
         try:
             os.kill(w.pid, signal.SIGKILL)
         except ProcessLookupError:

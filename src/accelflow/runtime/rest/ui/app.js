@@ -42,17 +42,31 @@ function el(tag, attrs = {}, ...children) {
 function device(d, resource) {
   const used = 1 - d.free.value;
   return el("div", { class: "device", "data-resource": resource, "data-address": d.address },
-    el("div", { class: "addr" }, `${resource} ${d.address}`,
-       d.placeholder ? el("span", { class: "muted" }, " (no info)") : null),
+    el("div", { class: "addr" }, `${resource} ${d.address} `,
+       d.placeholder ? el("span", { class: "muted" }, " (no info)") : null,
+       d.health ? el("span", { class: `badge health ${d.health.state}` }, d.health.state) : null),
+    d.quarantined ? el("div", { class: "error quarantine" }, `quarantined: ${d.quarantined}`) : null,
     el("div", { class: "bar", title: `${Math.round(used * 100)}% held` },
        el("div", { style: `width:${used * 100}%` })),
     el("div", {}, `free ${d.free.exact}`),
+    d.memory ? el("div", { class: "memory" }, `memory ${bytes(d.memory.free)} free of ${bytes(d.memory.total)}`) : null,
+    xids(d.health),
     el("div", { class: "props" },
        Object.entries(d.properties).map(([k, v]) => el("div", {}, `${k}: ${v}`))),
     d.holders.length
       ? el("ul", { class: "holders" }, d.holders.map(h =>
-          el("li", { class: "holder" }, `${h.subtask} · ${h.job} · ${h.share.exact}`)))
+          el("li", { class: "holder" }, [`${h.subtask} · ${h.job} · ${h.share.exact}`,
+            h.memory ? ` · ${bytes(h.memory)}` : "",
+            h.memory_used !== null && h.memory_used !== undefined ? ` (uses ${bytes(h.memory_used)})` : ""].join(""))))
       : el("div", { class: "muted" }, "no holder"));
+}
+
+// A watched device's Xids: the count of each, the last few faults with their time.
+function xids(health) {
+  if (!health || !health.history.length) return null;
+  const counts = Object.entries(health.xid_counts).map(([x, n]) => `Xid ${x} × ${n}`).join(", ");
+  return el("div", { class: "xids" }, counts ? el("div", {}, counts) : null,
+    el("ul", {}, health.history.slice(-3).reverse().map(h => el("li", { class: `fault ${h.kind}` }, h.reason))));
 }
 
 function taskexecutor(te) {

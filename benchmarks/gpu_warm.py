@@ -1,0 +1,107 @@
+"""The warm-device figures of ``benchmarks/gpu_inference.py`` (issue 27): resident sharers at
+p=2, the second job on a session cluster, and the recovery from a SIGKILLed subtask. Run by
+``gpu_inference.py`` after its own figures (see its docstring); the cluster and the output
+sink are ``benchmarks/warm.py``'s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from warm import Cluster, _pids
+
+
+class Outputs:
+    """A sink noting ``<pid> <time>`` at its first prediction and then every 20 ms of them."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.last = path, 0.0
+
+    def invoke(self, record: Any) -> None:
+        now = time.time()
+        if now - self.last >= 0.02:
+            self.last = now
+            with open(self.path, "a") as f:
+                f.write(f"{os.getpid()} {now}\n")
+
+
+def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], bare_s: float, args: Any,
+                 model: Any = None, device: str | None = "cuda", fake_gpu: bool = False) -> None:
+    """Print the figures; ``model``, ``device`` and ``fake_gpu`` change only for a dry run
+    of this code on a machine without a GPU (a NumPy model, no device, a fake GPU)."""
+    from gpu_inference import Classify, accelflow_job
+
+    n, model = len(images), model if model is not None else Classify()
+    for p in [p for p in args.parallelism if p > 1]:
+        runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for _ in range(args.repeat):  # in turns, in this run
+            for resident in (False, True):
+                runs[resident].append(accelflow_job(images, args.batch_size, args.prefetch, p, resident=resident))
+        for resident, done in runs.items():
+            running = min(r["running"] for r in done)
+            agree = max(float(np.mean(r["predictions"] == expected)) for r in done)
+            print(f"accelflow p={p} at 1/{p} each, resident={resident}: running {n / running / 1e3:8.1f}k img/s "
+                  f"({bare_s / running:.2f}x), whole {bare_s / min(r['whole'] for r in done):.2f}x, "
+                  f"predictions agreeing {agree:.5f}")
+    with tempfile.TemporaryDirectory(prefix="accelflow-gpu-warm-") as name:
+        tmp = Path(name)
+        (tmp / "lib").mkdir()
+        np.save(tmp / "images.npy", images)  # mapped by the subtasks, not pickled to the cluster
+        cluster = Cluster(tmp, {"taskmanager.numberOfTaskSlots": 4}, fake_gpu=fake_gpu)
+        os.environ["ACCELFLOW_STATE_DIR"] = cluster.env["ACCELFLOW_STATE_DIR"]
+        try:
+            for resident in (False, True):
+                for job in ("first", "second"):
+                    f = session_job(cluster, tmp, model, args.batch_size, resident=resident, device=device,
+                                    name=f"{job}-{resident}")
+                    print(f"session, resident={resident}, {job} job: first output {f['first output']:.3f} s, "
+                          f"start-up {f['start-up']:.3f} s, whole {bare_s / f['whole']:.2f}x of the bare loop")
+                f = session_job(cluster, tmp, model, args.batch_size, resident=resident, device=device,
+                                name=f"kill-{resident}", kill=True)
+                print(f"session, resident={resident}: a subtask SIGKILLed, its output again after "
+                      f"{f['recovery']:.3f} s")
+        finally:
+            cluster.stop()
+
+
+def session_job(cluster: Cluster, tmp: Path, model: Any, batch: int, *, resident: bool, device: str | None,
+                name: str, kill: bool = False) -> dict[str, float]:
+    """One job of 2 subtasks at half the GPU on ``cluster``, submitted from this process."""
+    from accelflow import Environment
+    from accelflow.runtime.client import ExecutionContext, use_context
+
+    outputs = tmp / f"{name}.outputs"
+    conf: dict[str, Any] = {"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"}
+    images = np.load(tmp / "images.npy", mmap_mode="r")
+    killed: list[float] = []
+    with use_context(ExecutionContext(cluster_url=cluster.url)):
+        env = Environment(conf if kill else {})
+        env.from_collection(images, parallelism=2).map_batches(
+            model, batch_size=batch, parallelism=2, device=device, resident=resident,
+            device_backend="torch" if device else None, resources={"gpu": 0.5}).add_sink(Outputs(str(outputs)))
+        if kill:
+            threading.Thread(target=_kill_one, args=(outputs, killed), daemon=True).start()
+        t0 = time.time()
+        env.execute(name)
+        whole = time.time() - t0
+    times = [float(line.split()[1]) for line in outputs.read_text().splitlines()]
+    figures = {"first output": min(times) - t0, "start-up": env.last_result.startup_s, "whole": whole}
+    if killed:
+        figures["recovery"] = min(t for t in times if t > killed[0]) - killed[0]
+    return figures
+
+
+def _kill_one(outputs: Path, killed: list[float]) -> None:
+    """SIGKILL the subtask that gave the first output, once both subtasks give outputs."""
+    deadline = time.monotonic() + 300
+    while len(_pids(outputs)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if len(_pids(outputs)) >= 2:
+        killed.append(time.time())
+        os.kill(_pids(outputs)[0], signal.SIGKILL)

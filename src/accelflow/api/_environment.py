@@ -1,0 +1,228 @@
+"""``Environment``: builds a job graph and runs it.
+
+Example:
+    >>> env = Environment({"parallelism.default": 2})
+    >>> sorted(env.from_elements(3, 1, 2).map(lambda x: x * 10).execute_and_collect())
+    [10, 20, 30]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from accelflow._errors import AccelflowError, ConfigError
+from accelflow.config import Configuration, config_from
+from accelflow.config import keys as k
+from accelflow.connectors import ArraySource, CollectionSource, SequenceSource
+from accelflow.dataflow import Edge, JobGraph, OperatorSpec, Source, SourceSpec, Transformation, build_job_graph
+from accelflow.api._names import shown, unique_name
+from accelflow.runtime.client import ExecutionContext, current_context, warm_up
+from accelflow.scheduling import Amount, ResourceProfile
+
+if TYPE_CHECKING:
+    from accelflow.api._stream import DataStream
+
+_log = logging.getLogger("accelflow.api")
+
+
+class Environment:
+    """Builds and runs a job.
+
+    Args:
+        config: flat config keys (as in a YAML file), e.g. ``{"external-resources": "gpu",
+            "external-resource.gpu.amount": 2, ...}``. Under ``accelflow run``, ``--conf``
+            sits below this dict and ``-D`` above it.
+
+    Raises:
+        ConfigError: every problem in the config, one per key.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        #: how this environment's jobs run (``accelflow run`` installs one; see
+        #: :class:`accelflow.runtime.client.ExecutionContext`)
+        self._context: ExecutionContext = current_context()
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(
+                f"needs a mapping of config keys to values, e.g. {{\"parallelism.default\": 2}}, "
+                f"got {shown(config)}; for a YAML file use Environment.from_yaml(path)",
+                key="Environment(config)")
+        self._values = dict(config or {})
+        self.config: Configuration = self._merged_config()
+        for warning in self.config.warnings:  # about the merged layers, once per environment
+            _log.warning("%s", warning)
+        warm_up(self.config, self._context)  # the zygote imports while the job is built
+        self._transformations: list[Transformation] = []
+        #: the result of the last job this environment ran (set by ``execute``)
+        self.last_result: Any = None
+
+    def _merged_config(self) -> Configuration:
+        ctx = self._context
+        return config_from(base=dict(ctx.base_config), conf_file=ctx.conf_file,
+                           values=self._values, definitions=list(ctx.definitions))
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Environment:
+        """An environment configured by a YAML file of flat keys.
+
+        Raises:
+            ConfigError: every problem of the file at once, a key set twice included.
+        """
+        from accelflow.config import read_yaml_layer
+
+        data, duplicates = read_yaml_layer(path)
+        try:
+            env = cls(data)
+        except ConfigError as exc:
+            raise ConfigError([*duplicates, *exc.problems]) from None
+        if duplicates:
+            raise ConfigError(duplicates)
+        return env
+
+    # -- sources ----------------------------------------------------------------------------
+    def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], type_info: Any = None, *,
+                        name: str = "collection", parallelism: int | None = None) -> DataStream:
+        """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
+        with the subtasks rather than pickled: on this host they read it straight out of the
+        client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
+        not change it while the job runs), or a copy in shared memory (see
+        ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
+        where = f"operator {name!r}"
+        if isinstance(items, np.ndarray):
+            if items.ndim == 0:
+                raise ConfigError("from_collection needs an array of at least one dimension (its "
+                                  f"rows are the records), got the 0-d array {items!r}", key=where)
+            source: Source[Any] = ArraySource([items])
+        else:
+            try:
+                records = iter(items)
+            except TypeError:
+                raise ConfigError(
+                    "from_collection needs the records as an iterable (a list, a tuple, a generator...) "
+                    f"or a NumPy array, got {shown(items)}; for one record pass a list: [record]",
+                    key=where) from None
+            source = CollectionSource(list(records))
+        return self._add(SourceSpec(source), name, 1 if parallelism is None else parallelism, [])
+
+    def from_sequence(self, start: int, end: int, *, name: str = "sequence",
+                      parallelism: int | None = None) -> DataStream:
+        """The integers ``start..end`` inclusive, split across the source's subtasks."""
+        for what, value in (("start", start), ("end", end)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ConfigError(f"from_sequence needs integers (start and end, inclusive), got "
+                                  f"{shown(value)} for {what}", key=f"operator {name!r}")
+        start, end = int(start), int(end)
+        if end < start:
+            raise ConfigError(f"from_sequence({start}, {end}): end must be >= start", key=name)
+        return self._add(SourceSpec(SequenceSource(start, end)), name, parallelism, [])
+
+    def from_elements(self, *elements: Any, type_info: Any = None, name: str = "elements") -> DataStream:
+        """A bounded stream of ``elements`` (PyFlink's ``from_elements``), in one subtask."""
+        return self.from_collection(list(elements), name=name)
+
+    def from_source(self, source: Source[Any], watermark_strategy: Any = None, source_name: str | None = None,
+                    type_info: Any = None, *, name: str | None = None,
+                    parallelism: int | None = None) -> DataStream:
+        """A user :class:`Source` (bounded or unbounded). With ``watermark_strategy`` (as
+        PyFlink's ``from_source(source, strategy, name)``) its records get timestamps and
+        watermarks at once (a Kafka record's own timestamp when the strategy has no
+        assigner): ``assign_timestamps_and_watermarks`` chained to the source."""
+        stream = self._add(SourceSpec(source), name or source_name or type(source).__name__, parallelism, [])
+        if watermark_strategy is not None:
+            stream = stream.assign_timestamps_and_watermarks(watermark_strategy)
+        return stream
+
+    def set_parallelism(self, parallelism: int) -> Environment:
+        """The default parallelism of the operators added after this (``parallelism.default``)."""
+        return self._set(k.PARALLELISM_DEFAULT.name, parallelism)
+
+    def get_parallelism(self) -> int:
+        return int(self.config.get(k.PARALLELISM_DEFAULT))
+
+    def set_max_parallelism(self, max_parallelism: int) -> Environment:
+        """The number of key groups of keyed state (``pipeline.max-parallelism``)."""
+        return self._set(k.PIPELINE_MAX_PARALLELISM.name, max_parallelism)
+
+    def set_buffer_timeout(self, timeout_millis: int) -> Environment:
+        """``execution.buffer-timeout`` in milliseconds (Flink's ``setBufferTimeout``): 0
+        sends every record at once, -1 only full chunks."""
+        if isinstance(timeout_millis, bool) or not isinstance(timeout_millis, int) or timeout_millis < -1:
+            raise ConfigError(f"expected milliseconds >= 0, or -1, got {shown(timeout_millis)}",
+                              key="set_buffer_timeout")
+        return self._set(k.BUFFER_TIMEOUT.name, -1 if timeout_millis < 0 else f"{timeout_millis} ms")
+
+    def _set(self, key: str, value: Any) -> Environment:
+        self._values[key] = value
+        self.config = self._merged_config()  # checks the value; -D still wins, as for any key
+        return self
+
+    def enable_checkpointing(self, interval_ms: int) -> Environment:
+        """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
+        ``enableCheckpointing``); the same as ``execution.checkpointing.interval``."""
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or interval_ms <= 0:
+            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval_ms!r}",
+                              key="enable_checkpointing")
+        return self._set(k.CHECKPOINT_INTERVAL.name, f"{interval_ms} ms")
+
+    # -- running ----------------------------------------------------------------------------
+    def execute(self, name: str = "accelflow job") -> Any:
+        """Run the job to completion on the embedded cluster and return its ``JobResult``.
+
+        Raises:
+            JobError: a subtask failed (after restarts, if any) or a TaskExecutor died.
+            AllocationError: a resource request cannot be met; says why per device.
+        """
+        self.last_result = self.execute_async(name).wait()
+        return self.last_result
+
+    def execute_async(self, name: str = "accelflow job") -> Any:
+        """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""
+        from accelflow.runtime.client import submit
+
+        return submit(self._job_graph(name), self.config, self._context)
+
+    def _job_graph(self, name: str) -> JobGraph:
+        """Check the job built so far and turn it into its graph (the environment is emptied)."""
+        if not isinstance(name, str):
+            raise ConfigError(f"a job's name must be a string, got {shown(name)}", key="execute(name)")
+        if not self._transformations:
+            raise AccelflowError("the job has no operators: add a source and a sink first")
+        if not any(t.is_sink for t in self._transformations):
+            raise AccelflowError(
+                "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
+                "execute_and_collect()"
+            )
+        graph = build_job_graph(name, list(self._transformations))
+        self._transformations.clear()
+        return graph
+
+    # -- internals ----------------------------------------------------------------------------
+    def _add(self, spec: OperatorSpec, name: str, parallelism: int | None, inputs: Sequence[Edge], *,
+             resources: Mapping[str, Amount] | None = None) -> DataStream:
+        """Add the operator of ``spec`` reading ``inputs``; the spec's arguments are checked
+        here, once (see ``Transformation``). A sink takes its input's parallelism."""
+        from accelflow.api._stream import DataStream
+
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"an operator's name must be a non-empty string, got {shown(name)}",
+                              key=f"{spec.kind}(name=)")
+        check_parallelism(parallelism, f"operator {name!r}")
+        if parallelism is None:
+            parallelism = self._transformations[inputs[0].source].parallelism if inputs and spec.is_sink \
+                else self.config.get(k.PARALLELISM_DEFAULT)
+        profile = ResourceProfile.parse(resources, operator=name)
+        t = Transformation(id=len(self._transformations), name=unique_name(name, self._transformations),
+                           spec=spec, parallelism=parallelism, resources=profile, inputs=list(inputs))
+        self._transformations.append(t)
+        return DataStream(self, t.id)
+
+
+def check_parallelism(parallelism: Any, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``parallelism`` is None or a positive integer."""
+    if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)
+                                    or parallelism < 1):
+        raise ConfigError(f"parallelism must be a positive integer, got {parallelism!r}", key=where)

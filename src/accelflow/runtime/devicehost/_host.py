@@ -1,0 +1,186 @@
+"""The device host's process: its device made ready once, the resident instances it keeps,
+and the subtasks attached to them.
+
+A subtask attaches with :class:`~accelflow.runtime.Attach` (the operator's key and pickled
+bytes, its call options and its share of the device). The first attach of a key opens an
+instance (``open(ctx)`` with a :class:`~accelflow.dataflow.RuntimeContext` of the whole
+device, see :func:`device_context`); later ones, of any attempt or job, reuse it. Instances
+are kept least recently used first, at most ``taskmanager.resident.max-instances``, and,
+where the framework measures device memory, no more than the device holds: an instance no
+subtask uses is closed to make room. An instance that holds more memory than the share of
+the subtask that opened it is refused (``AllocationError``). Every change is reported to the
+TaskExecutor (:class:`~accelflow.runtime.HostReport`), which tells the JobManager.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections import OrderedDict
+from fractions import Fraction
+from multiprocessing.connection import Connection
+from typing import Any
+
+from accelflow._errors import AllocationError, encode_error
+from accelflow.dataflow import RuntimeContext
+from accelflow.resources import ExternalResourceInfo
+from accelflow.runtime import (
+    HOSTS_KEY_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance, ResidentRequest,
+    die_with_parent, memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener, warm_device,
+    whole_lines,
+)
+from accelflow.runtime.devicehost._instances import Client, Instance, Request
+
+_log = logging.getLogger("accelflow.devicehost")
+_MIB = 2**20
+
+
+def device_context(resource: str, info: ExternalResourceInfo, taskexecutor_id: str, operator: str) -> RuntimeContext:
+    """What a resident instance's ``open(ctx)`` gets: the device, not one subtask: subtask 0
+    of 1, attempt 0, the whole device assigned (``get_resource_shares`` gives it share 1)."""
+    return RuntimeContext(task_name=operator, operator_name=operator, index_of_this_subtask=0,
+                          number_of_parallel_subtasks=1, attempt_number=0,
+                          assigned={resource: {info: Fraction(1)}},
+                          taskexecutor_infos={resource: frozenset({info})}, taskexecutor_id=taskexecutor_id)
+
+
+class DeviceHost:
+    def __init__(self, resource: str, properties: dict[str, str], taskexecutor_id: str, max_instances: int,
+                 control: Connection) -> None:
+        self.resource, self.info = resource, ExternalResourceInfo(properties)
+        self.device = f"{resource} {self.info.address}"
+        self.taskexecutor_id, self.max_instances = taskexecutor_id, max_instances
+        mib = properties.get("memory_total", "")
+        self.memory_total = int(mib) * _MIB if mib.isdigit() else None
+        self.instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
+        self.lock = threading.Lock()  # the instances; an open holds it (opens one at a time)
+        self.control, self.control_lock = control, threading.Lock()
+
+    # -- one attached subtask (a thread each) --------------------------------------------------
+    def serve(self, conn: Connection) -> None:
+        try:
+            attach = conn.recv()
+            assert isinstance(attach, Attach), attach
+            client = Client(conn, attach.subtask)
+            try:
+                instance, opened = self._attach(attach, id(client))
+            except BaseException as exc:
+                conn.send(HostFailed(encode_error(exc, with_traceback=True)))
+                return
+            try:
+                conn.send(Attached(opened, instance.memory))
+                while True:
+                    header, chunk = recv_chunk(conn)
+                    assert isinstance(header, ResidentRequest), header
+                    instance.submit(Request(client, header.seq, chunk, header.records, header.flush))
+            finally:
+                with self.lock:
+                    instance.users.discard(id(client))
+                self.report()
+        except (EOFError, OSError):
+            pass  # the subtask ended, or was cancelled
+        finally:
+            conn.close()
+
+    def _attach(self, attach: Attach, user: int) -> tuple[Instance, bool]:
+        with self.lock:
+            instance, opened = self.instances.get(attach.key), False
+            if instance is None:
+                instance, opened = self._open(attach), True
+            self.instances.move_to_end(attach.key)
+            instance.users.add(user)
+        self.report()
+        return instance, opened
+
+    def _open(self, attach: Attach) -> Instance:
+        self._make_room(self.max_instances - 1, f"taskmanager.resident.max-instances ({self.max_instances})")
+        instance = Instance(attach)
+        instance.open(device_context(self.resource, self.info, self.taskexecutor_id, attach.operator))
+        _log.info("%s: opened resident operator %r (key %s, %s of device memory)", self.device,
+                  attach.operator, attach.key, memory_text(instance.memory))
+        share = Fraction(attach.numerator, attach.denominator)
+        if instance.memory is not None and self.memory_total is not None and instance.memory > share * self.memory_total:
+            instance.close()
+            raise AllocationError(
+                f"resident operator {attach.operator!r} holds {memory_text(instance.memory)} of device memory "
+                f"after open(), more than its share {share} of {self.device} allows "
+                f"({memory_text(int(share * self.memory_total))} of {memory_text(self.memory_total)}): ask for a "
+                f"larger share, e.g. resources={{{self.resource!r}: {share_for(instance.memory, self.memory_total)}}}")
+        self.instances[attach.key] = instance
+        if instance.memory is not None and self.memory_total is not None:
+            while sum(i.memory or 0 for i in self.instances.values()) > self.memory_total:
+                if not self._evict_one(keep=attach.key):
+                    break
+        return instance
+
+    def _make_room(self, most: int, limit: str) -> None:
+        while len(self.instances) > most:
+            if not self._evict_one():
+                raise AllocationError(
+                    f"the device host of {self.device} keeps {len(self.instances)} resident instances "
+                    f"({limit}), each used by a running subtask: raise the limit, or run fewer "
+                    "different resident operators on one device at once")
+
+    def _evict_one(self, keep: str | None = None) -> bool:
+        """Close the least recently used instance that no subtask uses; whether there was one."""
+        key = next((k for k, i in self.instances.items() if not i.users and k != keep), None)
+        if key is None:
+            return False
+        instance = self.instances.pop(key)
+        instance.close()
+        _log.info("%s: closed resident operator %r (key %s) to make room", self.device, instance.operator, key)
+        return True
+
+    def report(self) -> None:
+        """Tell the TaskExecutor what is resident now."""
+        with self.lock:
+            instances = tuple(
+                ResidentInstance(self.resource, self.info.address, i.operator, i.key, i.memory, len(i.users), i.since)
+                for i in self.instances.values())
+        with self.control_lock:
+            try:
+                self.control.send(HostReport(instances))
+            except OSError:
+                pass  # the TaskExecutor is stopping this host
+
+    def close(self) -> None:
+        with self.lock:
+            for instance in self.instances.values():
+                instance.close()
+            self.instances.clear()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``FD ADDRESS SPEC_JSON``: the control socket to the TaskExecutor, the address to listen
+    on, and ``{"resource", "properties", "framework", "preload", "preload_key",
+    "taskexecutor_id", "max_instances"}``. The connections' key is in ``$ACCELFLOW_DEVICE_HOSTS_KEY``."""
+    fd, address, raw = argv if argv is not None else sys.argv[1:]
+    die_with_parent()  # its TaskExecutor's spawning thread, which lives as long as it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
+    whole_lines()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec: dict[str, Any] = json.loads(raw)
+    key = bytes.fromhex(os.environ.pop(HOSTS_KEY_ENV_VAR))
+    control = Connection(int(fd))
+    used, note = warm_device(spec["framework"])
+    preload(spec["preload"], spec["preload_key"])
+    host = DeviceHost(spec["resource"], spec["properties"], spec["taskexecutor_id"], spec["max_instances"], control)
+    _log.info("device host of %s (pid %d): %s", host.device, os.getpid(), note)
+    listener = unix_listener(address)
+    stopped = threading.Event()
+    threading.Thread(target=serve_forever, daemon=True, name="accelflow-resident-accept",
+                     args=(listener, key, host.serve, stopped.is_set, "accelflow-resident")).start()
+    try:
+        control.send(HostReady(os.getpid(), address, used, note))
+        control.recv()  # nothing comes: the TaskExecutor closes it to stop this host
+    except (EOFError, OSError):
+        pass
+    stopped.set()
+    host.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

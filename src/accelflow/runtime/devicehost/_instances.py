@@ -1,0 +1,224 @@
+"""One resident operator instance in its device host, and the batches it runs.
+
+Every subtask attached to the instance puts its requests (a chunk each) on the instance's one
+queue; one thread takes them in order and runs them:
+
+- ``map``: each request's records one at a time, as a subtask's ``map`` does;
+- ``map_batches``: requests of any subtasks together, up to ``batch_size`` records a batch (a
+  request that would overflow it starts the next one), waiting at most ``max_wait`` after the
+  first for more (without it, for a full batch or a ``flush``), through the device stage with
+  ``device=`` (its in-flight batches drained when no request came for ``DRAIN_AFTER_S``). Each
+  batch's outputs are split back per request, which needs one output per record when a batch
+  holds several requests.
+
+Each subtask gets its replies in the order of its requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from accelflow._errors import JobError, RemoteError, encode_error
+from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
+from accelflow.runtime import Attach, ResidentReply, device_memory, send_chunk
+from accelflow.runtime.subtask import DRAIN_AFTER_S, DeviceStage, PlainStage, open_stage
+
+_log = logging.getLogger("accelflow.devicehost")
+
+
+class Client:
+    """One attached subtask's connection: replies go out under a lock (the instance's thread
+    sends them while the subtask's own thread reads its requests)."""
+
+    def __init__(self, conn: Connection, subtask: str) -> None:
+        self.conn, self.subtask = conn, subtask
+        self.lock = threading.Lock()
+
+    def reply(self, seq: int, chunk: Any, error: RemoteError | None = None) -> None:
+        with self.lock:
+            try:
+                send_chunk(self.conn, ResidentReply(seq, error), chunk)
+            except OSError:
+                pass  # it went away (cancelled, failed): it needs no answer
+
+
+@dataclass
+class Request:
+    client: Client
+    seq: int
+    chunk: Any
+    records: int
+    flush: bool
+    arrived: float = field(default_factory=time.monotonic)
+    answered: bool = False
+
+    def answer(self, chunk: Any, error: RemoteError | None = None) -> None:
+        self.answered = True
+        self.client.reply(self.seq, chunk, error)
+
+
+class Instance:
+    """The opened operator of one key: ``users`` (attached clients), ``memory`` (bytes it took
+    on the device when opened, None where not measurable) and its batch thread."""
+
+    def __init__(self, attach: Attach) -> None:
+        self.key, self.operator, self.options = attach.key, attach.operator, attach.options
+        self.since = time.time()
+        self.users: set[int] = set()
+        self.memory: int | None = None
+        obj: Any = cloudpickle.loads(attach.blob)
+        obj = self.obj = obj() if inspect.isclass(obj) else obj
+        method = self.options.method
+        fn: Any = getattr(self.obj, method, None) if method else None
+        self.fn: Callable[[Any], Any] = fn if fn is not None else obj
+        self.stage: DeviceStage | PlainStage | None = None
+        self.requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
+        self.in_flight: deque[list[Request]] = deque()  # the requests of each batch in the stage
+        self.thread = threading.Thread(target=self._serve, daemon=True, name=f"accelflow-resident-{self.key}")
+
+    def open(self, ctx: RuntimeContext) -> None:
+        """``open(ctx)`` of the user's object, measuring the device memory it took."""
+        before = device_memory()
+        if hasattr(self.obj, "open") and callable(self.obj.open):
+            self.obj.open(ctx)
+        self.stage = self._stage()
+        after = device_memory()
+        self.memory = None if after is None else after - (before or 0)
+        self.thread.start()
+
+    def _stage(self) -> DeviceStage | PlainStage | None:
+        o = self.options
+        if o.kind != "map_batches" or o.device is None:
+            return None
+        spec = MapBatchesSpec(self.fn, batch_size=o.batch_size, max_wait=o.max_wait, device=o.device,
+                              prefetch=o.prefetch, device_backend=o.device_backend)
+        return open_stage(self.fn, spec, self.operator)
+
+    def submit(self, request: Request) -> None:
+        self.requests.put(request)
+
+    def close(self) -> None:
+        """Stop the batch thread (after the requests queued) and call the object's ``close()``."""
+        self.requests.put(None)
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(30)
+        if hasattr(self.obj, "close") and callable(self.obj.close):
+            try:
+                self.obj.close()
+            except Exception:
+                _log.exception("resident operator %r: close() failed", self.operator)
+
+    # -- the batch thread ----------------------------------------------------------------------
+    def _serve(self) -> None:
+        carried: Request | None = None
+        while True:
+            first = carried or self._next(None)
+            carried = None
+            if first is None:
+                self._drain()
+                return
+            batch, carried = [first], None
+            if self.options.kind == "map_batches":
+                batch, carried = self._gather(first)
+            self._run(batch)
+
+    def _next(self, timeout: float | None) -> Request | None:
+        """The next request; with the stage holding batches, drained when none comes soon."""
+        while True:
+            busy = self.in_flight and (timeout is None or timeout > DRAIN_AFTER_S)
+            try:
+                return self.requests.get(timeout=DRAIN_AFTER_S if busy else timeout)
+            except queue.Empty:
+                if not busy:
+                    raise
+                self._drain()
+                if timeout is not None:
+                    timeout -= DRAIN_AFTER_S
+
+    def _gather(self, first: Request) -> tuple[list[Request], Request | None]:
+        """Requests after ``first`` while they fit ``batch_size`` (until ``max_wait`` or a
+        flush); the one that did not fit, to start the next batch."""
+        batch, n = [first], first.records
+        size, wait = self.options.batch_size, self.options.max_wait
+        deadline = None if wait is None else first.arrived + wait
+        while n < size and not batch[-1].flush:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            try:
+                nxt = self._next(left)
+            except queue.Empty:
+                break
+            if nxt is None:
+                self.requests.put(None)  # closing: run what is here first
+                break
+            if n + nxt.records > size:
+                return batch, nxt
+            batch.append(nxt)
+            n += nxt.records
+        return batch, None
+
+    def _run(self, batch: list[Request]) -> None:
+        members = [r for r in batch if r.records]
+        try:
+            if self.options.kind == "map":
+                for r in members:
+                    r.answer([self.fn(x) for x in iter_records(r.chunk)])
+            elif self.stage is not None:
+                results = self.stage.submit([r.chunk for r in members]) if members else []
+                if members:
+                    self.in_flight.append(members)
+                for result in results:
+                    self._split(self.in_flight.popleft(), result)
+                if batch[-1].flush:
+                    self._drain()
+            elif members:
+                self._split(members, self.fn(to_batch([r.chunk for r in members])))
+        except BaseException as exc:  # the user's error goes to every request not answered
+            error = encode_error(exc, with_traceback=True)
+            for r in [*(r for b in self.in_flight for r in b), *members]:
+                if not r.answered:
+                    r.answer([], error)
+            self.in_flight.clear()
+            if self.stage is not None:
+                self.stage = self._stage()  # nothing of the failed batches left in flight
+        for r in batch:
+            if not r.records:  # a flush: answered after everything before it
+                r.answer([])
+
+    def _drain(self) -> None:
+        if self.stage is None or not self.in_flight:
+            return
+        for result in self.stage.drain():
+            self._split(self.in_flight.popleft(), result)
+
+    def _split(self, members: list[Request], result: Any) -> None:
+        """Send each request its part of ``result`` (what ``fn`` returned for their batch)."""
+        out = result if isinstance(result, list | Columns) else from_batch(result, self.operator)
+        if len(members) == 1:
+            members[0].answer(out)
+            return
+        n = sum(r.records for r in members)
+        if len(out) != n:
+            error = encode_error(JobError(
+                f"operator {self.operator!r} (resident map_batches) returned {len(out)} outputs for a "
+                f"batch of {n} records from {len(members)} requests: a batch of several subtasks' "
+                "records needs one output per record to give each its own"))
+            for r in members:
+                r.answer([], error)
+            return
+        start = 0
+        for r in members:
+            r.answer(out.slice(start, start + r.records) if isinstance(out, Columns) else out[start:start + r.records])
+            start += r.records

@@ -1,0 +1,236 @@
+"""The event-time operators of a subtask: each runs one of the pure engines of phase 1
+(``_window_engine``, ``_process_engine``, ``_interval_join``, ``_watermarks``) on chunks.
+
+Records come in with their timestamps (:class:`~accelflow.dataflow.Timestamped` chunks) and
+keys (the key selector of their input's ``key_by``); outputs leave stamped (a window result
+at its window's ``max_timestamp()``, an element's output at its timestamp); side outputs go
+to :attr:`Operator.side`; watermarks advance the engine (:meth:`process_watermark`);
+processing-time timers are the runner's deadlines. Snapshots hold keyed state and timers per
+key group, so a restore at another parallelism takes back exactly the groups each subtask
+owns.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from accelflow._errors import JobError
+from accelflow.dataflow import (
+    CoProcessSpec, IntervalJoinSpec, ProcessSpec, RuntimeContext, TimestampsSpec, Transformation, UnionSpec,
+    WindowSpec,
+    iter_records, stamped, timestamps_of, unstamped,
+)
+from accelflow.dataflow.eventtime import MAX_TIMESTAMP
+from accelflow.runtime import ChainPlan, StreamStatus, Watermark
+from accelflow.runtime.subtask._engine_base import Outputs
+from accelflow.runtime.subtask._interval_join import IntervalJoinEngine
+from accelflow.runtime.subtask._keyed_functions import KeyedState
+from accelflow.runtime.subtask._operators import Operator, runs
+from accelflow.runtime.subtask._process_engine import CoProcessEngine, KeyedProcessEngine
+from accelflow.runtime.subtask._watermarks import TimestampsAndWatermarks, WatermarkStatus
+from accelflow.runtime.subtask._window_engine import WindowEngine
+
+
+def now_ms() -> int:
+    """Processing time: the wall clock in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def outputs_chunk(op: Operator, out: Outputs) -> Any:
+    """The main outputs of an engine call as a stamped chunk; its side outputs into ``op.side``."""
+    if out.side:
+        tags: dict[str, tuple[list[Any], list[int | None]]] = {}
+        for tag, value, timestamp in out.side:
+            values, stamps = tags.setdefault(tag, ([], []))
+            values.append(value)
+            stamps.append(timestamp)
+        op.side.extend((tag, stamped(values, stamps)) for tag, (values, stamps) in tags.items())
+    if not out.records:
+        return []
+    return stamped([v for v, _ in out.records], [t for _, t in out.records])
+
+
+class EngineOp(Operator):
+    """An operator that runs an engine (built in :meth:`open`, with the subtask's context)."""
+
+    engine: Any
+
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
+        self.max_parallelism = plan.max_parallelism
+        self.keys = (node.key_fn_of(0), node.key_fn_of(1))
+        self.state = KeyedState(node, plan.max_parallelism)
+
+    def make_engine(self, ctx: RuntimeContext) -> Any:
+        raise NotImplementedError
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.engine = self.make_engine(ctx)
+        self.engine.open()
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+
+    def element(self, value: Any, timestamp: int | None, key: Any, input_index: int) -> Outputs:
+        return self.engine.process_element(value, timestamp, key=key)  # type: ignore[no-any-return]
+
+    def process(self, chunk: Any) -> Any:
+        return self.process_input(chunk, 0)
+
+    def process_input(self, chunk: Any, input_index: int) -> Any:
+        out = Outputs()
+        key_fn = self.keys[input_index]
+        stamps = timestamps_of(chunk) or [None] * len(chunk)
+        element = self.element
+        for value, timestamp in zip(iter_records(chunk), stamps):
+            out.extend(element(value, timestamp, key_fn(value) if key_fn is not None else None, input_index))
+        return outputs_chunk(self, out)
+
+    def process_watermark(self, timestamp: int) -> Any:
+        return outputs_chunk(self, self.engine.advance_watermark(timestamp))
+
+    def deadline(self) -> float | None:
+        due = self.engine.timers.next_processing_time()
+        return None if due is None else time.monotonic() + (due - now_ms()) / 1000
+
+    def on_deadline(self) -> Any:
+        return outputs_chunk(self, self.engine.advance_processing_time(now_ms()))
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return self.state.snapshot(self.engine)
+
+    def reset(self) -> None:
+        self.engine.reset()  # keyed state (window contents, join buffers) and timers
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        self.state.restore(self.engine, states, index, parallelism)
+
+
+@runs(UnionSpec)
+class UnionOp(Operator):
+    """``union``: the records of every input, as they come."""
+
+    def process(self, chunk: Any) -> Any:
+        return chunk
+
+
+@runs(WindowSpec)
+class WindowOp(EngineOp):
+    """``window(...).reduce/aggregate/process/apply`` and ``window_all``."""
+
+    def make_engine(self, ctx: RuntimeContext) -> Any:
+        spec = self.node.spec
+        assert isinstance(spec, WindowSpec)
+        self.event_time = spec.assigner.is_event_time()
+        return WindowEngine(
+            self.node.name, spec.assigner, trigger=spec.trigger, reduce_function=spec.reduce_function,
+            aggregate_function=spec.aggregate_function, window_function=spec.window_function,
+            allowed_lateness=spec.allowed_lateness, late_data_output_tag=spec.late_tag,
+            all_window=spec.all_window, max_parallelism=self.max_parallelism, runtime_context=ctx)
+
+    def element(self, value: Any, timestamp: int | None, key: Any, input_index: int) -> Outputs:
+        if timestamp is None and self.event_time:
+            raise JobError(
+                f"operator {self.node.name!r}: a record has no timestamp ({value!r:.80}); event-time windows need "
+                "them: call assign_timestamps_and_watermarks(WatermarkStrategy...) before the window, or use a "
+                "processing-time window")
+        return self.engine.process_element(value, timestamp, key=key)  # type: ignore[no-any-return]
+
+
+@runs(ProcessSpec)
+class ProcessOp(EngineOp):
+    """``process(ProcessFunction)`` and ``key_by(...).process(KeyedProcessFunction)``."""
+
+    def make_engine(self, ctx: RuntimeContext) -> Any:
+        return KeyedProcessEngine(self.node.spec.fn, self.node.name, keyed=self.node.spec.keyed,  # type: ignore[attr-defined]
+                                  max_parallelism=self.max_parallelism, runtime_context=ctx)
+
+
+@runs(CoProcessSpec)
+class CoProcessOp(EngineOp):
+    """``connect(other).map/flat_map/process`` (keyed with ``key_by(k1, k2)``)."""
+
+    def make_engine(self, ctx: RuntimeContext) -> Any:
+        return CoProcessEngine(self.node.spec.fn, self.node.name, keyed=self.node.spec.keyed,  # type: ignore[attr-defined]
+                               max_parallelism=self.max_parallelism, runtime_context=ctx)
+
+    def element(self, value: Any, timestamp: int | None, key: Any, input_index: int) -> Outputs:
+        return self.engine.process_element(value, timestamp, key, input_index)  # type: ignore[no-any-return]
+
+
+@runs(IntervalJoinSpec)
+class IntervalJoinOp(CoProcessOp):
+    """``interval_join(...).between(lower, upper).process(ProcessJoinFunction)``."""
+
+    def make_engine(self, ctx: RuntimeContext) -> Any:
+        spec = self.node.spec
+        assert isinstance(spec, IntervalJoinSpec)
+        return IntervalJoinEngine(
+            spec.fn, self.node.name, spec.lower, spec.upper, lower_bound_inclusive=spec.lower_inclusive,
+            upper_bound_inclusive=spec.upper_inclusive, left_late_data_output_tag=spec.left_late_tag,
+            right_late_data_output_tag=spec.right_late_tag, max_parallelism=self.max_parallelism,
+            runtime_context=ctx)
+
+
+@runs(TimestampsSpec)
+class TimestampsOp(Operator):
+    """``assign_timestamps_and_watermarks(strategy)``: stamps each record, makes a watermark
+    every ``pipeline.auto-watermark-interval`` (and the idleness statuses); the input's own
+    watermarks stop here, but the final one of a bounded input."""
+
+    generates_watermarks = True
+
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
+        spec = node.spec
+        assert isinstance(spec, TimestampsSpec)
+        periodic = spec.strategy.kind != "none" and plan.watermark_interval_ms > 0
+        self.interval = plan.watermark_interval_ms / 1000 if periodic else None
+        self.reset()
+
+    def reset(self) -> None:
+        """A new generator (no watermark yet), as at the start."""
+        spec = self.node.spec
+        assert isinstance(spec, TimestampsSpec)
+        self.generator = TimestampsAndWatermarks(spec.strategy, self.node.name)
+        self.next_emit = time.monotonic() + (self.interval or 0)
+
+    def process(self, chunk: Any) -> Any:
+        stamps = timestamps_of(chunk) or [None] * len(chunk)
+        process_element, out = self.generator.process_element, []
+        for value, timestamp in zip(iter_records(chunk), stamps):
+            stamp, events = process_element(value, timestamp)
+            out.append(stamp)
+            if events:
+                self.events += [_event(e) for e in events]
+        return stamped(unstamped(chunk), out)
+
+    def deadline(self) -> float | None:
+        return None if self.interval is None else self.next_emit
+
+    def on_deadline(self) -> Any:
+        assert self.interval is not None
+        now = time.monotonic()
+        self.next_emit = max(self.next_emit + self.interval, now)
+        self.events += [_event(e) for e in self.generator.on_periodic_emit(now_ms())]
+        return []
+
+    def process_watermark(self, timestamp: int) -> Any:
+        if timestamp == MAX_TIMESTAMP:  # the end of a bounded input
+            self.generator.end_of_input()
+        return []
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        return self.generator.snapshot()
+
+    def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
+        self.generator.restore([s for s in states if s])
+
+
+def _event(event: Any) -> Watermark | StreamStatus:
+    if isinstance(event, WatermarkStatus):
+        return StreamStatus(event is WatermarkStatus.IDLE)
+    return Watermark(event.timestamp)

@@ -1,0 +1,214 @@
+"""The subtask's side of a resident operator (``map``/``map_batches`` with ``resident=True``):
+a client of the device host that holds the operator's one instance on this subtask's device.
+
+``open()`` asks the TaskExecutor for the device host of the subtask's device (started on
+demand) and attaches to the instance of the operator's key: the host opens it the first time
+(``Attached.opened``) and every later subtask, attempt or job with the same operator reuses it.
+Each chunk goes to the host as it comes (at most ``batch_size`` records a request, pickle
+protocol 5 with the arrays out of band); the host runs the requests of every subtask on the
+device together, up to ``batch_size`` records a batch, and sends each request's outputs back,
+in order. At most :data:`WINDOW` requests are in flight: a subtask with more asks the host to
+run what it holds (``flush``) and waits for the oldest. A checkpoint barrier and the end of the
+input flush and wait for every request (the checkpoint holds no records in flight).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+from accelflow._errors import ConfigError, TransportError, decode_error
+from accelflow.dataflow import (
+    Columns, MapBatchesSpec, Positioned, ResidentFunction, ResidentMapBatchesSpec, ResidentMapSpec,
+    RuntimeContext, Transformation,
+)
+from accelflow.resources import info_properties
+from accelflow.runtime import (
+    HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, ChainPlan, HostAddress, HostFailed, HostRequest,
+    ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
+)
+from accelflow.runtime.subtask._operators import Operator, join_chunks, runs
+
+#: requests a subtask has in flight at most
+WINDOW = 4
+#: how long the subtask waits at first, and at most, between two looks for outputs
+_POLL_FIRST_S, _POLL_MAX_S = 0.001, 0.02
+
+
+@runs(ResidentMapSpec, ResidentMapBatchesSpec)
+class ResidentOp(Operator):
+    def __init__(self, node: Transformation, plan: ChainPlan) -> None:
+        super().__init__(node, plan)
+        fn = getattr(node.spec, "fn")
+        assert isinstance(fn, ResidentFunction)
+        self.fn = fn
+        spec = node.spec
+        if isinstance(spec, MapBatchesSpec):
+            self.options = ResidentOptions("map_batches", spec.method, spec.batch_size, spec.max_wait,
+                                           spec.device, spec.prefetch, spec.device_backend)
+        else:
+            self.options = ResidentOptions("map", spec.method)
+        self.size = self.options.batch_size if self.options.kind == "map_batches" else 1 << 30
+        self.conn: Connection | None = None
+        self.seq = 0
+        #: requests in flight, oldest first: (seq, positions of their records or None)
+        self.in_flight: deque[tuple[int, Any]] = deque()
+        self.flushed = True  # no request since the last flush
+        self.outputs: list[Any] = []  # received, not handed on yet
+        self.poll_s, self.next_poll = _POLL_FIRST_S, 0.0
+        self.device = ""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        resource, shares = self._device(ctx)
+        (info, share), = shares.items()
+        self.device = f"{resource} {info.address}"
+        properties = info_properties(info)
+        address = _host_address(resource, properties, self.node.name)
+        try:
+            self.conn = Client(address, "AF_UNIX", authkey=_hosts_key())
+        except OSError as exc:
+            raise TransportError(f"operator {self.node.name!r}: cannot reach the device host of "
+                                 f"{self.device}: {exc}") from exc
+        self.conn.send(Attach(self.fn.key, self.fn.blob, self.node.name, self.options,
+                              f"{ctx.task_name} ({ctx.index_of_this_subtask + 1}/{ctx.number_of_parallel_subtasks})",
+                              resource, properties, share.numerator, share.denominator,
+                              ctx.taskexecutor_id))
+        reply = self._recv_control()
+        assert isinstance(reply, Attached), reply
+
+    def _device(self, ctx: RuntimeContext) -> tuple[str, Any]:
+        for resource in self.node.resources:
+            shares = ctx.get_resource_shares(resource)
+            if len(shares) == 1:
+                return resource, shares
+        raise ConfigError(f"resident=True needs one device, but the subtask holds "
+                          f"{ {r: len(ctx.get_resource_shares(r)) for r in self.node.resources} }",
+                          key=f"operator {self.node.name!r}")
+
+    def _recv_control(self) -> Any:
+        assert self.conn is not None
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError):
+            raise self._host_gone() from None
+        if isinstance(reply, HostFailed):  # its message names the operator
+            raise decode_error(reply.error)
+        return reply
+
+    def _host_gone(self) -> TransportError:
+        return TransportError(f"operator {self.node.name!r}: the device host of {self.device} went away "
+                              "(it died, or its TaskExecutor stopped); its resident instances are gone")
+
+    # -- records -------------------------------------------------------------------------------
+    def process(self, chunk: Any) -> Any:
+        positions = chunk.positions if isinstance(chunk, Positioned) else None
+        data = chunk.data if isinstance(chunk, Positioned) else chunk
+        for start in range(0, len(data), self.size):
+            stop = min(start + self.size, len(data))
+            piece = data if (start, stop) == (0, len(data)) else _slice(data, start, stop)
+            self._send(piece, None if positions is None else positions[start:stop])
+        self._receive(wait=False)
+        return self._received()
+
+    def _send(self, piece: Any, positions: Any) -> None:
+        if len(self.in_flight) >= WINDOW:
+            self._flush_request()  # the host may be holding them for a full batch
+            self._receive(wait=True, until=len(self.in_flight) - WINDOW + 1)
+        self._put(piece, positions, False)
+
+    def _flush_request(self) -> None:
+        if not self.flushed:
+            self._put([], None, True)
+
+    def _put(self, piece: Any, positions: Any, flush: bool) -> None:
+        assert self.conn is not None
+        self.seq += 1
+        try:
+            send_chunk(self.conn, ResidentRequest(self.seq, len(piece), flush), piece)
+        except OSError:
+            raise self._host_gone() from None
+        self.in_flight.append((self.seq, positions))
+        self.flushed = flush
+        self.poll_s, self.next_poll = _POLL_FIRST_S, time.monotonic() + _POLL_FIRST_S
+
+    def _receive(self, *, wait: bool, until: int | None = None) -> int:
+        """Take the replies that arrived (``wait``: every request's in flight, or ``until`` of
+        them) into :attr:`outputs`; how many."""
+        assert self.conn is not None
+        want = len(self.in_flight) if until is None else until
+        got = 0
+        while self.in_flight and (got < want if wait else self.conn.poll(0)):
+            try:
+                reply, chunk = recv_chunk(self.conn)
+            except (EOFError, OSError):
+                raise self._host_gone() from None
+            assert isinstance(reply, ResidentReply)
+            seq, positions = self.in_flight.popleft()
+            assert reply.seq == seq, (reply.seq, seq)
+            if reply.error is not None:
+                raise decode_error(reply.error, context=f"operator {self.node.name!r} (resident on {self.device})")
+            got += 1
+            if len(chunk):
+                self.outputs.append(chunk if positions is None else Positioned(positions, chunk))
+        return got
+
+    def _received(self) -> Any:
+        """The outputs received so far, as one chunk, in order."""
+        outputs, self.outputs = self.outputs, []
+        return join_chunks(outputs) if outputs else []
+
+    def finish(self) -> Any:
+        if self.in_flight:
+            self._flush_request()
+            self._receive(wait=True)
+        return self._received()
+
+    flush = finish  # a barrier: the checkpoint holds no records in flight
+
+    def reset(self) -> None:
+        """Take the replies of the requests in flight and drop them (the resident instance
+        stays: a rollback in place does not attach again)."""
+        self.finish()
+
+    def deadline(self) -> float | None:
+        return self.next_poll if self.in_flight else None
+
+    def on_deadline(self) -> Any:
+        got = self._receive(wait=False)
+        self.poll_s = _POLL_FIRST_S if got else min(2 * self.poll_s, _POLL_MAX_S)
+        self.next_poll = time.monotonic() + self.poll_s
+        return self._received()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _slice(chunk: Any, start: int, stop: int) -> Any:
+    return chunk.slice(start, stop) if isinstance(chunk, Columns) else chunk[start:stop]
+
+
+def _hosts_key() -> bytes:
+    return bytes.fromhex(os.environ.get(HOSTS_KEY_ENV_VAR, ""))
+
+
+def _host_address(resource: str, properties: dict[str, str], operator: str) -> str:
+    """The device host of the device ``properties``, from this subtask's TaskExecutor."""
+    broker = os.environ.get(HOSTS_ENV_VAR)
+    if not broker:
+        raise ConfigError("resident=True needs a TaskExecutor that keeps device hosts (a local, "
+                          "session or Ray cluster of this accelflow version)", key=f"operator {operator!r}")
+    try:
+        with Client(broker, "AF_UNIX", authkey=_hosts_key()) as conn:
+            conn.send(HostRequest(resource, properties))
+            reply = conn.recv()
+    except (OSError, EOFError) as exc:
+        raise TransportError(f"operator {operator!r}: its TaskExecutor's device hosts are unreachable: {exc}") from exc
+    if isinstance(reply, HostFailed):
+        raise decode_error(reply.error, context=f"operator {operator!r}")
+    assert isinstance(reply, HostAddress), reply
+    return reply.address
+

@@ -1,0 +1,180 @@
+"""A TaskExecutor's warm devices: the warm subtask processes of each device it has had work
+for (``_warmpool``) and the device hosts of resident operators (``_devicehosts``), behind
+one object the TaskExecutor's loop uses (:class:`WarmDevices`).
+
+Both kinds of process are spawned for one device with its isolation environment (what
+``isolation_env`` of the device's driver gives, e.g. ``CUDA_VISIBLE_DEVICES=<uuid>``) by one
+thread of the TaskExecutor (:class:`Spawner`) that lives as long as it does: Linux sends a
+child's parent-death signal when the *thread* that started it ends.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from accelflow._errors import ConfigError, ConfigProblem
+from accelflow.config import Configuration
+from accelflow.config import keys as k
+from accelflow.resources import ExternalResourceInfoProvider, info_properties
+from accelflow.runtime import DeviceStatus, StartSubtask, SubtaskDescriptor
+from accelflow.runtime.taskexecutor._devicehosts import DeviceHosts
+from accelflow.runtime.taskexecutor._warmpool import Device, WarmPool, WarmProcess
+
+
+@dataclass(frozen=True)
+class WarmSettings:
+    """``taskmanager.device-pool.size`` and ``taskmanager.resident.max-instances``."""
+
+    pool_size: int = 1
+    max_instances: int = 8
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> WarmSettings:
+        """The settings, once every ``warm.preload`` module is found.
+
+        Raises:
+            ConfigError: a module named in ``external-resource.<name>.warm.preload`` cannot be
+                found, naming the key and the module.
+        """
+        problems = [
+            ConfigProblem(spec.key("warm.preload"), f"no module named {name!r} can be imported here "
+                                                    "(check the name, or install it where the TaskExecutors run)")
+            for spec in config.external_resources.values() for name in spec.warm_preload
+            if not _findable(name)
+        ]
+        if problems:
+            raise ConfigError(problems)
+        return cls(config.get(k.DEVICE_POOL_SIZE), config.get(k.RESIDENT_MAX_INSTANCES))
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class Spawner:
+    """A thread of the TaskExecutor's own that runs functions (spawns): :meth:`submit` does
+    not wait, :meth:`call` waits for the result (or the exception)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True, name="accelflow-spawner").start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            fn, future = job
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.jobs.put((fn, future))
+        return future
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        return self.submit(fn).result()
+
+    def close(self) -> None:
+        self.jobs.put(None)
+
+
+class WarmDevices:
+    """What the TaskExecutor's loop uses: :meth:`start_subtask`, :meth:`sources`,
+    :meth:`event`, :meth:`status` and :meth:`close`; :attr:`subtask_env` goes into every
+    subtask's environment."""
+
+    def __init__(self, taskexecutor_id: str, provider: ExternalResourceInfoProvider, settings: WarmSettings,
+                 base_env: dict[str, str]) -> None:
+        self.taskexecutor_id, self.provider, self.base_env = taskexecutor_id, provider, base_env
+        self.spawner = Spawner()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.pool = WarmPool(settings.pool_size, self.spawner.submit, self._warm_command, self._env, self._wake)
+        self.hosts = DeviceHosts(taskexecutor_id, self.spawner.call, self._env, self._host_spec, self._wake)
+        self.max_instances = settings.max_instances
+        self.subtask_env = self.hosts.subtask_env
+        self.last: DeviceStatus | None = None
+
+    # -- one device --------------------------------------------------------------------------
+    def _env(self, device: Device) -> dict[str, str]:
+        resource, address = device
+        info = next((i for i in self.provider.get_external_resource_infos(resource) if i.address == address), None)
+        isolation = self.provider.isolation_env({resource: [info]}) if info is not None else {}
+        return dict(self.base_env, **isolation) if isolation else {}
+
+    def _framework(self, device: Device) -> tuple[str, str, tuple[str, ...]]:
+        """(``warm.framework``, its key, ``warm.preload``) of the device's resource; ``auto``
+        initialises a framework only for a CUDA device."""
+        status = self.provider.statuses.get(device[0])
+        if status is None:
+            return "none", "", ()
+        spec = status.spec
+        framework = spec.warm_framework
+        if framework == "auto" and "CUDA_VISIBLE_DEVICES" not in self._env(device):
+            framework = "none"
+        return framework, spec.key("warm.preload"), spec.warm_preload
+
+    def _warm_command(self, device: Device) -> list[str]:
+        framework, key, modules = self._framework(device)
+        return [framework, key, *modules]
+
+    def _host_spec(self, device: Device) -> dict[str, Any]:
+        framework, key, modules = self._framework(device)
+        info = next(i for i in self.provider.get_external_resource_infos(device[0]) if i.address == device[1])
+        return {"resource": device[0], "properties": info_properties(info), "framework": framework,
+                "preload": list(modules), "preload_key": key, "max_instances": self.max_instances}
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass  # full (a wake-up is pending already) or closed
+
+    # -- the TaskExecutor's loop -------------------------------------------------------------
+    def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str],
+                      watch: tuple[str, str, float] | None = None) -> WarmProcess | None:
+        """A warm process running ``desc`` (it holds exactly one device that has an isolation
+        environment, and one was ready), or None: fork it. ``watch``: the watchdog's
+        (``run_subtask``'s argument)."""
+        held = [(resource, d.info().address) for resource, shares in desc.assigned.items() for d in shares]
+        if not desc.isolate or len(held) != 1 or not self._env(held[0]):
+            return None
+        return self.pool.take(held[0], StartSubtask(desc, env, watch))
+
+    def sources(self) -> list[Any]:
+        return [self.wake_r, *self.pool.waiting(), *self.hosts.controls()]
+
+    def event(self, ready: Any) -> bool:
+        """Handle ``ready`` if it is one of :meth:`sources`; whether it was."""
+        if ready == self.wake_r and isinstance(ready, int):
+            try:
+                os.read(self.wake_r, 4096)
+            except BlockingIOError:
+                pass
+            return True
+        return self.pool.event(ready) or self.hosts.event(ready)
+
+    def status(self) -> DeviceStatus | None:
+        """What is resident and warm now, or None when the JobManager was told it already."""
+        now = DeviceStatus(self.taskexecutor_id, self.hosts.resident(), self.pool.status())
+        if now == self.last:
+            return None
+        self.last = now
+        return now
+
+    def close(self) -> None:
+        self.pool.close()
+        self.hosts.close()
+        self.spawner.close()
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)

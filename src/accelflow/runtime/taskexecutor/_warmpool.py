@@ -1,0 +1,200 @@
+"""Warm subtask processes: a small pool per device a TaskExecutor has had work for.
+
+A subtask that holds exactly one device (all of it or a share) starts in a process spawned
+ahead for that device (``python -m accelflow.runtime.subtask``, ``runtime/subtask/_warm.py``):
+started with the device's isolation environment, its device framework imported and its CUDA
+context made, the subtask runtime and NumPy imported, and ``warm.preload`` too. Taking one
+starts a replacement in the background, so the next subtask on the device (a restart, or the
+next job of a session cluster) finds one ready. Without one ready the subtask is forked as
+any other (logged at debug). A process runs one subtask only: a subtask never inherits
+another's state.
+
+To the TaskExecutor a taken process is what a forked subtask is (:class:`WarmProcess` has the
+parts of ``multiprocessing.Process`` it uses: ``sentinel``, ``exitcode``, ``join``...), and
+its socket becomes the subtask's status pipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from accelflow.runtime import DevicePool, StartSubtask, WarmReady
+
+_log = logging.getLogger("accelflow.runtime")
+#: the subtask runtime, named, not imported (a TaskExecutor never imports it)
+SUBTASK_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".subtask"
+
+Device = tuple[str, str]  # (resource, address)
+
+
+class WarmProcess:
+    """One spawned warm subtask process and its socket."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], conn: Connection, device: Device) -> None:
+        self.popen, self.conn, self.device = popen, conn, device
+        self.sentinel = os.pidfd_open(popen.pid)  # readable once it exited; closed with this object
+        weakref.finalize(self, os.close, self.sentinel)
+        self.ready: WarmReady | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
+
+    def poll_ready(self) -> bool:
+        """Whether it said it is ready (reads its :class:`WarmReady` when it has come)."""
+        if self.ready is None and self.popen.poll() is None:
+            try:
+                if self.conn.poll(0):
+                    self.ready = self.conn.recv()
+            except (EOFError, OSError):
+                pass
+        return self.ready is not None and self.popen.poll() is None
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self.popen.terminate()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self.popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self) -> None:
+        """End an unused one: closing its socket makes it exit; then make sure."""
+        self.conn.close()
+        self.terminate()
+        self.join(2.0)
+        if self.is_alive():
+            self.kill()
+            self.join()
+
+
+class WarmPool:
+    """``size`` warm processes per device that has had work.
+
+    Args:
+        spawn_in: runs a function on the thread that spawns the TaskExecutor's children (their
+            parent-death signal is tied to it), without waiting.
+        command: the warm process's arguments after the socket's descriptor, per device.
+        env: the environment of a warm process of a device (the device's isolation).
+        changed: called (from any thread) when a process was added.
+    """
+
+    def __init__(self, size: int, spawn_in: Callable[[Callable[[], None]], Any],
+                 command: Callable[[Device], list[str]], env: Callable[[Device], dict[str, str]],
+                 changed: Callable[[], None]) -> None:
+        self.size, self.spawn_in, self.command, self.env, self.changed = size, spawn_in, command, env, changed
+        self.pools: dict[Device, list[WarmProcess]] = {}
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def take(self, device: Device, start: StartSubtask) -> WarmProcess | None:
+        """A ready process of ``device`` running ``start``'s subtask, or None (fork it); the
+        pool is refilled in the background either way."""
+        if self.size < 1:
+            return None
+        with self.lock:
+            pool = self.pools.setdefault(device, [])
+            ready = next((p for p in pool if p.poll_ready()), None)
+            if ready is not None:
+                pool.remove(ready)
+        self._refill(device)
+        if ready is None:
+            _log.debug("no warm process ready for %s %s: forking the subtask", *device)
+            return None
+        try:
+            ready.conn.send(start)
+        except OSError:  # it died just now
+            ready.stop()
+            return None
+        return ready
+
+    def _refill(self, device: Device) -> None:
+        with self.lock:
+            pool = self.pools[device]
+            for dead in [p for p in pool if not p.is_alive()]:
+                pool.remove(dead)
+                dead.join()
+            missing = self.size - len(pool)
+        for _ in range(missing):
+            self.spawn_in(lambda: self._spawn(device))
+
+    def _spawn(self, device: Device) -> None:
+        mine, theirs = socket.socketpair()
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)],
+                env=dict(os.environ, **self.env(device)), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            _log.warning("cannot start a warm process for %s %s: %s", *device, exc)
+            mine.close()
+            return
+        finally:
+            theirs.close()
+        process = WarmProcess(popen, Connection(mine.detach()), device)
+        with self.lock:
+            kept = not self.closed
+            if kept:
+                self.pools.setdefault(device, []).append(process)
+        if not kept:  # the TaskExecutor is stopping
+            process.stop()
+            return
+        self.changed()
+
+    def waiting(self) -> list[Connection]:
+        """The sockets of processes not ready yet (readable when they say so)."""
+        with self.lock:
+            return [p.conn for pool in self.pools.values() for p in pool if p.ready is None]
+
+    def event(self, ready: Any) -> bool:
+        """Read what a process said (``ready``: one of :meth:`waiting`); whether it was one."""
+        with self.lock:
+            found = next((p for pool in self.pools.values() for p in pool if p.conn is ready), None)
+        if found is None:
+            return False
+        if not found.poll_ready():  # it died while starting: the next take replaces it
+            _log.warning("a warm process for %s %s exited (code %s) before it was ready", *found.device,
+                         found.exitcode)
+            with self.lock:
+                self.pools[found.device].remove(found)
+            found.stop()
+        elif found.ready is not None:
+            _log.debug("warm process %d for %s %s ready: %s", found.pid, *found.device, found.ready.note)
+        return True
+
+    def status(self) -> tuple[DevicePool, ...]:
+        with self.lock:
+            return tuple(DevicePool(resource, address, sum(p.poll_ready() for p in pool), self.size)
+                         for (resource, address), pool in sorted(self.pools.items()))
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            processes = [p for pool in self.pools.values() for p in pool]
+            self.pools.clear()
+        for process in processes:
+            process.conn.close()
+            process.terminate()
+        for process in processes:
+            process.stop()

@@ -1,0 +1,147 @@
+"""Resident operators (issue 27.2): ``map_batches(..., resident=True)`` and ``map(...,
+resident=True)`` keep one instance per device in the device's host process, shared by every
+subtask on it, opened once; fake GPUs, real processes. ``Model`` logs each ``open()`` and
+each batch (with the process that ran it) to a file."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from warm_jobs import FailFirstAttempt, Leaky, Model, SmallChunks, install_fake_cupy, lines
+
+from accelflow import AllocationError, ConfigError, Environment
+from accelflow.testing import FakeGPU, use_fake_nvidia_smi
+
+
+@pytest.fixture
+def gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """One TaskExecutor with 2 fake GPUs of 64 MiB (and a fake CuPy with as much), 4 slots."""
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", [FakeGPU(index=i, memory_total=64) for i in range(2)])
+    site = install_fake_cupy(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
+    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    (tmp_path / "device").mkdir()
+    monkeypatch.setenv("FAKE_CUPY_DEVICE", str(tmp_path / "device"))
+    monkeypatch.setenv("FAKE_CUPY_MEMORY", str(64 << 20))
+    return {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": 2,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        "external-resource.gpu.warm.framework": "none",
+        "taskmanager.numberOfTaskSlots": 4,
+        "taskmanager.device-pool.size": 0,
+    }
+
+
+def test_resident_sharers_open_one_instance_per_device(gpus: dict[str, Any], tmp_path: Path) -> None:
+    log = str(tmp_path / "model.log")
+    env = Environment(gpus)
+    out = env.from_sequence(0, 3999, parallelism=4).map_batches(
+        Model(log), batch_size=64, resident=True, resources={"gpu": 0.5}, parallelism=4)
+    assert sorted(int(x) for x in out.execute_and_collect()) == [10 * x for x in range(4000)]
+    opens = lines(log, "open")
+    # 4 subtasks at half a GPU each on 2 GPUs: one open() per GPU, with the whole device
+    assert len(opens) == 2 and len({o[2] for o in opens}) == 2
+    assert all(o[3] == "1" and o[4] == "0/1" for o in opens)
+    batches = lines(log, "batch")
+    assert {b[0] for b in batches} == {o[0] for o in opens}  # every batch ran in a device host
+    assert sorted(int(x) for b in batches for x in b[2].split(",")) == list(range(4000))
+
+
+def test_batches_of_several_subtasks_run_together(gpus: dict[str, Any], tmp_path: Path) -> None:
+    """Two subtasks on one GPU send chunks of 8; the host fills batches of 32 from both."""
+    log = str(tmp_path / "model.log")
+    conf = dict(gpus, **{"external-resource.gpu.amount": 1})
+    env = Environment(conf)
+    out = env.from_source(SmallChunks(800, chunk=8, delay=0.01), parallelism=2).map_batches(
+        Model(log), batch_size=32, max_wait=0.5, resident=True, resources={"gpu": 0.5}, parallelism=2)
+    assert sorted(int(x) for x in out.execute_and_collect()) == [10 * x for x in range(800)]
+    batches = [[int(x) for x in b[2].split(",")] for b in lines(log, "batch")]
+    assert max(len(b) for b in batches) == 32 and sum(len(b) for b in batches) == 800
+    mixed = [b for b in batches if {x % 2 for x in b} == {0, 1}]  # subtask 1 reads the odd ones
+    assert len(mixed) >= len(batches) // 2, batches
+
+
+def test_a_restarted_attempt_reuses_the_instance(gpus: dict[str, Any], tmp_path: Path) -> None:
+    """One GPU: the restart gets its share once the failed subtask's processes left the device
+    (health's reconciliation) and finds the instance open. (With a second GPU free the restart
+    may be placed there and open the model again: placement does not prefer the device where
+    the operator is resident yet.)"""
+    log = str(tmp_path / "model.log")
+    conf = dict(gpus, **{"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0.1 s",
+                         "external-resource.gpu.amount": 1})
+    env = Environment(conf)
+    out = env.from_sequence(0, 99).map(Model(log), resident=True, resources={"gpu": 1}, name="scale") \
+        .map(FailFirstAttempt(log))
+    assert sorted(out.execute_and_collect()) == [10 * x for x in range(100)]
+    assert [a[2] for a in lines(log, "attempt")] == ["0", "1"]
+    assert len(lines(log, "open")) == 1  # attempt 1 found it open
+
+
+def test_ordered_collect_keeps_positions_through_the_host(gpus: dict[str, Any], tmp_path: Path) -> None:
+    env = Environment(gpus)
+    out = env.from_collection(np.arange(1000), parallelism=1).rebalance().map_batches(
+        Model(str(tmp_path / "log")), batch_size=50, resident=True, resources={"gpu": 0.5}, parallelism=2)
+    assert [int(x) for x in out.execute_and_collect(ordered=True)] == [10 * x for x in range(1000)]
+
+
+def test_a_model_too_big_for_its_share_is_refused(gpus: dict[str, Any]) -> None:
+    """A 40 MiB model at half of a 64 MiB GPU: more than its share (32 MiB) allows."""
+    conf = dict(gpus, **{"external-resource.gpu.warm.framework": "cupy"})
+    env = Environment(conf)
+    env.from_sequence(0, 9).map_batches(Leaky(leak_mib=0, keep_mib=40), resident=True, name="big",
+                                        resources={"gpu": 0.5}).print()
+    with pytest.raises(AllocationError, match=r"resident operator 'big' holds 40 MiB of device memory "
+                                              r"after open\(\), more than its share 1/2 of gpu \d allows "
+                                              r"\(32 MiB of 64 MiB\): ask for a larger share, e\.g\. "
+                                              r"resources=\{'gpu': 0\.75\}"):
+        env.execute()
+
+
+class _Changing:
+    """Pickles to different bytes each time (a counter in its state)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __getstate__(self) -> dict[str, int]:
+        self.n += 1
+        return {"n": self.n}
+
+    def map(self, x: Any) -> Any:
+        return x
+
+    map_batch = map
+
+
+@pytest.mark.parametrize("fn, options, culprit", [
+    (_Changing(), {"resources": {"gpu": 0.5}}, "pickling it twice gave different bytes"),
+    (lambda x, lock=threading.Lock(): x, {"resources": {"gpu": 0.5}},
+     "needs an operator that can be pickled (its instance is opened in the device's host process), but "
+     "pickling it failed: TypeError"),
+    (Model("log"), {}, "must ask for (a share of) one device, e.g. resources={'gpu': 0.5}; it asks for nothing"),
+    (Model("log"), {"resources": {"gpu": 2}}, "it asks for {'gpu': Fraction(2, 1)}"),
+    (Model("log"), {"resources": {"gpu": 0.5, "fpga": 1}}, "must ask for (a share of) one device"),
+    (Model("log"), {"resources": {"gpu": 0.5}, "resident": "yes"}, "resident must be True or False, got str ('yes')"),
+])
+def test_bad_resident_operators_are_refused_naming_the_operator(fn: Any, options: dict[str, Any], culprit: str) -> None:
+    options = {"resident": True, **options}
+    stream = Environment().from_sequence(0, 1)
+    for method in ("map", "map_batches"):
+        with pytest.raises(ConfigError, match=f"operator '{method}-op'") as caught:
+            getattr(stream, method)(fn, name=f"{method}-op", **options)
+        assert culprit in str(caught.value)
+
+
+def test_without_resident_nothing_changes() -> None:
+    env = Environment()
+    env.from_sequence(0, 1).map_batches(Model("log"), batch_size=4, resources={"gpu": 0.5}).map(Model("log"))
+    kinds = [type(t.spec).__name__ for t in env._transformations[1:]]
+    assert kinds == ["MapBatchesSpec", "MapSpec"] and isinstance(env._transformations[1].spec.fn, Model)
