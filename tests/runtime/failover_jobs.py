@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from accelflow import RuntimeContext, Source
+from accelflow import KeyedProcessFunction, MapStateDescriptor, RuntimeContext, Source, Types
 from accelflow.dataflow import even_ranges, iter_records
 
 
@@ -44,13 +44,17 @@ class Model:
     subtask, the first to meet it): ``raise``, ``kill`` (SIGKILL itself) or ``hang``
     (``time.sleep(10**6)``); with ``at2`` it fails so again at that record. ``fail_open``:
     the first ``open()`` of that attempt number raises (a replacement that cannot start), or
-    with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last)."""
+    with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last).
+    ``opens_first``: the failure at ``at`` waits (up to 30 s) until that many ``open()`` calls
+    happened (e.g. a standby's replacement is open), so that the order does not depend on timing."""
 
     def __init__(self, directory: str | Path, *, load_s: float = 0.0, batch_s: float = 0.0,
-                 fail: str | None = None, at: int = -1, at2: int = -1, fail_open: int | str | None = None) -> None:
+                 fail: str | None = None, at: int = -1, at2: int = -1, fail_open: int | str | None = None,
+                 opens_first: int = 0) -> None:
         self.dir = Path(directory)
         self.load_s, self.batch_s = load_s, batch_s
         self.fail, self.at, self.at2, self.fail_open = fail, at, at2, fail_open
+        self.opens_first = opens_first
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.load_s)
@@ -73,6 +77,9 @@ class Model:
         return batch
 
     def _fail(self, record: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(opens(self.dir)) < self.opens_first and time.monotonic() < deadline:
+            time.sleep(0.01)
         _append(self.dir / "failure.log", f"{time.time():.6f} {os.getpid()} {self.fail} {record}")
         if self.fail == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -141,3 +148,30 @@ class Counted(Source[int]):
 def published(directory: str | Path) -> list[int]:
     """The records a ``FileSink`` published in ``directory``, sorted."""
     return sorted(int(line) for p in Path(directory).glob("part-*") for line in p.read_text().splitlines())
+
+
+
+class Delayed(KeyedProcessFunction):
+    """Holds each record's value (``MapState`` by timestamp) and emits ``(key, timer time,
+    value)`` at an event-time timer 100 ms after it; appends ``<pid> <index> <attempt>`` to
+    ``<dir>/delayed-opens.log`` at each ``open()``. Its output depends on the records only
+    (not on how channels interleave): a rollback that restored its state or timers wrongly
+    shows."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+
+    def open(self, runtime_context: Any) -> None:
+        _append(self.dir / "delayed-opens.log", f"{os.getpid()} {runtime_context.index_of_this_subtask} "
+                f"{runtime_context.attempt_number}")
+        self.held = runtime_context.get_map_state(MapStateDescriptor("held", Types.LONG(), Types.LONG()))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.held.put(ctx.timestamp(), value[1])
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 100)
+        return None
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        value = self.held.get(timestamp - 100)
+        self.held.remove(timestamp - 100)
+        yield ctx.get_current_key(), timestamp, value

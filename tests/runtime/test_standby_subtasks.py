@@ -16,10 +16,10 @@ from accelflow.connectors.files import FileSink
 N = 2000
 
 
-def _job(conf: dict[str, Any], tmp_path: Path, model: Model, parallelism: int = 3) -> Environment:
+def _job(conf: dict[str, Any], tmp_path: Path, model: Model, parallelism: int = 3, delay: float = 0.01) -> Environment:
     env = Environment({**conf, "parallelism.default": parallelism, "execution.checkpointing.interval": "100 ms",
                        "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.standby-subtasks": 1})
-    (env.from_source(Counted(N, chunk=10, delay=0.01), name="numbers")
+    (env.from_source(Counted(N, chunk=10, delay=delay), name="numbers")
         .map_batches(model, batch_size=10, name="model", resources={"gpu": 1})
         .sink_to(FileSink(tmp_path / "out"), name="files"))
     return env
@@ -47,8 +47,10 @@ def test_a_standby_takes_the_failed_subtasks_place_and_another_is_deployed(gpu_c
 
 
 def test_a_failed_standby_is_replaced_without_a_restart(gpu_conf: dict[str, Any], tmp_path: Path) -> None:
-    client = _job(gpu_conf, tmp_path, Model(tmp_path, batch_s=0.01, fail="kill", at=1200, fail_open="standby")
-                  ).execute_async("standby fails")
+    # the kill waits for the failed standby's replacement to be open (3 + 1 + 1 opens: it
+    # waited for the failed one's devices, ``DevicesFree``), while the sources still read
+    model = Model(tmp_path, batch_s=0.01, fail="kill", at=1200, fail_open="standby", opens_first=5)
+    client = _job(gpu_conf, tmp_path, model, delay=0.03).execute_async("standby fails")
     result = client.wait(120)
     job = client.jobmanager.jobs[result.job_id]
     assert published(tmp_path / "out") == list(range(N))

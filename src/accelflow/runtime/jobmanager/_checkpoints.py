@@ -64,6 +64,7 @@ class _Pending:
     started: float  # clock.monotonic()
     acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)  # of live subtasks
     savepoint: SavepointRequest | None = None
+    targets: tuple[SubtaskKey, ...] = ()  # the subtasks it was triggered at
 
 
 class CheckpointCoordinator:
@@ -193,6 +194,9 @@ class CheckpointCoordinator:
             elif stateless := [k for k in self.finished if k not in self.finals and k not in pending.acks]:
                 self._fail(pending, f"{len(stateless)} subtask(s) finished without a final state "
                                     "(only jobs with checkpointing on keep one)")
+            elif self._stuck(pending, now):
+                self._fail(pending, "its barriers wait behind every record of the ended sources: the next "
+                                    "checkpoint starts after them (FLIP-147)", quiet=True)
             return
         targets = [key for key in self.sources if key not in self.finals] or self._roots()
         if not running or not targets or self.final_done or self.stopping is not None:
@@ -204,6 +208,15 @@ class CheckpointCoordinator:
             if not self._due(now):
                 return
         self._trigger(request, targets)
+
+    def _stuck(self, pending: _Pending, now: float) -> bool:
+        """Whether ``pending`` (a periodic checkpoint, an interval old) was triggered at
+        subtasks that have all ended their input since: its barriers are behind everything
+        they sent, so a slow stage after them would hold it until the job's end, while a
+        checkpoint triggered at the roots (:meth:`_roots`) completes at once."""
+        return (pending.savepoint is None and self.interval is not None and now - pending.started >= self.interval
+                and bool(pending.targets) and all(k in self.finals for k in pending.targets)
+                and any(k not in pending.acks for k in self._roots()))
 
     def _roots(self) -> list[SubtaskKey]:
         """The subtasks still running whose upstream subtasks have all ended their input: where
@@ -224,7 +237,7 @@ class CheckpointCoordinator:
         self.next_id += 1
         record = CheckpointRecord(n, "IN_PROGRESS", self.clock.time(), savepoint=savepoint is not None)
         self.last_trigger = self.clock.monotonic()
-        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint)
+        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint, targets=tuple(sources))
         self._remember(record)
         for key in sources:
             self.send(key, TriggerCheckpoint(key, n))

@@ -218,7 +218,7 @@ class Failover:
             new = {key: key._replace(attempt=job.attempt) for key in attempt.keys}
             record = FailoverRecord(old, "in-place", cause, [self._name(failed)])
             standby = self.pool.take(failed.chain)
-            self._move(new, failed, placement, record, old)
+            self._move(new, failed, placement if standby is None else None, record, old, standby is not None)
             if standby is not None:
                 self._activate(standby, failed, new, record)
             job.failovers.append(record)
@@ -240,18 +240,21 @@ class Failover:
                        first_record=attempt.first_record)
 
     def _move(self, new: dict[SubtaskKey, SubtaskKey], failed: SubtaskKey, placement: SlotAssignment | None,
-              record: FailoverRecord, old: int) -> None:
+              record: FailoverRecord, old: int, by_standby: bool) -> None:
         """The new attempt's records: each subtask keeps its slot and shares under its new
-        key; the failed one too, unless its TaskExecutor was lost (then ``placement``)."""
+        key; the failed one too, unless its TaskExecutor was lost (then ``placement``) or a
+        standby takes its place (``by_standby``: its shares go back under its own key, once its
+        TaskExecutor says its process left the devices, ``DevicesFree``)."""
         state, job = self.state, self.job
         state.slots[(job.id, job.attempt)] = state.slots.pop((job.id, old), [])
         for old_key, key in new.items():
             st = state.subtasks[old_key]
             te, devices = st.taskexecutor, st.devices
-            if old_key == failed and placement is not None:
+            if old_key == failed and (placement is not None or by_standby):
                 state.release_devices(old_key)
-                state.take(job.id, job.attempt, [placement], more=True)
-                te, devices = placement.taskexecutor, devices_of(placement, key)
+                if placement is not None:
+                    state.take(job.id, job.attempt, [placement], more=True)
+                    te, devices = placement.taskexecutor, devices_of(placement, key)
             else:
                 state.rekey(old_key, key)
             replaced = old_key == failed
@@ -264,10 +267,9 @@ class Failover:
     def _activate(self, standby: SubtaskKey, failed: SubtaskKey, new: dict[SubtaskKey, SubtaskKey],
                   record: FailoverRecord) -> None:
         """``standby`` takes the failed subtask's place (under ``lock``): it holds its slot and
-        shares under the new key; what the failed subtask held goes back."""
+        shares under the new key; what the failed subtask held went back (``_move``)."""
         state, key = self.state, new[failed]
         replacement = state.subtasks[key]
-        state.release_devices(key)
         te = replacement.taskexecutor
         if te is not None and not any(other.index == failed.index and state.subtasks[other].taskexecutor == te
                                       for other in new.values() if other != key):

@@ -9,7 +9,8 @@ new epoch's channels as they do), and another standby is deployed in the backgro
 standby that fails is simply replaced: the job goes on. Standbys that cannot be placed are
 not waited for: the job runs without them, says so in its log and in REST
 (``standby.missing``), and tries again whenever capacity may have come back (after a standby
-took over, or one failed).
+took over, or one failed, and when a TaskExecutor says a failed subtask's devices are free:
+``DevicesFree``, as the shares of a subtask that did not finish stay held until then).
 
 A standby's key is ``SubtaskKey(job, attempt, chain, parallelism + j)`` (an index past the
 last one: it has none yet); its slot and shares are held under that key in the attempt that
@@ -24,7 +25,7 @@ from typing import Any
 
 from accelflow._errors import AllocationError
 from accelflow.config import keys as k
-from accelflow.runtime import CancelJob, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning
+from accelflow.runtime import CancelJob, DevicesFree, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning
 from accelflow.runtime.jobmanager._deployment import Deployer, devices_of
 from accelflow.runtime.jobmanager._events import TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, SubtaskState
@@ -137,6 +138,10 @@ class StandbyPool:
     def on_any(self, event: tuple[str, Any]) -> bool:
         """Handle ``event`` if it is about the standbys; whether it is theirs only."""
         te_id, msg = event
+        if isinstance(msg, DevicesFree):  # a failed subtask's devices came back (``docs/gpu.md``)
+            if self.job.standby_missing:
+                self.fill()
+            return True
         if isinstance(msg, TaskExecutorDied):
             self.on_lost(te_id)
             return False  # the job's subtasks there are lost too

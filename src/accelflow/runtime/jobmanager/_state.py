@@ -167,9 +167,11 @@ class ClusterState:
             self.released.notify_all()
 
     def rekey(self, old: SubtaskKey, new: SubtaskKey) -> None:
-        """Make ``new`` the holder of what ``old`` holds (capacity is unchanged)."""
+        """Make ``new`` the holder of what ``old`` holds, device memory included (capacity is
+        unchanged)."""
         with self.lock:
-            self.ledger.acquire(new, self.ledger.release_if_held(old))
+            memory = self.ledger.memory_held_by(old)
+            self.ledger.acquire(new, self.ledger.release_if_held(old), memory)
 
     def release_devices(self, key: SubtaskKey) -> None:
         """Give back what subtask ``key`` holds (nothing when it holds nothing). A subtask that
