@@ -14,7 +14,8 @@ full restart, as Flink's), it
 4. sends every survivor a :class:`Rollback` to the latest completed checkpoint (they restore
    it inside their processes, without ``open()``, see ``runtime/subtask/_epochs.py``);
 5. deploys a replacement for the failed subtask after the restart delay, on its TaskExecutor
-   (or where placement finds room when that one was lost), or hands its index to a ready
+   and devices (or where placement finds room when that TaskExecutor was lost or one of the
+   devices was quarantined: a hardware Xid, ``docs/gpu.md``), or hands its index to a ready
    standby subtask (``_standby.py``).
 
 A failure while an attempt still rolls back (a survivor fails restoring, the replacement
@@ -157,7 +158,7 @@ class Failover:
         if why is None:
             assert failure is not None
             if not self.pool.has_ready(failure.keys[0].chain):  # else a standby takes its place
-                placement, why = self._place_if_lost(failure)
+                placement, why = self._place_if_moved(failure)
         if why is not None:
             self.why_full = why
             return None
@@ -191,10 +192,13 @@ class Failover:
                 return f"subtask {self._name(other)} failed or ended too"
         return None
 
-    def _place_if_lost(self, failure: Failure) -> tuple[SlotAssignment | None, str | None]:
-        """Where the failed subtask goes when its TaskExecutor was lost (else None: it stays)."""
+    def _place_if_moved(self, failure: Failure) -> tuple[SlotAssignment | None, str | None]:
+        """Where the failed subtask goes when its TaskExecutor was lost or a device it held
+        was quarantined (else None: it stays where it was)."""
         key = failure.keys[0]
-        if self.state.subtasks[key].taskexecutor in self.state.taskexecutors:
+        quarantined = self.state.ledger.quarantined()
+        if self.state.subtasks[key].taskexecutor in self.state.taskexecutors and \
+                not any(d in quarantined for d in self.state.ledger.held_by(key)):
             return None, None
         chain = self.job.graph.chains[key.chain]
         request = SlotRequest((SubtaskRequest(key._replace(attempt=self.job.attempt + 1),
@@ -253,6 +257,8 @@ class Failover:
             if old_key == failed and (placement is not None or by_standby):
                 state.release_devices(old_key)
                 if placement is not None:
+                    if te is not None and self._own_slot(old_key, te, new):  # it moves: the slot goes back
+                        state.release_slot(job.id, job.attempt, te)
                     state.take(job.id, job.attempt, [placement], more=True)
                     te, devices = placement.taskexecutor, devices_of(placement, key)
             else:
@@ -271,13 +277,17 @@ class Failover:
         state, key = self.state, new[failed]
         replacement = state.subtasks[key]
         te = replacement.taskexecutor
-        if te is not None and not any(other.index == failed.index and state.subtasks[other].taskexecutor == te
-                                      for other in new.values() if other != key):
+        if te is not None and self._own_slot(key, te, new.values()):
             state.release_slot(self.job.id, self.job.attempt, te)  # the failed one's slot was its own
         ready = state.subtasks.pop(standby)
         state.rekey(standby, key)
         replacement.taskexecutor, replacement.devices, replacement.recovery = ready.taskexecutor, ready.devices, "standby"
         record.standby = ready.name
+
+    def _own_slot(self, key: SubtaskKey, te: str, keys: Any) -> bool:
+        """Whether ``key`` had its slot on ``te`` to itself (subtasks of one index share one)."""
+        return not any(other.index == key.index and self.state.subtasks[other].taskexecutor == te
+                       for other in keys if other != key)
 
     def _send_rollback(self, old_key: SubtaskKey, key: SubtaskKey) -> None:
         job, deployer = self.job, self.deployer
