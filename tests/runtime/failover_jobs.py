@@ -46,15 +46,16 @@ class Model:
     the first ``open()`` of that attempt number raises (a replacement that cannot start), or
     with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last).
     ``opens_first``: the failure at ``at`` waits (up to 30 s) until that many ``open()`` calls
-    happened (e.g. a standby's replacement is open), so that the order does not depend on timing."""
+    happened (e.g. a standby's replacement is open); ``opens_after``: once it failed, each batch
+    waits so (e.g. for the next standby): the order does not depend on timing."""
 
     def __init__(self, directory: str | Path, *, load_s: float = 0.0, batch_s: float = 0.0,
                  fail: str | None = None, at: int = -1, at2: int = -1, fail_open: int | str | None = None,
-                 opens_first: int = 0) -> None:
+                 opens_first: int = 0, opens_after: int = 0) -> None:
         self.dir = Path(directory)
         self.load_s, self.batch_s = load_s, batch_s
         self.fail, self.at, self.at2, self.fail_open = fail, at, at2, fail_open
-        self.opens_first = opens_first
+        self.opens_first, self.opens_after = opens_first, opens_after
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.load_s)
@@ -69,6 +70,8 @@ class Model:
         records = [int(r) for r in iter_records(batch)]
         if self.batch_s:
             time.sleep(self.batch_s)
+        if self.opens_after and (self.dir / "failure.log").exists():
+            _wait_for_opens(self.dir, self.opens_after)
         for target, name in ((self.at, "failed"), (self.at2, "failed-again")):
             if target in records and _once(self.dir / name):
                 self._fail(target)
@@ -77,15 +80,20 @@ class Model:
         return batch
 
     def _fail(self, record: int) -> None:
-        deadline = time.monotonic() + 30
-        while len(opens(self.dir)) < self.opens_first and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_for_opens(self.dir, self.opens_first)
         _append(self.dir / "failure.log", f"{time.time():.6f} {os.getpid()} {self.fail} {record}")
         if self.fail == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if self.fail == "hang":
             time.sleep(10**6)
         raise ValueError(f"bad record {record}")
+
+
+def _wait_for_opens(directory: Path, n: int) -> None:
+    """Until ``n`` ``open()`` calls happened (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while len(opens(directory)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def opens(directory: str | Path) -> list[tuple[int, int, int]]:

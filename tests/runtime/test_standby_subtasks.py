@@ -32,7 +32,10 @@ def _opened(tmp_path: Path) -> list[tuple[int, int, int]]:
 
 
 def test_a_standby_takes_the_failed_subtasks_place_and_another_is_deployed(gpu_conf: dict[str, Any], tmp_path: Path) -> None:
-    client = _job(gpu_conf, tmp_path, Model(tmp_path, batch_s=0.01, fail="kill", at=1200)).execute_async("standby")
+    # after the kill, the batches wait for the next standby's open(): it waits for the killed
+    # subtask's devices (``DevicesFree``), and the job must not end before
+    model = Model(tmp_path, batch_s=0.01, fail="kill", at=1200, opens_after=5)
+    client = _job(gpu_conf, tmp_path, model).execute_async("standby")
     result = client.wait(120)
     job = client.jobmanager.jobs[result.job_id]
     assert published(tmp_path / "out") == list(range(N))
