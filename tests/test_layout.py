@@ -15,7 +15,7 @@ import pytest
 import accelflow
 import accelflow.runtime
 from accelflow._errors import DataFormatError, RemoteError, encode_error
-from accelflow.runtime import _device_messages, _messages
+from accelflow.runtime import _device_messages, _messages, _session_messages
 
 SRC = Path(accelflow.__file__).parent
 MAX_MODULE_LINES = 450
@@ -228,7 +228,7 @@ def test_module_paths_are_not_spelled_as_strings() -> None:
 
 
 def _message_classes() -> list[type]:
-    return [obj for module in (_messages, _device_messages) for name, obj in vars(module).items()
+    return [obj for module in (_messages, _device_messages, _session_messages) for name, obj in vars(module).items()
             if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__
             and not obj.__name__.startswith("_")]
 
@@ -244,6 +244,7 @@ def _example(cls: type) -> object:
         "result": None, "overview": {}, "partitioning": "rebalance", "key_fn": None,
         "addresses": ("a",), "nodes": [], "outputs": (), "rolling": False,
         "checkpoint_id": 3, "states": {"map": b"state"}, "path": "/tmp/savepoint-1",
+        "new_key": _messages.SubtaskKey("job-1", 1, 1, 2), "restored": {"map": [b"state"]},
         "timestamp": 1_700_000_000_000, "idle": True, "input_index": 1,  # data-channel messages
     }
     device = _messages.RegisteredDevice("0", {"index": "0", "uuid": "GPU-1"})

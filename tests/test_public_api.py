@@ -96,6 +96,7 @@ ACCELFLOW = [
     "State",
     "StateDescriptor",
     "StateTtlConfig",
+    "SubtaskHung",
     "Time",
     "TimeDomain",
     "TimeWindow",

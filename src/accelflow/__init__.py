@@ -32,6 +32,7 @@ from accelflow._errors import (
     JobCancelledError,
     JobError,
     MissingDependencyError,
+    SubtaskHung,
     TransportError,
 )
 
@@ -238,6 +239,7 @@ __all__ = [
     "State",
     "StateDescriptor",
     "StateTtlConfig",
+    "SubtaskHung",
     "Time",
     "TimeDomain",
     "TimeWindow",

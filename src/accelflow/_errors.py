@@ -14,6 +14,7 @@ message and a non-zero exit code, without a traceback::
     ├── CheckpointError          a checkpoint or savepoint cannot be read, written or matched
     ├── JobError                 a job failed at run time (user code raised, a TaskExecutor died)
     │   ├── JobCancelledError    the job was cancelled on request
+    │   ├── SubtaskHung          a subtask made no progress for heartbeat.timeout (has its stack)
     │   ├── TransportError       a channel between accelflow's own processes broke
     │   ├── DeviceFault          a device faulted under a subtask (an application Xid: it stays)
     │   │   └── HardwareFailure  the device failed and is quarantined (a hardware Xid, ECC, lost)
@@ -162,6 +163,24 @@ class JobError(AccelflowError):
 
 class JobCancelledError(JobError):
     """The job was cancelled on request."""
+
+
+class SubtaskHung(JobError):
+    """A subtask was stuck in user or device code (no progress for ``heartbeat.timeout``
+    while it had work) and was killed; its TaskExecutor dumped its threads' stacks first.
+
+    Attributes:
+        subtask: which subtask, e.g. ``map (2/4)``.
+        timeout_s: the ``heartbeat.timeout`` it exceeded.
+        stack: every thread's stack when it was found (``faulthandler``; ``py-spy``'s too,
+            with native frames, where installed).
+    """
+
+    def __init__(self, message: str, *, subtask: str, timeout_s: float, stack: str) -> None:
+        self.subtask = subtask
+        self.timeout_s = timeout_s
+        self.stack = stack
+        super().__init__(message)
 
 
 class TransportError(JobError):
@@ -398,6 +417,7 @@ __all__ = [
     "JobError",
     "MissingDependencyError",
     "RemoteError",
+    "SubtaskHung",
     "TransportError",
     "decode_error",
     "encode_error",

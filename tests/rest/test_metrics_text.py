@@ -63,6 +63,8 @@ VIEW = {
         "checkpoints": {"counts": {"completed": 3, "failed": 1},
                         "latest": {"completed": {"duration_s": 0.25, "size": 4096}}},
         "subtasks": [{"metrics": {"kafka_lag:orders:0": 7}}],
+        "failovers": [{"path": "in-place", "recovery_s": 3.5}, {"path": "full", "recovery_s": None}],
+        "standby_ready": 1,
     }],
 }
 
@@ -81,6 +83,10 @@ def test_the_text_reads_back_as_written_without_prometheus_client(monkeypatch: p
     assert families["accelflow_kafka_lag"].samples[0].labels == {"job": "job-1", "topic": "orders", "partition": "0"}
     failed = {s.labels["resource"]: s.value for s in families["accelflow_resource_discovery_failed"].samples}
     assert failed == {"gpu": 0.0, "fpga": 1.0}
+    rollbacks = {s.labels["path"]: s.value for s in families["accelflow_job_rollbacks"].samples}
+    assert rollbacks == {"in-place": 1.0, "full": 1.0}
+    assert families["accelflow_job_recovery_seconds"].samples[0].value == 3.5  # the last that recovered
+    assert families["accelflow_standby_subtasks"].samples[0].value == 1
     # prometheus-client writes exactly the same text from the families it parsed
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Parsed(text))  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """Device health wired end to end (issue 29 phase 2), on fake GPUs with real processes: a
 hardware Xid quarantines the device under a running subtask, which restarts from the latest
 checkpoint on the healthy GPU with an exactly-once sink complete and without duplicates; an
-application Xid from NVML (the fake's events) restarts it and the device stays; a crashed
+application Xid from NVML (the fake's events) restarts it and the device stays (both in place,
+the other subtasks rolled back in their processes: issue 28); a crashed
 subtask's leftover process is killed before its GPU goes to the replacement."""
 
 from __future__ import annotations
@@ -86,8 +87,12 @@ def test_a_hardware_xid_moves_the_subtask_to_a_healthy_gpu_exactly_once(
     assert health["state"] == "quarantined" and health["xid_counts"] == {"79": 1}
     assert (f"failed: gpu {gpu} ({fake_gpu_uuid(int(gpu))}) failed: Xid 79 (GPU has fallen off the bus); "
             "quarantined") in caplog.text
-    restored = next(iter(client.jobmanager.jobs.values())).checkpoints.restored
+    job = next(iter(client.jobmanager.jobs.values()))
+    restored = job.checkpoints.restored
     assert restored is not None and restored["id"] >= 2
+    # rolled back in place (docs/failover.md): only the subtask of the quarantined GPU moved
+    [failover] = job.failovers
+    assert failover.path == "in-place" and failover.replaced == ["tag -> log (1/1)"]
 
 
 def test_an_application_xid_from_nvml_restarts_the_subtask_and_the_gpu_stays(
@@ -107,6 +112,9 @@ def test_an_application_xid_from_nvml_restarts_the_subtask_and_the_gpu_stays(
     records = published(out)
     assert sorted(x for x, _, _ in records) == list(range(N))
     assert result.attempts == 2 and client.jobmanager.ledger.quarantined() == {}
+    # restarted alone, in place, on the same GPU
+    assert [f.path for f in next(iter(client.jobmanager.jobs.values())).failovers] == ["in-place"]
+    assert _by_attempt(records) == {0: {gpu}, 1: {gpu}}
     health = client.jobmanager.state.health[DeviceKey(TE, "gpu", gpu)]
     assert health["state"] == "healthy" and [h["xid"] for h in health["history"]] == [13]
 

@@ -18,7 +18,7 @@ from checkpoint_jobs import N, failed_job, published_numbers, resume
 from accelflow import RuntimeContext, Source
 from accelflow.dataflow import ResumeSplit
 from accelflow.runtime.jobmanager import load_checkpoint
-from accelflow.runtime.subtask import _runner
+from accelflow.runtime.subtask import _resume
 
 WARNING = ("job-1: source 'numbers' (FailsAtCheckpoint) is unbounded and has no snapshot_split, so a "
            "restore reads its input again from the start and skips every record read before the "
@@ -50,13 +50,13 @@ def _context() -> RuntimeContext:
 
 def _skip(total: int, skip: int, caplog: pytest.LogCaptureFixture) -> tuple[list[int], list[str]]:
     with caplog.at_level(logging.WARNING, logger="accelflow.runtime"):
-        chunks = list(_runner._read_split(Hundreds(total), ResumeSplit("only", skip), _context()))
+        chunks = list(_resume.read_split(Hundreds(total), ResumeSplit("only", skip), _context()))
     return [r for chunk in chunks for r in chunk], [r.getMessage() for r in caplog.records]
 
 
 def test_a_skip_says_where_to_how_far_and_when_done(caplog: pytest.LogCaptureFixture,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_runner, "SKIP_PROGRESS_EVERY_S", 0.0)  # every chunk, not every 10 s
+    monkeypatch.setattr(_resume, "SKIP_PROGRESS_EVERY_S", 0.0)  # every chunk, not every 10 s
 
     records, lines = _skip(1_500_000, 1_234_567, caplog)
 
@@ -74,7 +74,7 @@ def test_a_skip_says_where_to_how_far_and_when_done(caplog: pytest.LogCaptureFix
 
 
 def test_progress_is_rate_limited(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_runner, "SKIP_PROGRESS_EVERY_S", 1e9)
+    monkeypatch.setattr(_resume, "SKIP_PROGRESS_EVERY_S", 1e9)
     records, lines = _skip(100_000, 50_050, caplog)
     assert records == list(range(50_050, 100_000))
     assert len(lines) == 2 and "skipping the 50,050 records" in lines[0] and "skipped 50,050" in lines[1]

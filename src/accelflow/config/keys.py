@@ -293,6 +293,29 @@ VERIFY_CHECKPOINT_SIGNATURE = _key(
     "it holds, so only for checkpoints from storage that nobody else can write.",
 )
 
+# -- failover (issue 28) ------------------------------------------------------------------------
+FAILOVER_IN_PLACE = _key(
+    "execution.failover.in-place", p.boolean, True,
+    "With checkpointing on, a failed subtask is replaced alone and the others roll back to the "
+    "latest checkpoint inside their running processes (open() is not called again: models stay "
+    "loaded); 'false' restarts every subtask, as Flink.",
+)
+STANDBY_SUBTASKS = _key(
+    "execution.failover.standby-subtasks", p.int_in_range(0, 64, "each holds a slot and devices"), 0,
+    "Extra subtasks deployed and opened, idle, per operator chain that asks for devices: a failed "
+    "subtask's work moves to one at once (then a new standby is deployed in the background).",
+)
+HEARTBEAT_INTERVAL = _key(
+    "heartbeat.interval", p.seconds, 1.0,
+    "How often a subtask's heartbeat is written and a TaskExecutor checks its subtasks.",
+)
+HEARTBEAT_TIMEOUT = _key(
+    "heartbeat.timeout", p.seconds, 30.0,
+    "A subtask inside one call of user code (a record, a batch, a source's read) or with no "
+    "heartbeat for this long is hung: its stack is dumped, it is killed and fails over. open() "
+    "never counts.",
+)
+
 # -- REST API (issue: observability) -----------------------------------------------------------
 REST_ENABLED = _key(
     "rest.enabled", p.boolean, False, "Serve the REST API and web UI while a job runs."

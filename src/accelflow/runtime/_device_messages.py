@@ -123,10 +123,12 @@ class WarmReady(_Message, frozen=True):
 
 
 class StartSubtask(_Message, frozen=True):
-    """Run this subtask (a ``SubtaskDescriptor``) with ``env`` on top of the process's own."""
+    """Run this subtask (a ``SubtaskDescriptor``) with ``env`` on top of the process's own;
+    ``watch``: what the TaskExecutor's watchdog shares with it (``run_subtask``'s argument)."""
 
     descriptor: Any
     env: dict[str, str]
+    watch: tuple[str, str, float] | None = None
 
 
 # -- device hosts ------------------------------------------------------------------------------

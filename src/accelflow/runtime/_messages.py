@@ -24,12 +24,10 @@ ended).
 Subtask → relay (the Ray target's data channels): :class:`OpenChannel`, then chunks, then
 ``None``; the relay answers :class:`ChannelDone` or :class:`ChannelFailed`.
 
-Client ↔ session cluster (the submission channel): :class:`SubmitJob` → :class:`JobAccepted`,
-then :class:`JobProgress`... and :class:`JobSucceeded` or :class:`JobFailed`; the client may
-send :class:`CancelJob`. :class:`StatusRequest` → :class:`StatusReply`; :class:`StopRequest`
-→ :class:`Stopping`; :class:`ConfigRequest` → :class:`ConfigReply`;
-:class:`TriggerSavepoint` → :class:`SavepointDone` or :class:`SavepointFailed` (``accelflow
-savepoint|stop``).
+Client ↔ session cluster (the submission channel): ``_session_messages``.
+
+JobManager → subtask, relayed by its TaskExecutor (:data:`ToSubtask`): the checkpoint
+commands and :class:`Rollback` (a rollback in place, ``docs/failover.md``).
 """
 
 from __future__ import annotations
@@ -92,6 +90,9 @@ class ChainPlan(_Message, frozen=True):
     rolling: bool
     #: whether the job takes checkpoints (every subtask then acks a final one at its end)
     checkpointing: bool = False
+    #: whether a failure elsewhere rolls this subtask back in place (:class:`Rollback`): a
+    #: data channel that breaks then makes it wait for its rollback instead of failing
+    in_place: bool = False
     #: the number of key groups of the chain's keyed state (``pipeline.max-parallelism``)
     max_parallelism: int = 128
     #: how often watermarks are generated (``pipeline.auto-watermark-interval``), in ms
@@ -206,6 +207,19 @@ class SubtaskDescriptor(_Message, frozen=True):
     #: per resource, the device memory (bytes) this subtask holds of each device it was
     #: assigned whose memory is known: its per-process limit
     memory: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: a standby subtask (``execution.failover.standby-subtasks``): opened, then idle until a
+    #: :class:`Rollback` gives it the index of a failed subtask
+    standby: bool = False
+
+
+def in_flight_name(operator: str) -> str:
+    """The checkpointed state that holds the records a subtask had taken out of its ended
+    inputs but not processed yet (checkpoints after the sources finished), beside the state
+    of its chain's first operator ``operator``. Its kind is :data:`IN_FLIGHT_KIND`."""
+    return f"{operator}#in-flight"
+
+
+IN_FLIGHT_KIND = "in-flight"
 
 
 # -- JobManager → TaskExecutor ------------------------------------------------------------------
@@ -240,9 +254,29 @@ class NotifyCheckpointComplete(_Message, frozen=True):
     reply: bool = False
 
 
+class Rollback(_Message, frozen=True):
+    """To a subtask that survived another's failure (relayed by its TaskExecutor, which files
+    it under ``new_key`` from then on): drop the records in flight, restore checkpoint
+    ``checkpoint_id`` (``restored`` as in :class:`SubtaskDescriptor`; 0 and None: the start),
+    rewind the source to ``splits``, connect the data channels of the new epoch and go on as
+    ``new_key``, without calling ``open()`` again. To a standby: the same activates it as
+    ``new_key.index``; an index past the parallelism only renames it (it stays idle)."""
+
+    key: SubtaskKey
+    new_key: SubtaskKey
+    checkpoint_id: int
+    restored: dict[str, list[bytes]] | None
+    splits: list[Any] | None
+    listen_address: str | None
+    expected_senders: int
+    #: per output edge of the chain, in order, the addresses of the new epoch
+    outputs: tuple[tuple[str, ...], ...]
+
+
 #: JobManager messages a TaskExecutor hands to one of its subtasks
-ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete
-Command = Union[Deploy, CancelJob, Shutdown, TriggerCheckpoint, NotifyCheckpointComplete, "InjectFault"]
+ToSubtask = TriggerCheckpoint | NotifyCheckpointComplete | Rollback
+Command = Union[Deploy, CancelJob, Shutdown, TriggerCheckpoint, NotifyCheckpointComplete, Rollback,
+                "InjectFault"]
 
 
 # -- TaskExecutor → JobManager ------------------------------------------------------------------
@@ -379,70 +413,3 @@ class ChannelDone(_Message, frozen=True):
 
 class ChannelFailed(_Message, frozen=True):
     reason: str
-
-
-# -- client ↔ session cluster ---------------------------------------------------------------------
-class SubmitJob(_Message, frozen=True):
-    graph_blob: bytes
-    config: dict[str, Any]
-
-
-class JobAccepted(_Message, frozen=True):
-    job_id: str
-    url: str
-
-
-class JobProgress(_Message, frozen=True):
-    snapshot: dict[str, Any]
-
-
-class JobSucceeded(_Message, frozen=True):
-    result: Any  # a JobResult
-
-
-class JobFailed(_Message, frozen=True):
-    error: RemoteError
-
-
-class StatusRequest(_Message, frozen=True):
-    pass
-
-
-class StatusReply(_Message, frozen=True):
-    overview: dict[str, Any]
-
-
-class StopRequest(_Message, frozen=True):
-    pass
-
-
-class Stopping(_Message, frozen=True):
-    pass
-
-
-class ConfigRequest(_Message, frozen=True):
-    pass
-
-
-class ConfigReply(_Message, frozen=True):
-    config: dict[str, Any]
-
-
-class TriggerSavepoint(_Message, frozen=True):
-    """Take a savepoint of job ``job_id`` in ``target`` (None: the job's
-    ``execution.checkpointing.savepoint-dir``); ``stop``: end the job after it (Flink's
-    stop-with-savepoint)."""
-
-    job_id: str
-    target: str | None = None
-    stop: bool = False
-
-
-class SavepointDone(_Message, frozen=True):
-    """The savepoint's directory (once the stopped job has ended, for ``stop``)."""
-
-    path: str
-
-
-class SavepointFailed(_Message, frozen=True):
-    error: RemoteError

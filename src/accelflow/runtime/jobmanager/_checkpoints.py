@@ -9,9 +9,12 @@ tells every subtask it is complete (:class:`NotifyCheckpointComplete`: sinks pub
 drops the oldest beyond ``num-retained``. One checkpoint is in flight at a time; one that
 does not complete within ``execution.checkpointing.timeout`` is given up.
 
-At the end of a bounded input every subtask acks a *final* state; when all have, that is the
-job's final checkpoint, and the sinks that publish on commit are told to publish (see
-``docs/checkpoints.md``). The coordinator lives as long as its job, across attempts.
+At the end of a bounded input every subtask acks a *final* state, which stands for it in
+every later checkpoint; when all have, that is the job's final checkpoint, and the sinks that
+publish on commit are told to publish (see ``docs/checkpoints.md``). Checkpoints go on after
+every source subtask has read its input (Flink's FLIP-147): they are then triggered at the
+*roots*, the subtasks still running whose upstream subtasks have all ended (see
+``runtime/subtask/_in_flight.py``). The coordinator lives as long as its job, across attempts.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 import pickle
 import queue
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,13 +34,14 @@ from accelflow.runtime import (
     SYSTEM_CLOCK, CheckpointAck, CheckpointCommitted, Clock, Command, NotifyCheckpointComplete,
     SubtaskKey, TriggerCheckpoint,
 )
-from accelflow.dataflow import Source
+from accelflow.dataflow import JobGraph, Source, rescale_targets
 from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 from accelflow.runtime.jobmanager._checkpoint_store import (
     CheckpointStore, CompletedCheckpoint, OperatorState, RestoredCheckpoint, load_checkpoint,
     match_operators,
 )
 from accelflow.runtime.jobmanager._jobs import CheckpointRecord, Job, checkpoints_retained
+from accelflow.runtime.jobmanager._plan import state_names
 
 _log = logging.getLogger("accelflow.runtime")
 _NO_STATE = pickle.dumps(None)
@@ -60,6 +64,7 @@ class _Pending:
     started: float  # clock.monotonic()
     acks: dict[SubtaskKey, dict[str, bytes]] = field(default_factory=dict)  # of live subtasks
     savepoint: SavepointRequest | None = None
+    targets: tuple[SubtaskKey, ...] = ()  # the subtasks it was triggered at
 
 
 class CheckpointCoordinator:
@@ -99,6 +104,7 @@ class CheckpointCoordinator:
         self.pending: _Pending | None = None
         self.keys: list[SubtaskKey] = []
         self.sources: list[SubtaskKey] = []
+        self.upstream: dict[SubtaskKey, list[SubtaskKey]] = {}  # of every subtask with inputs
         self.finals: dict[SubtaskKey, dict[str, bytes]] = {}  # of subtasks that ended their input
         self.finished: set[SubtaskKey] = set()
         self.final_done = False
@@ -151,7 +157,7 @@ class CheckpointCoordinator:
             self.restore = load_checkpoint(self.latest.path, self.signing)
         if self.restore is None:
             return None, 0
-        kinds = {t.state_name: t.kind for t in self.job.graph.transformations}
+        kinds = {name: kind for chain in self.job.graph.chains for name, kind in state_names(chain)}
         matched = match_operators(self.restore, kinds, self.job.config.get(k.ALLOW_NON_RESTORED_STATE))
         with_state = {name: list(op.subtask_states) for name, op in matched.items()}
         with self.lock:
@@ -167,6 +173,7 @@ class CheckpointCoordinator:
         self.keys = list(keys)
         graph = self.job.graph
         self.sources = [key for key in keys if graph.chains[key.chain].head.source is not None]
+        self.upstream = upstream_of(graph, keys)
         self.finals = {}
         self.finished = set()
         self.final_done = False
@@ -187,9 +194,12 @@ class CheckpointCoordinator:
             elif stateless := [k for k in self.finished if k not in self.finals and k not in pending.acks]:
                 self._fail(pending, f"{len(stateless)} subtask(s) finished without a final state "
                                     "(only jobs with checkpointing on keep one)")
+            elif self._stuck(pending, now):
+                self._fail(pending, "its barriers wait behind every record of the ended sources: the next "
+                                    "checkpoint starts after them (FLIP-147)", quiet=True)
             return
-        live_sources = [key for key in self.sources if key not in self.finals]
-        if not running or not live_sources or self.final_done or self.stopping is not None:
+        targets = [key for key in self.sources if key not in self.finals] or self._roots()
+        if not running or not targets or self.final_done or self.stopping is not None:
             return
         request: SavepointRequest | None = None
         try:
@@ -197,7 +207,23 @@ class CheckpointCoordinator:
         except queue.Empty:
             if not self._due(now):
                 return
-        self._trigger(request, live_sources)
+        self._trigger(request, targets)
+
+    def _stuck(self, pending: _Pending, now: float) -> bool:
+        """Whether ``pending`` (a periodic checkpoint, an interval old) was triggered at
+        subtasks that have all ended their input since: its barriers are behind everything
+        they sent, so a slow stage after them would hold it until the job's end, while a
+        checkpoint triggered at the roots (:meth:`_roots`) completes at once."""
+        return (pending.savepoint is None and self.interval is not None and now - pending.started >= self.interval
+                and bool(pending.targets) and all(k in self.finals for k in pending.targets)
+                and any(k not in pending.acks for k in self._roots()))
+
+    def _roots(self) -> list[SubtaskKey]:
+        """The subtasks still running whose upstream subtasks have all ended their input: where
+        checkpoints start once every source has ended (each reads what its ended inputs hold
+        into its checkpoint, see ``runtime/subtask/_in_flight.py``)."""
+        return [key for key, ups in self.upstream.items()
+                if key not in self.finals and all(up in self.finals for up in ups)]
 
     def _due(self, now: float) -> bool:
         """Whether the periodic checkpoint is due: an interval after the last trigger (one in
@@ -211,7 +237,7 @@ class CheckpointCoordinator:
         self.next_id += 1
         record = CheckpointRecord(n, "IN_PROGRESS", self.clock.time(), savepoint=savepoint is not None)
         self.last_trigger = self.clock.monotonic()
-        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint)
+        self.pending = _Pending(record, self.last_trigger, savepoint=savepoint, targets=tuple(sources))
         self._remember(record)
         for key in sources:
             self.send(key, TriggerCheckpoint(key, n))
@@ -297,10 +323,10 @@ class CheckpointCoordinator:
         out = []
         for chain in graph.chains:
             keys = [SubtaskKey(self.job.id, self.job.attempt, chain.id, i) for i in range(chain.parallelism)]
-            for node in chain.nodes:
-                blobs = [acks.get(key, {}).get(node.state_name) for key in keys]
+            for name, kind in state_names(chain):
+                blobs = [acks.get(key, {}).get(name) for key in keys]
                 if any(b is not None for b in blobs):
-                    out.append(OperatorState(node.state_name, node.kind, chain.parallelism,
+                    out.append(OperatorState(name, kind, chain.parallelism,
                                              tuple(b if b is not None else _NO_STATE for b in blobs)))
         return out
 
@@ -357,6 +383,33 @@ class CheckpointCoordinator:
         except Exception as exc:  # the job's outcome stands; say what was left
             _log.warning("%s: could not remove its checkpoints at %s: %s", self.job.id,
                          self.store.job_path, exc)
+
+
+def upstream_of(graph: JobGraph, keys: list[SubtaskKey]) -> dict[SubtaskKey, list[SubtaskKey]]:
+    """Per subtask of ``keys`` that has inputs, the subtasks of ``keys`` that send to it.
+
+    Example: ``source (p=2) -> rebalance -> map (p=2)`` gives each map subtask both source
+    subtasks; a forward edge gives subtask *i* the upstream subtask *i* only, a ``rescale``
+    edge the upstream subtasks that feed *i*; a chain with several inputs gets those of each.
+    """
+    found = {(key.chain, key.index): key for key in keys}
+    upstream: dict[SubtaskKey, list[SubtaskKey]] = {}
+    for key in keys:
+        chain = graph.chains[key.chain]
+        if not chain.inputs:
+            continue
+        senders: list[SubtaskKey] = []
+        for inp in chain.inputs:
+            up = graph.chains[inp.chain].parallelism
+            if inp.edge.partitioning == "forward":
+                indices: Iterable[int] = [key.index]
+            elif inp.edge.partitioning == "rescale":
+                indices = [u for u in range(up) if key.index in rescale_targets(u, up, chain.parallelism)]
+            else:
+                indices = range(up)
+            senders += [found[(inp.chain, i)] for i in indices if (inp.chain, i) in found]
+        upstream[key] = senders
+    return upstream
 
 
 def _warn_about_replaying_sources(job: Job) -> None:

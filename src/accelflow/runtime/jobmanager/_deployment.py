@@ -10,6 +10,8 @@ import os
 from fractions import Fraction
 from typing import Any
 
+import msgspec
+
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
 from accelflow.runtime import (
@@ -18,7 +20,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._jobs import Job, PendingReason, SubtaskState
-from accelflow.runtime.jobmanager._plan import chain_blob, slot_requests, splits_of, subtask_name
+from accelflow.runtime.jobmanager._plan import chain_blob, restored_of, slot_requests, splits_of, subtask_name
 from accelflow.runtime.jobmanager._preferences import placement_wishes
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
@@ -59,7 +61,7 @@ class Deployer:
         # user code is pickled and split before any slot or device is taken, so a job that
         # cannot be shipped fails with nothing to give back
         blobs = {c.id: chain_blob(job, c, lambda o, i: self.address(job, o, i)) for c in graph.chains}
-        splits = splits_of(graph)
+        splits = job.splits = splits_of(graph)
         with self.state.lock:
             assignments = self._place_when_free(job, requests)
             keys = self._acquire(job, assignments)
@@ -68,6 +70,19 @@ class Deployer:
         for te_id, desc in descriptors:
             self.launcher.handle(te_id).send(Deploy(desc))
         return keys
+
+    def deploy_one(self, job: Job, key: SubtaskKey, *, standby: bool = False) -> None:
+        """Ship subtask ``key`` of ``job``'s current attempt, placed already (its
+        ``SubtaskState`` names its TaskExecutor and devices): a replacement after a failure,
+        or a standby (which gets no channels, splits nor state until it takes over)."""
+        chain = job.graph.chains[key.chain]
+        blob = chain_blob(job, chain, lambda o, i: self.address(job, o, i))
+        with self.state.lock:
+            te_id, desc = self._descriptor(job, key, {chain.id: blob}, job.splits)
+        if standby:
+            desc = msgspec.structs.replace(desc, listen_address=None, expected_senders=0, splits=None,
+                                           restored=None, standby=True)
+        self.launcher.handle(te_id).send(Deploy(desc))
 
     def check_fits(self, requests: list[SlotRequest], policy: Any) -> None:
         """Raise ``AllocationError`` unless ``requests`` would fit the empty cluster (naming
@@ -123,12 +138,9 @@ class Deployer:
             for holder, shares in assignment.shares.items():
                 assert isinstance(holder, SubtaskKey)
                 keys.append(holder)
-                devices: dict[str, list[tuple[str, Fraction]]] = {}
-                for d, share in shares.items():
-                    devices.setdefault(d.resource, []).append((d.address, share))
                 chain = job.graph.chains[holder.chain]
                 state.subtasks[holder] = SubtaskState(
-                    holder, subtask_name(chain, holder.index), assignment.taskexecutor, devices)
+                    holder, subtask_name(chain, holder.index), assignment.taskexecutor, devices_of(assignment, holder))
         return keys
 
     def _descriptor(self, job: Job, key: SubtaskKey, blobs: dict[int, bytes],
@@ -146,8 +158,7 @@ class Deployer:
             taskexecutor_infos={r.name: r.devices for r in te.registration.resources},
             isolate=job.config.get(k.DEVICE_ISOLATION), authkey=getattr(self.launcher, "authkey", b""),
             taskexecutor_id=te.id,
-            restored=({n.state_name: job.restore_from[n.state_name] for n in chain.nodes if n.state_name in job.restore_from}
-                      if job.restore_from else None),
+            restored=restored_of(job, chain),
             restored_checkpoint=job.restore_id,
             arrays={} if chain.head.source is None else object_handles(chain.head.source),
             memory=self._memory(key),
@@ -213,3 +224,12 @@ class Deployer:
                     os.unlink(path)
                 except OSError:
                     pass
+
+
+def devices_of(assignment: SlotAssignment, key: SubtaskKey) -> dict[str, list[tuple[str, Fraction]]]:
+    """What ``assignment`` gives subtask ``key``, as ``SubtaskState.devices``: per resource,
+    ``(address, share)`` pairs, e.g. ``{"gpu": [("0", Fraction(1, 2))]}``."""
+    devices: dict[str, list[tuple[str, Fraction]]] = {}
+    for d, share in assignment.shares.get(key, {}).items():
+        devices.setdefault(d.resource, []).append((d.address, share))
+    return devices

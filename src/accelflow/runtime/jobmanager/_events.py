@@ -156,6 +156,8 @@ class EventPump:
                     self._lost_in_session(te_id, msg)
         if isinstance(msg, DeviceReport | MemoryReport | DevicesFree):
             on_device_event(self.state, te_id, msg)
+            if isinstance(msg, DevicesFree) and (job := self.state.jobs.get(msg.key.job_id)) is not None:
+                job.events.put((te_id, msg))  # shares came back: a standby that did not fit may now
             return
         if isinstance(msg, DeviceStatus):  # what is resident and warm there (REST, cluster status)
             with self.state.lock:

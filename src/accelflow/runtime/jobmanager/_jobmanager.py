@@ -33,8 +33,11 @@ from accelflow.runtime import (
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
+from accelflow.runtime.jobmanager._failover import Attempt, Failover, Failure, RestartBudget, in_place_off
 from accelflow.runtime.jobmanager._job_sinks import FinalAcks, JobSinks, discard_sinks
-from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, Job, JobResult, SubtaskState, TaskExecutorInfo
+from accelflow.runtime.jobmanager._jobs import (
+    SUBTASK_ENDED, FailoverRecord, Job, JobResult, SubtaskState, TaskExecutorInfo,
+)
 from accelflow.runtime.jobmanager._membership import Membership
 from accelflow.runtime.jobmanager._quarantine import inject_fault
 from accelflow.runtime.jobmanager._plan import (
@@ -257,30 +260,29 @@ class JobManager:
 
     def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
         self.prepare_sources(job.graph)
-        attempts_left = _restarts(job.config, coordinator.enabled)
-        restarting = False
+        job.in_place_off = in_place_off(job.config, coordinator.enabled, self.launcher)
+        failover = Failover(job, coordinator, self.state, self.deployer, self.pump, self.launcher, self.clock,
+                            RestartBudget(_restarts(job.config, coordinator.enabled)))
+        restarting: tuple[FailoverRecord, float] | None = None  # what the next attempt recovers from
         while True:
             try:
                 if restarting:  # a replacement that cannot start yet fails this attempt only
                     self.membership.replace_lost()
                 job.restore_from, job.restore_id = coordinator.restored_states()
-                collected, first_record, finals = self._run_attempt(job, coordinator)
+                collected, first_record, finals = self._run_attempt(job, coordinator, failover, restarting)
                 break
             except (JobCancelledError, AllocationError, CheckpointError):
                 raise
             except AccelflowError as exc:  # any failure of a running attempt, as Flink
                 if job.cancel_requested or self.state.cancel_all:  # e.g. its cluster stopping
                     raise JobCancelledError(f"{job.id} ({job.name}) was cancelled") from exc
-                if attempts_left <= 0:
+                if not failover.budget.take():
                     raise
-                attempts_left -= 1
                 with self.state.lock:
                     job.attempt += 1
                     job.state = "RESTARTING"
-                _log.warning("%s failed, restarting (attempt %d): %s", job.id, job.attempt + 1,
-                             str(exc).splitlines()[0])
-                time.sleep(job.config.get(k.RESTART_DELAY))
-                restarting = True
+                restarting = failover.full_restart(job.attempt - 1, exc)
+                self.clock.sleep(job.config.get(k.RESTART_DELAY))
         self.state.release_slots(job.id, job.attempt)
         if job.stopped_with_savepoint is None:  # a stopped job's batch files are not complete
             sinks.commit(job.id, job.attempt, finals)
@@ -289,34 +291,63 @@ class JobManager:
                       if key.job_id == job.id and key.attempt == job.attempt]
         return result_of(job, states, first_record, collected)
 
-    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator) -> tuple[list[Any], float | None, FinalAcks]:
+    def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator, failover: Failover,
+                     restarting: tuple[FailoverRecord, float] | None) -> tuple[list[Any], float | None, FinalAcks]:
+        """Run one attempt to its end; a failure it confines rolls it back in place and the
+        attempt goes on as the next one (``_failover``).
+
+        Raises:
+            AccelflowError: the attempt failed and was aborted (every subtask cancelled);
+                ``failover.failure`` says what failed.
+        """
         keys = self.deployer.deploy(job)
-        attempt = _Attempt(keys)
+        attempt = Attempt(keys, recovery=restarting[0] if restarting else None,
+                          failed_at=restarting[1] if restarting else 0.0)
         coordinator.start_attempt(keys)
-        try:
-            while attempt.pending:
-                if job.cancel_requested or self.state.cancel_all:
-                    raise JobCancelledError(f"{job.id} ({job.name}) was cancelled")
-                event = self.pump.next_event(job.events, POLL_S)
-                if event is not None:
-                    self._on_event(job, attempt, event, coordinator)
-                with self.state.lock:
-                    running = all(self.state.subtasks[key].state in ("RUNNING", "FINISHED") for key in keys)
-                coordinator.tick(running)
-        except _Stopped:
-            self.deployer.abort(job, keys, attempt.exited)
-        except AccelflowError:
-            self.deployer.abort(job, keys, attempt.exited)
-            raise
-        chunks = [chunk for key in sorted(keys, key=lambda k_: (k_.chain, k_.index))
+        failover.pool.fill()
+        while True:
+            try:
+                self._drive(job, attempt, coordinator, failover)
+                failover.pool.stop()
+                break
+            except _Stopped:
+                failover.pool.stop()
+                self.deployer.abort(job, attempt.keys, attempt.exited)
+                break
+            except AccelflowError as exc:
+                cancelled = job.cancel_requested or self.state.cancel_all
+                rolled = None if cancelled or isinstance(exc, CheckpointError) else failover.roll_back(attempt, exc)
+                if rolled is None:
+                    failover.failure = attempt.failure
+                    failover.pool.stop()
+                    self.deployer.abort(job, attempt.keys, attempt.exited)
+                    raise
+                attempt = rolled
+        chunks = [chunk for key in sorted(attempt.keys, key=lambda k_: (k_.chain, k_.index))
                   for chunk in attempt.collected[key] if len(chunk)]
         return chunks, attempt.first_record, attempt.finals
 
-    def _on_event(self, job: Job, attempt: _Attempt, event: RoutedEvent,
+    def _drive(self, job: Job, attempt: Attempt, coordinator: CheckpointCoordinator, failover: Failover) -> None:
+        """Handle ``attempt``'s events until every subtask has finished."""
+        while attempt.pending:
+            if job.cancel_requested or self.state.cancel_all:
+                raise JobCancelledError(f"{job.id} ({job.name}) was cancelled")
+            event = self.pump.next_event(job.events, POLL_S)
+            if event is not None and not failover.pool.on_any(event):
+                self._on_event(job, attempt, event, coordinator)
+                if attempt.recovery is not None and isinstance(event[1], SubtaskRunning):
+                    failover.recovered(attempt)
+            with self.state.lock:
+                running = all(self.state.subtasks[key].state in ("RUNNING", "FINISHED") for key in attempt.keys)
+            coordinator.tick(running)
+
+    def _on_event(self, job: Job, attempt: Attempt, event: RoutedEvent,
                   coordinator: CheckpointCoordinator) -> None:
         te_id, msg = event
         if isinstance(msg, TaskExecutorDied):
-            if any(self.state.subtasks[key].taskexecutor == te_id for key in attempt.pending):
+            lost = [key for key in attempt.pending if self.state.subtasks[key].taskexecutor == te_id]
+            if lost:
+                attempt.failure = Failure(lost, te_id, self.clock.monotonic())
                 raise JobError(f"{te_id} died while running {job.id} ({job.name})")
             return
         key = getattr(msg, "key", None)
@@ -335,11 +366,13 @@ class JobManager:
                 attempt.finished.add(key)
             elif isinstance(msg, SubtaskFailed):
                 st.state = "FAILED"
+                attempt.failure = Failure([key], None, self.clock.monotonic())
                 raise decode_error(msg.error, context=f"subtask {st.name} on {st.taskexecutor} failed")
             elif isinstance(msg, SubtaskExited):
                 attempt.exited.add(key)
                 if st.state != "FINISHED":
                     st.state = "FAILED"
+                    attempt.failure = Failure([key], None, self.clock.monotonic())
                     raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
                                    f"{msg.exitcode} without finishing")
         if isinstance(msg, CheckpointAck):
@@ -391,13 +424,3 @@ def _restarts(config: Configuration, checkpointing: bool) -> int:
     return config.get(k.RESTART_ATTEMPTS) if strategy == "fixed-delay" else 0
 
 
-class _Attempt:
-    """What one running attempt has heard so far."""
-
-    def __init__(self, keys: list[SubtaskKey]) -> None:
-        self.pending = set(keys)
-        self.finished: set[SubtaskKey] = set()
-        self.exited: set[SubtaskKey] = set()
-        self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
-        self.finals: FinalAcks = {}
-        self.first_record: float | None = None

@@ -23,7 +23,7 @@ JOB_STATES = ("CREATED", "PENDING", "RUNNING", "RESTARTING", "FINISHED", "FAILED
 #: States after which a job never changes again.
 JOB_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
 #: States of a subtask.
-SUBTASK_STATES = ("DEPLOYING", "RUNNING", "FINISHED", "FAILED", "CANCELED")
+SUBTASK_STATES = ("DEPLOYING", "RUNNING", "STANDBY", "FINISHED", "FAILED", "CANCELED")
 #: States after which a subtask never changes again.
 SUBTASK_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
 
@@ -49,6 +49,10 @@ class SubtaskState:
     state: str = "DEPLOYING"
     counts: list[tuple[int, int]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)  # the source's (``Source.metrics``)
+    #: how this subtask came into its attempt after a failure: ``rolled back`` (the same
+    #: process, in place), ``replaced`` (a new process), ``standby`` (a standby took over);
+    #: None for a deployed one
+    recovery: str | None = None
 
 
 @dataclass
@@ -138,6 +142,28 @@ class CheckpointStats:
 
 
 @dataclass
+class FailoverRecord:
+    """One failure of a job and how it recovered (REST, the UI and ``/metrics`` show them).
+
+    Example: ``FailoverRecord(attempt=0, path="in-place", cause="subtask model (2/4) on
+    taskexecutor-1 exited with code -9 without finishing", failed=["model (2/4)"],
+    replaced=["model (2/4)"], rolled_back=["model (1/4)", "model (3/4)", "model (4/4)"])``
+    """
+
+    attempt: int  # the attempt that failed (the next one recovers)
+    path: str  # "in-place" or "full"
+    cause: str  # the failure's first line
+    failed: list[str]
+    why_full: str | None = None  # why a full restart: why the failure could not be confined
+    replaced: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    standby: str | None = None  # the standby that took the failed subtask's place
+    at: float = field(default_factory=time.time)
+    #: from the failure seen to every subtask running again (None: not yet)
+    recovery_s: float | None = None
+
+
+@dataclass
 class Job:
     """One submitted job. ``events`` receives the TaskExecutor events about its subtasks.
 
@@ -169,6 +195,16 @@ class Job:
     savepoints: Any = None
     #: the path of the savepoint a stop-with-savepoint ended the job with
     stopped_with_savepoint: str | None = None
+    #: the sources' splits of the first deployment, per (chain, subtask index): a rollback
+    #: in place rewinds to them when no checkpoint has completed yet
+    splits: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    #: None: a failure is confined where it can be (rolled back in place); else why not
+    #: (``execution.failover.in-place: false``, checkpointing off, the Ray target)
+    in_place_off: str | None = "not decided yet"
+    #: every failure and its recovery, oldest first
+    failovers: list[FailoverRecord] = field(default_factory=list)
+    #: per chain that has fewer standby subtasks than wanted, why (placement failed)
+    standby_missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -19,7 +19,7 @@ from accelflow._errors import JobError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.dataflow import Chain, JobGraph, SourceSpec, Transformation, default_max_parallelism
-from accelflow.runtime import ChainPlan, OutputEdge, SubtaskKey, dumps, shared_view
+from accelflow.runtime import IN_FLIGHT_KIND, ChainPlan, OutputEdge, SubtaskKey, dumps, in_flight_name, shared_view
 from accelflow.runtime.jobmanager._jobs import Job, JobResult, SubtaskState
 from accelflow.scheduling import SlotRequest, SubtaskRequest, format_amount, is_counted
 
@@ -32,6 +32,7 @@ JOB_KEYS = (
     k.CHECKPOINTS_RETAINED, k.CHECKPOINT_RETENTION, k.SAVEPOINT_DIR, k.STATE_RECOVERY_PATH,
     k.ALLOW_NON_RESTORED_STATE, k.CHECKPOINT_PERMISSIONS, k.CHECKPOINT_SIGNING_KEY_FILE,
     k.VERIFY_CHECKPOINT_SIGNATURE, k.PIPELINE_MAX_PARALLELISM, k.AUTO_WATERMARK_INTERVAL, k.BUFFER_TIMEOUT,
+    k.FAILOVER_IN_PLACE, k.STANDBY_SUBTASKS,
 )
 
 
@@ -56,6 +57,7 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
         timeout = config.get(k.BUFFER_TIMEOUT)
         return dumps(ChainPlan(
             chain.name, _as_deployed(chain), outputs, _rolling(job), checkpointing,
+            in_place=job.in_place_off is None,
             max_parallelism=max_parallelism_of(chain, config),
             watermark_interval_ms=round(config.get(k.AUTO_WATERMARK_INTERVAL) * 1000),
             buffer_timeout_ms=-1 if timeout < 0 else round(timeout * 1000)))
@@ -167,6 +169,24 @@ def never_deployed(job: Job, known: Container[SubtaskKey], state: str) -> list[S
         for c in job.graph.chains for i in range(c.parallelism)
         if (key := SubtaskKey(job.id, job.attempt, c.id, i)) not in known
     ]
+
+
+def state_names(chain: Chain) -> list[tuple[str, str]]:
+    """``(name, kind)`` of each state the subtasks of ``chain`` may checkpoint: one per
+    operator (its ``state_name``: uid, else name), and for a chain with inputs the records taken out of ended inputs and not
+    processed yet (``in_flight_name``, see ``runtime/subtask/_in_flight.py``)."""
+    names = [(n.state_name, n.kind) for n in chain.nodes]
+    if chain.head.source is None:
+        names.append((in_flight_name(chain.head.state_name), IN_FLIGHT_KIND))
+    return names
+
+
+def restored_of(job: Job, chain: Chain) -> dict[str, list[bytes]] | None:
+    """What the subtasks of ``chain`` restore in ``job``'s current attempt (None: nothing)."""
+    restored = job.restore_from
+    if not restored:
+        return None
+    return {name: restored[name] for name, _ in state_names(chain) if name in restored}
 
 
 def subtask_name(chain: Chain, index: int) -> str:

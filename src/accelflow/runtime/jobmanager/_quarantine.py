@@ -8,7 +8,8 @@ JobManager (``_device_messages``):
   (``DeviceLedger.quarantine``) and placement skips it, naming why; ``rejoined`` ends that.
   The subtasks on a device that failed are failed by their TaskExecutor itself, with a
   ``HardwareFailure`` (or a ``DeviceFault`` for an application Xid), and restart through the
-  job's restart strategy on the devices placement finds then.
+  job's restart strategy: a lone one in place (``_failover``: on the same device after an
+  application Xid, on a healthy one placement finds after a quarantine), else every subtask.
 * :class:`MemoryReport`: the device memory each subtask's processes hold.
 * :class:`DevicesFree`: a subtask's processes are gone from its devices; only then do its
   shares of them go back (``ClusterState.devices_free``).

@@ -115,10 +115,12 @@ class ClusterState:
         with self.lock:
             return self.capacity.place(requests, policy, preferences, warm)
 
-    def take(self, job_id: str, attempt: int, assignments: list[SlotAssignment]) -> None:
-        """Take the slots and acquire the shares that :meth:`place` just gave ``assignments``."""
+    def take(self, job_id: str, attempt: int, assignments: list[SlotAssignment], *, more: bool = False) -> None:
+        """Take the slots and acquire the shares that :meth:`place` just gave ``assignments``
+        (``more``: in addition to the slots the attempt holds already)."""
         with self.lock:
-            held = self.slots[(job_id, attempt)] = []
+            held = self.slots.setdefault((job_id, attempt), []) if more else []
+            self.slots[(job_id, attempt)] = held
             for assignment in assignments:
                 te = self.taskexecutors[assignment.taskexecutor]
                 te.used_slots += 1
@@ -154,6 +156,26 @@ class ClusterState:
             for te_id, count in freed.items():
                 self.capacity.release(te_id, slots=count)
             self.released.notify_all()
+
+    def release_slot(self, job_id: str, attempt: int, te_id: str) -> None:
+        """Give back one slot the attempt holds on ``te_id`` (a standby's, or a failed
+        subtask's that shared it with nobody)."""
+        with self.lock:
+            held = self.slots.get((job_id, attempt), [])
+            te = self.taskexecutors.get(te_id)
+            if te is None or (te_id, te.registration.pid) not in held:
+                return
+            held.remove((te_id, te.registration.pid))
+            te.used_slots -= 1
+            self.capacity.release(te_id, slots=1)
+            self.released.notify_all()
+
+    def rekey(self, old: SubtaskKey, new: SubtaskKey) -> None:
+        """Make ``new`` the holder of what ``old`` holds, device memory included (capacity is
+        unchanged)."""
+        with self.lock:
+            memory = self.ledger.memory_held_by(old)
+            self.ledger.acquire(new, self.ledger.release_if_held(old), memory)
 
     def release_devices(self, key: SubtaskKey) -> None:
         """Give back what subtask ``key`` holds (nothing when it holds nothing). A subtask that

@@ -136,6 +136,9 @@ class RayLauncher(Launcher):
         >>> launcher = RayLauncher(config_from(values={"execution.target": "ray"}))  # doctest: +SKIP
     """
 
+    #: a failed subtask restarts every subtask (its relayed channels are not rebuilt in place)
+    in_place_failover = False
+
     def __init__(self, config: Configuration) -> None:
         self.ray = import_ray()
         self.config = config

@@ -18,6 +18,12 @@ Metric families (labels in braces):
 - ``accelflow_checkpoint_duration_seconds{job}`` / ``accelflow_checkpoint_size_bytes{job}``:
   of the job's last completed checkpoint (absent before its first);
 - ``accelflow_job_restarts_total{job}``: restarts of the job (its attempt number);
+- ``accelflow_job_rollbacks_total{job,path}``: failovers by path, ``in-place`` (the failed
+  subtask replaced, the others rolled back in their processes) or ``full`` (every subtask
+  restarted), see ``docs/failover.md``;
+- ``accelflow_job_recovery_seconds{job}``: of the job's last failover that recovered, from the
+  failure seen to every subtask running again (absent before);
+- ``accelflow_standby_subtasks{job}``: standby subtasks opened and ready to take over;
 - ``accelflow_kafka_lag{job,topic,partition}``: records behind the partition's end, as the
   Kafka source subtasks report them (summed over subtasks);
 - ``accelflow_jobs{state}``, ``accelflow_taskexecutors``, ``accelflow_slots_total``,
@@ -188,12 +194,22 @@ def _checkpoints(view: View) -> Iterator[Family]:
     duration = Family("accelflow_checkpoint_duration_seconds", "gauge", "Duration of the last completed checkpoint.", job)
     size = Family("accelflow_checkpoint_size_bytes", "gauge", "Size of the last completed checkpoint.", job)
     restarts = Family("accelflow_job_restarts_total", "counter", "Restarts of the job.", job)
+    rollbacks = Family("accelflow_job_rollbacks_total", "counter", "Failovers of the job by path (in-place or full).",
+                       ["job", "path"])
+    recovery = Family("accelflow_job_recovery_seconds", "gauge", "Recovery time of the job's last failover.", job)
+    standby = Family("accelflow_standby_subtasks", "gauge", "Standby subtasks ready to take over.", job)
     lag = Family("accelflow_kafka_lag", "gauge", "Records behind the end of the Kafka partition.", ["job", "topic", "partition"])
     for j in view["jobs"]:
         stats = j["checkpoints"]
         completed.add([j["id"]], stats["counts"]["completed"])
         failed.add([j["id"]], stats["counts"]["failed"])
         restarts.add([j["id"]], j["restarts"])
+        for path in ("in-place", "full"):
+            rollbacks.add([j["id"], path], sum(1 for f in j["failovers"] if f["path"] == path))
+        standby.add([j["id"]], j["standby_ready"])
+        recovered = [f["recovery_s"] for f in j["failovers"] if f["recovery_s"] is not None]
+        if recovered:
+            recovery.add([j["id"]], recovered[-1])
         last = stats["latest"]["completed"]
         if last is not None and last["duration_s"] is not None:
             duration.add([j["id"]], last["duration_s"])
@@ -201,7 +217,7 @@ def _checkpoints(view: View) -> Iterator[Family]:
             size.add([j["id"]], last["size"])
         for (topic, partition), value in sorted(kafka_lag(j).items()):
             lag.add([j["id"], topic, partition], value)
-    yield from (completed, failed, duration, size, restarts, lag)
+    yield from (completed, failed, duration, size, restarts, rollbacks, recovery, standby, lag)
 
 
 def _cluster(view: View) -> Iterator[Family]:

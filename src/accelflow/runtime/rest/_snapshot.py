@@ -25,7 +25,7 @@ from msgspec import structs
 from accelflow.runtime import RegisteredDevice, SubtaskKey
 from accelflow.config import keys as k
 from accelflow.runtime.jobmanager import (
-    JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, Job, SubtaskState,
+    JOB_ENDED, JOB_STATES, SUBTASK_STATES, CheckpointRecord, FailoverRecord, Job, SubtaskState,
     checkpoints_retained, source_total,
 )
 from accelflow.scheduling import DeviceKey
@@ -202,6 +202,19 @@ def _job(jm: JobManager, job: Job) -> View:
             "reasons": [_reason(r) for r in job.pending.reasons],
         },
         "checkpoints": checkpoints_view(job),
+        "failovers": [_failover(r) for r in job.failovers],
+        "standby_ready": sum(1 for key, st in jm.subtasks.items() if key.job_id == job.id and st.state == "STANDBY"),
+        "standby_missing": dict(job.standby_missing),
+    }
+
+
+def _failover(record: FailoverRecord) -> View:
+    """One failure and its recovery (``docs/failover.md``): ``path`` is ``in-place`` (the
+    failed subtask replaced, the others rolled back in their processes) or ``full``."""
+    return {
+        "attempt": record.attempt, "path": record.path, "cause": record.cause, "failed": list(record.failed),
+        "why_full": record.why_full, "replaced": list(record.replaced), "rolled_back": list(record.rolled_back),
+        "standby": record.standby, "at": record.at, "recovery_s": record.recovery_s,
     }
 
 
@@ -280,7 +293,7 @@ def _subtask(job: Job, st: SubtaskState) -> View:
     chain = job.graph.chains[st.key.chain]
     return {
         "name": st.name, "chain": st.key.chain, "index": st.key.index, "attempt": st.key.attempt,
-        "state": st.state, "taskexecutor": st.taskexecutor,
+        "state": st.state, "taskexecutor": st.taskexecutor, "recovery": st.recovery,
         "devices": [
             {"resource": r, "address": a, "share": share(s)}
             for r, items in sorted(st.devices.items()) for a, s in items

@@ -215,11 +215,21 @@ class AsyncOp(Operator):
         for value, timestamp in inputs[index::parallelism]:
             self._submit(value, timestamp)
 
+    def reset(self) -> None:
+        """Drop the queue: its calls are cancelled, their results never leave."""
+        self._cancel()
+        self.queue.clear()
+        self.in_flight = 0
+        self.wakeup.drain()
+
+    def _cancel(self) -> None:
+        for entry in self.queue:
+            if entry.future is not None:
+                entry.future.cancel()
+
     def close(self) -> None:
         if self.loop is not None:
-            for entry in self.queue:
-                if entry.future is not None:
-                    entry.future.cancel()
+            self._cancel()
             self.loop.call_soon_threadsafe(self.loop.stop)
             if self.thread is not None:
                 self.thread.join(5)

@@ -188,6 +188,15 @@ class KeyedEngine:
         if self.backend is not None:
             self.backend.set_current_key(self.current_key)
 
+    def reset(self) -> None:
+        """Drop every key's state and every timer, and go back to no watermark (a rollback in
+        place: ``restore`` follows). The state objects user code took in ``open()`` stay valid."""
+        if self.backend is not None:
+            for table in self.backend.tables.values():
+                table.clear()
+        self.timers.reset()
+        self.current_key = None
+
     def advance_watermark(self, watermark: int) -> Outputs:
         """The input watermark advanced (the caller forwards it downstream after these outputs)."""
         out = Outputs()

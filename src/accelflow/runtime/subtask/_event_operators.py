@@ -104,6 +104,9 @@ class EngineOp(Operator):
     def snapshot_state(self, checkpoint_id: int) -> Any:
         return self.state.snapshot(self.engine)
 
+    def reset(self) -> None:
+        self.engine.reset()  # keyed state (window contents, join buffers) and timers
+
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
         self.state.restore(self.engine, states, index, parallelism)
 
@@ -254,9 +257,15 @@ class TimestampsOp(Operator):
         super().__init__(node, plan)
         spec = node.spec
         assert isinstance(spec, TimestampsSpec)
-        self.generator = TimestampsAndWatermarks(spec.strategy, node.name)
         periodic = spec.strategy.kind != "none" and plan.watermark_interval_ms > 0
         self.interval = plan.watermark_interval_ms / 1000 if periodic else None
+        self.reset()
+
+    def reset(self) -> None:
+        """A new generator (no watermark yet), as at the start."""
+        spec = self.node.spec
+        assert isinstance(spec, TimestampsSpec)
+        self.generator = TimestampsAndWatermarks(spec.strategy, self.node.name)
         self.next_emit = time.monotonic() + (self.interval or 0)
 
     def process(self, chunk: Any) -> Any:

@@ -71,7 +71,9 @@ class Operator:
     """Checkpointing (see ``docs/checkpoints.md``): at a barrier the runner calls
     :meth:`flush` (emit what is held back for latency only, e.g. a partial batch), then
     :meth:`snapshot_state`; when the checkpoint is complete, :meth:`notify_checkpoint_complete`.
-    A restored attempt calls :meth:`restore_state` after :meth:`open`.
+    A restored attempt calls :meth:`restore_state` after :meth:`open`. A subtask rolled back
+    in place (``docs/failover.md``) calls :meth:`reset`, then :meth:`restore_state`, on the
+    operator it has: never :meth:`open` again.
 
     Event time: :meth:`process_watermark` gets each watermark of the operator's input (in
     order with the chunks) and returns what advancing to it released (e.g. windows that
@@ -154,6 +156,18 @@ class Operator:
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass
 
+    def reset(self) -> None:
+        """Drop every record held and all state (a rollback in place; :meth:`restore_state`
+        follows), keeping what :meth:`open` made. An operator with state must override it.
+
+        Raises:
+            AccelflowInternalError: the operator keeps state and has no ``reset`` (the
+                subtask then fails, and the job restarts every subtask instead).
+        """
+        if type(self).snapshot_state is not Operator.snapshot_state:
+            raise AccelflowInternalError(f"operator {self.node.name!r} ({type(self).__name__}) keeps state "
+                                         "but cannot reset it for a rollback in place")
+
     def close(self) -> None:
         if hasattr(self.obj, "close") and callable(self.obj.close):
             self.obj.close()
@@ -181,6 +195,10 @@ class MapOp(Operator):
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
         return None if self.keyed is None else self.keyed.snapshot()
+
+    def reset(self) -> None:
+        if self.keyed is not None:
+            self.keyed.engine.reset()
 
     def restore_state(self, states: list[Any], index: int, parallelism: int) -> None:
         if self.keyed is not None:
@@ -264,6 +282,13 @@ class MapBatchesOp(MapOp):
         return self._call(self._take(self.pending_len))
 
     flush = finish  # a barrier closes the partial batch: the checkpoint holds no records
+
+    def reset(self) -> None:
+        """Drop the partial batch and the batches still on the device (their outputs too)."""
+        self.pending, self.pending_len = [], 0
+        if self.stage is not None:
+            self.stage.drain()
+        self.staged_positions.clear()
 
     def on_deadline(self) -> Any:
         if self.stage is None:
@@ -363,6 +388,9 @@ class ReduceOp(MapOp):
 
     def finish(self) -> Any:
         return [] if self.rolling else list(self.state.values())
+
+    def reset(self) -> None:
+        self.state.clear()
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
         return dict(self.state)

@@ -168,6 +168,11 @@ class ResidentOp(Operator):
 
     flush = finish  # a barrier: the checkpoint holds no records in flight
 
+    def reset(self) -> None:
+        """Take the replies of the requests in flight and drop them (the resident instance
+        stays: a rollback in place does not attach again)."""
+        self.finish()
+
     def deadline(self) -> float | None:
         return self.next_poll if self.in_flight else None
 

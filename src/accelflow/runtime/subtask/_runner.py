@@ -11,30 +11,32 @@ import os
 import select
 import signal
 import threading
-import time
-from multiprocessing.connection import Connection, Listener, wait
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 import cloudpickle
 
-from accelflow.dataflow import Columns, ResumeSplit, RuntimeContext
+from accelflow.dataflow import RuntimeContext
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP
-from accelflow._errors import encode_error
+from accelflow._errors import TransportError, encode_error
 from accelflow.runtime import (
     Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, NotifyCheckpointComplete,
-    SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskRunning,
+    Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskRunning,
     TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
+from accelflow.runtime.subtask import _heartbeat
 from accelflow.runtime.subtask._chain_io import ChainIO
 from accelflow.runtime.subtask._channels import listen
+from accelflow.runtime.subtask._epochs import Epochs, RollingBack
+from accelflow.runtime.subtask._in_flight import InFlight
 from accelflow.runtime.subtask._memory_limit import before_user_code, check_opened, explain, hold_frameworks
 from accelflow.runtime.subtask._inputs import InputGate
 from accelflow.runtime.subtask import _async_operator, _event_operators, _resident  # noqa: F401 (register their operators)
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._partition import Router
-#: how often a subtask that skips a :class:`ResumeSplit`'s records says how far it got
-SKIP_PROGRESS_EVERY_S = 10.0
+from accelflow.runtime.subtask._resume import read_split
+
 _log = logging.getLogger("accelflow.runtime")
 
 
@@ -42,8 +44,10 @@ class _Cancelled(BaseException):
     pass
 
 
-def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]) -> None:
-    """Process entry point (runs in the forked child)."""
+def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str],
+                watch: tuple[Any, str, float] | None = None) -> None:
+    """Process entry point (runs in the forked child); ``watch``: the heartbeat's shared
+    cell, stack dump file and interval (see ``_heartbeat``)."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cancelled = threading.Event()
@@ -57,8 +61,11 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     before_user_code(desc)  # its part of the device's memory: CuPy reads it at import
     runner: _Runner | None = None
     try:
+        if watch is not None:
+            _heartbeat.start(*watch)
         runner = _Runner(desc, status, cancelled)
         counts = runner.run()
+        desc = runner.desc  # its key is the last rollback's
         # Done: a SIGTERM from now on (the cluster stopping while this process exits) just
         # ends it, instead of raising _Cancelled inside multiprocessing's exit code, which
         # printed a traceback after a successful job.
@@ -69,8 +76,9 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a cancel now just ends the process
         try:
-            exc = explain(exc, desc, runner.plan if runner is not None else None)
-            status.send(SubtaskFailed(desc.key, encode_error(exc, with_traceback=True)))
+            last = runner.desc if runner is not None else desc  # its key is the last rollback's
+            exc = explain(exc, last, runner.plan if runner is not None else None)
+            status.send(SubtaskFailed(last.key, encode_error(exc, with_traceback=True)))
         finally:
             os._exit(1)
 
@@ -91,6 +99,10 @@ class _Runner(ChainIO):
         self.ended = False  # the input has ended (the final state is acked)
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
+        self.in_flight = InFlight(self)  # records of ended inputs kept for a checkpoint (FLIP-147)
+        self.beat = _heartbeat.current  # progress and busy time, for the TaskExecutor's watchdog
+        self.epochs = Epochs(self)  # rollbacks in place
+        self.listener: Listener | None = None
 
     def run(self) -> list[tuple[int, int]]:
         desc, plan = self.desc, self.plan
@@ -98,7 +110,7 @@ class _Runner(ChainIO):
             from accelflow.runtime import register_arrays
 
             register_arrays(desc.arrays)
-        listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
+        self.listener = listen(desc.listen_address, desc.authkey) if desc.listen_address else None
         try:
             head = plan.nodes[0]
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
@@ -111,23 +123,42 @@ class _Runner(ChainIO):
                 hold_frameworks(desc)  # those the user's functions imported
                 check_opened(desc, self.plan)
                 self._restore()
-                self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
-                             for edge in plan.outputs], len(plan.nodes) - len(self.ops))
-                self.status.send(SubtaskRunning(desc.key))
-                if head.source is not None:
-                    self.source_out = 0
-                    self._run_source(head.source, self._context(head))
-                else:
-                    self._run_inputs(listener)
-                self._finish()
-                self._final_checkpoint()
+                if desc.standby:
+                    self.epochs.stand_by()
+                source_ctx = self._context(head) if head.source is not None else None
+                while True:  # one epoch per turn: a rollback in place starts the next
+                    try:
+                        self._run_epoch(source_ctx)
+                        break
+                    except RollingBack as rolling:
+                        order = rolling.order
+                    except TransportError as broken:  # another subtask failed: wait for the rollback
+                        if not self.plan.in_place:
+                            raise
+                        order = self.epochs.await_rollback(broken.with_traceback(None))
+                    self.epochs.roll_back(order)  # out here, the old epoch's frames are gone
             finally:
                 for op in reversed(opened):
                     op.close()
             return self._counts()
         finally:
-            if listener is not None:
-                listener.close()
+            if self.listener is not None:
+                self.listener.close()
+
+    def _run_epoch(self, source_ctx: RuntimeContext | None) -> None:
+        desc, head = self.desc, self.plan.nodes[0]
+        self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
+                     for edge in self.plan.outputs], len(self.plan.nodes) - len(self.ops))
+        self.status.send(SubtaskRunning(desc.key))
+        if head.source is not None:
+            self.source_out = 0
+            assert source_ctx is not None
+            self._run_source(head.source, source_ctx)
+        else:
+            self._run_inputs(self.listener)
+            self.in_flight.run()
+        self._finish()
+        self._final_checkpoint()
 
     def _context(self, node: Any) -> RuntimeContext:
         name = node.name
@@ -139,7 +170,7 @@ class _Runner(ChainIO):
         }
         all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
         timeout = self.plan.buffer_timeout_ms
-        return RuntimeContext(
+        ctx = RuntimeContext(
             task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
@@ -147,6 +178,8 @@ class _Runner(ChainIO):
             buffer_timeout_s=-1.0 if timeout < 0 else timeout / 1000,
             max_number_of_parallel_subtasks=self.plan.max_parallelism,
         )
+        self.epochs.contexts.append(ctx)
+        return ctx
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -162,6 +195,7 @@ class _Runner(ChainIO):
             if op.node.state_name in restored:
                 states = [cloudpickle.loads(b) for b in restored[op.node.state_name]]
                 op.restore_state(states, index, parallelism)
+        self.in_flight.restore(restored, index, parallelism)
 
     def _snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
         states: dict[str, bytes] = {}
@@ -174,6 +208,7 @@ class _Runner(ChainIO):
             state = op.snapshot_state(checkpoint_id)
             if state is not None:
                 states[op.node.state_name] = cloudpickle.dumps(state)
+        states.update(self.in_flight.snapshot())
         return states
 
     def _checkpoint(self, checkpoint_id: int) -> None:
@@ -191,11 +226,13 @@ class _Runner(ChainIO):
     def _control(self) -> None:
         """Handle the JobManager's checkpoint commands that have arrived (never blocks; a
         ``select.poll`` made once costs a microsecond, ``Connection.poll`` a selector each call)."""
+        self.beat.tick()
         while self.commands.poll(0):
             self._command(self.status.recv())
 
     def _command(self, msg: Any) -> None:
         if isinstance(msg, TriggerCheckpoint):
+            self.in_flight.drain()  # a trigger here, not at a source: every input has ended
             self._checkpoint(msg.checkpoint_id)
         elif isinstance(msg, NotifyCheckpointComplete):
             for op in self.ops:
@@ -204,11 +241,15 @@ class _Runner(ChainIO):
                 self.source.notify_checkpoint_complete(msg.checkpoint_id)
             if msg.reply:
                 self.status.send(CheckpointCommitted(self.desc.key, msg.checkpoint_id))
+        elif isinstance(msg, Rollback):
+            raise RollingBack(msg)
 
     def _final_checkpoint(self) -> None:
         """The input has ended: this subtask's last state is part of the job's final
-        checkpoint. A chain that publishes on commit waits until that checkpoint is
-        complete (every subtask of the job has ended its input) and publishes then."""
+        checkpoint. With checkpointing on (or a chain that publishes on commit) it waits
+        until that checkpoint is complete (every subtask of the job has ended its input),
+        publishes then, and may still be rolled back meanwhile (as Flink's tasks wait for
+        the final checkpoint, FLIP-147)."""
         committing = any(op.needs_commit for op in self.ops)
         if not (committing or self.plan.checkpointing):
             return
@@ -217,8 +258,9 @@ class _Runner(ChainIO):
         self.ended = True
         self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
         self.last_checkpoint = final
-        while committing:
-            msg = self.status.recv()
+        while True:
+            with self.beat.waiting():
+                msg = self.status.recv()
             self._command(msg)
             if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
                 return
@@ -228,7 +270,7 @@ class _Runner(ChainIO):
         self.source = source
         while self.splits:
             self.split_read = 0
-            for chunk in _read_split(source, self.splits[0], ctx):
+            for chunk in read_split(source, self.splits[0], ctx):
                 n = len(chunk)
                 if n:
                     self.source_out += n
@@ -246,28 +288,35 @@ class _Runner(ChainIO):
 
     def _run_inputs(self, listener: Listener | None) -> None:
         gate = InputGate([listener.accept() for _ in range(self.desc.expected_senders)] if listener else [])
+        self.in_flight.gate = gate
         wakers = [w for op in self.ops if (w := op.waker()) is not None]
         try:
             while gate.live:
                 waiting = gate.readable() + [self.status] + wakers
                 if any(op.holds() for op in self.ops):  # sent at once when nothing else is there
-                    ready = wait(waiting, 0)
+                    ready = self.beat.wait(waiting, 0)
                     if not ready:
                         self._idle()
                         continue
                 else:
-                    ready = wait(waiting, self._next_deadline())
+                    ready = self.beat.wait(waiting, self._next_deadline())
                 for conn in ready:
                     if conn is self.status:
                         self._control()
                     elif conn in wakers:
                         conn.drain()  # type: ignore[union-attr]
+                    elif conn not in gate.live:
+                        continue  # read to its end at a checkpoint (``InFlight.drain``)
                     else:
                         for event in gate.receive(conn):  # type: ignore[arg-type]
                             self._on_input(event)
                 self._timers()
         finally:
             gate.close()
+
+    def _push(self, chunk: Any, start: int, input_index: int = 0) -> None:
+        self.beat.tick()  # progress, for the watchdog
+        super()._push(chunk, start, input_index)
 
     def _on_input(self, event: tuple[Any, ...]) -> None:
         what = event[0]
@@ -292,75 +341,3 @@ class _Runner(ChainIO):
         if self.plan.nodes[0].source is not None:
             counts.insert(0, (0, getattr(self, "source_out", 0)))
         return counts
-
-
-def _read_split(source: Any, split: Any, ctx: RuntimeContext) -> Any:
-    """The chunks of ``split``; a :class:`ResumeSplit` skips the records read before, saying
-    so (:class:`_Skipping`)."""
-    if not isinstance(split, ResumeSplit):
-        yield from source.read_chunks(split, ctx)
-        return
-    skipping = _Skipping(split, ctx)
-    skip = split.skip
-    for chunk in source.read_chunks(split.split, ctx):
-        if skip >= len(chunk):
-            skip -= len(chunk)
-            skipping.progress(split.skip - skip)
-            if not len(chunk):
-                yield chunk  # an idle source's empty chunk: still a point to checkpoint at
-            continue
-        if skip:
-            chunk = chunk.slice(skip, len(chunk)) if isinstance(chunk, Columns) else chunk[skip:]
-            skip = 0
-        skipping.done()
-        yield chunk
-    skipping.done(ended=skip > 0)
-
-
-class _Skipping:
-    """Logs a :class:`ResumeSplit`'s skip (the default ``snapshot_split`` of a user source
-    reads the split again from its start): where it skips to at the start, how far it got
-    every :data:`SKIP_PROGRESS_EVERY_S` seconds, and when it is done.
-
-    Example of what a restored subtask logs::
-
-        source 'events' (subtask 1/2) restores split 'topic-a' by reading it again from its start
-        and skipping the 1,234,567 records read before the checkpoint (its source has no
-        snapshot_split); nothing comes out of this split until then
-        source 'events' (subtask 1/2): skipping to record 1,234,567 of split 'topic-a': 40% done
-        source 'events' (subtask 1/2): skipped 1,234,567 records of split 'topic-a' in 61.2 s
-    """
-
-    def __init__(self, split: ResumeSplit, ctx: RuntimeContext) -> None:
-        self.target = split.skip
-        self.where = (f"source {ctx.operator_name!r} (subtask {ctx.index_of_this_subtask + 1}/"
-                      f"{ctx.number_of_parallel_subtasks})")
-        self.split = f"{split.split!r:.80}"
-        self.started = self.last = time.monotonic()
-        self.skipped = 0
-        self.finished = False
-        _log.warning("%s restores split %s by reading it again from its start and skipping the "
-                     "%s records read before the checkpoint (its source has no snapshot_split); "
-                     "nothing comes out of this split until then", self.where, self.split,
-                     f"{self.target:,}")
-
-    def progress(self, skipped: int) -> None:
-        self.skipped = skipped
-        now = time.monotonic()
-        if now - self.last >= SKIP_PROGRESS_EVERY_S:
-            self.last = now
-            _log.warning("%s: skipping to record %s of split %s: %d%% done", self.where,
-                         f"{self.target:,}", self.split, 100 * skipped // max(self.target, 1))
-
-    def done(self, ended: bool = False) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        if ended:  # the source gave fewer records than before the checkpoint
-            _log.warning("%s: split %s ended after %s records, before the %s it had read at the "
-                         "checkpoint: the source does not read the same records each time, so "
-                         "skipping cannot resume it; implement its snapshot_split", self.where,
-                         self.split, f"{self.skipped:,}", f"{self.target:,}")
-            return
-        _log.warning("%s: skipped %s records of split %s in %.1f s", self.where, f"{self.target:,}",
-                     self.split, time.monotonic() - self.started)

@@ -35,6 +35,7 @@ import numpy as np
 
 from accelflow._errors import TransportError
 from accelflow.dataflow import Columns
+from accelflow.runtime.subtask import _heartbeat
 
 #: a channel's ring holds at least this many bytes, and at least four times its first batch
 RING_BYTES = 32 * 1024 * 1024
@@ -143,7 +144,8 @@ class ShmSender:
                 return start
             self.waiting.set()
             try:
-                self._take_credits(block=True)
+                with _heartbeat.current.waiting():  # the receiver's delay, not this subtask's
+                    self._take_credits(block=True)
             finally:
                 self.waiting.clear()
 
@@ -171,7 +173,11 @@ class ShmSender:
             raise TransportError("the downstream subtask closed its data channel") from None
 
     def _send(self, message: Any) -> None:
-        self.conn.send(message)
+        try:
+            with _heartbeat.current.waiting():  # a full socket: the receiver's delay
+                self.conn.send(message)
+        except OSError:
+            raise TransportError("the downstream subtask closed its data channel") from None
 
     def close(self) -> None:
         try:

@@ -70,6 +70,9 @@ class CollectSink(Operator):
 
     flush = on_deadline = finish
 
+    def reset(self) -> None:
+        self.finish()
+
     def deadline(self) -> float | None:
         return None if not self.held or self.delay is None else self.first_held + self.delay
 
@@ -114,11 +117,23 @@ class SinkToOp(Operator):
         self.restored: list[Any] = []
 
     def open(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
         self.obj.open(ctx)
 
     def process(self, chunk: Any) -> Any:
         self.obj.write(unstamped(chunk))
         return []
+
+    def reset(self) -> None:
+        """Close the sink (it discards what was not prepared; an exactly-once sink aborts its
+        transaction) and open it again: what it prepared after the checkpoint restored from
+        belongs to the aborted epoch, and ``restore_state`` publishes that checkpoint's
+        committables again and cleans up the rest, as after a restart. A sink holds no model:
+        it is the one object a rollback in place opens again (as Flink makes a new writer)."""
+        self.pending.clear()
+        self.restored = []
+        self.obj.close()
+        self.obj.open(self.ctx)
 
     def finish(self) -> Any:
         self.obj.end_of_input()

@@ -74,6 +74,11 @@ class InternalTimerService:
         self.watermark = MIN_TIMESTAMP
         self.processing_time = MIN_TIMESTAMP
 
+    def reset(self) -> None:
+        """No timer, no watermark, no processing time: as new."""
+        self.event, self.processing = _TimerQueue(), _TimerQueue()
+        self.watermark = self.processing_time = MIN_TIMESTAMP
+
     def register_event_time_timer(self, key: Any, namespace: Any, timestamp: int) -> None:
         self.event.add(InternalTimer(timestamp, key, namespace))
 

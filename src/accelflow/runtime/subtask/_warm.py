@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     except (EOFError, OSError):  # the TaskExecutor closed its pool: never used
         os._exit(0)
     assert isinstance(start, StartSubtask), start
-    run_subtask(start.descriptor, conn, start.env)
+    run_subtask(start.descriptor, conn, start.env, start.watch)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

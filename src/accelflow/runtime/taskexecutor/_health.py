@@ -99,6 +99,7 @@ class HealthMonitor:
         self._lock = threading.Lock()
         self._outbox: list[Notice] = []
         self._subtasks: dict[SubtaskKey, _Subtask] = {}
+        self._renamed: dict[SubtaskKey, SubtaskKey] = {}  # rolled back in place: old key -> new
         self._next_probe = {r: clock.monotonic() + config.probe_interval for r, (_, config) in self.watches.items()}
         self._next_check = 0.0
         self._closed = threading.Event()
@@ -147,6 +148,16 @@ class HealthMonitor:
                         failing = self.health[(r, a)].failing() if (r, a) in self.health else None
                         if failing is not None:  # placed there before the JobManager heard of it
                             self._post(_fail(r, a, failing))
+
+    def subtask_renamed(self, old: SubtaskKey, new: SubtaskKey) -> None:
+        """Subtask ``old`` goes on as ``new`` (rolled back in place); the processes it starts
+        still carry ``old`` in their environment."""
+        with self._lock:
+            sub = self._subtasks.pop(old, None)
+            if sub is not None:
+                sub.key = new
+                self._subtasks[new] = sub
+                self._renamed[old] = new
 
     def subtask_ended(self, key: SubtaskKey) -> None:
         """Subtask ``key``'s process ended: reconcile its devices, then say ``DevicesFree``."""
@@ -290,6 +301,8 @@ class HealthMonitor:
             if pid in sub.pids:
                 return sub.key
         key = owner_of(pid)
+        while key in self._renamed:
+            key = self._renamed[key]
         if key in self._subtasks:
             self._subtasks[key].pids.add(pid)
         return key

@@ -162,7 +162,8 @@ class TaskExecutorActor:
         trace(f"te drivers done {self.id}")
         self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
-                          base_env={RELAY_DIR_ENV_VAR: self.relay_dir}, warm=warm)
+                          base_env={RELAY_DIR_ENV_VAR: self.relay_dir}, warm=warm,
+                          heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
         self.listener = unix_listener(os.path.join(self.relay_dir, RELAY_SOCKET))
         threading.Thread(target=serve_forever, daemon=True, name="accelflow-relay-accept",
                          args=(self.listener, self.authkey, self._relay, self.stopping.is_set,

@@ -31,13 +31,15 @@ from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider
 from accelflow.runtime import (
     CancelJob, Deploy, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
-    RegistrationFailed, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey, TriggerCheckpoint,
+    RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey,
+    TriggerCheckpoint,
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._health import SUBTASK_ENV_VAR, FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
+from accelflow.runtime.taskexecutor._watchdog import Watchdog
 from accelflow.runtime.taskexecutor._warm import WarmDevices, WarmSettings
 
 _TERM_GRACE_S = 2.0
@@ -45,7 +47,9 @@ _TERM_GRACE_S = 2.0
 
 class TaskExecutor:
     def __init__(self, te_id: str, jm: Connection, provider: ExternalResourceInfoProvider,
-                 slots: int, base_env: dict[str, str] | None = None, warm: WarmSettings | None = None) -> None:
+                 slots: int, base_env: dict[str, str] | None = None, warm: WarmSettings | None = None,
+                 heartbeat: tuple[float, float] = (k.HEARTBEAT_INTERVAL.default or 1.0,
+                                                   k.HEARTBEAT_TIMEOUT.default or 30.0)) -> None:
         self.id = te_id
         self.base_env = dict(base_env or {})  # every subtask's env (e.g. the Ray relay dir)
         self.jm = jm
@@ -53,6 +57,7 @@ class TaskExecutor:
         self.slots = slots
         self.ctx = multiprocessing.get_context("forkserver")
         self.children: dict[SubtaskKey, tuple[Any, Connection]] = {}
+        self.watchdog = Watchdog(*heartbeat)  # ``heartbeat``: (interval, timeout)
         self.descriptors: dict[SubtaskKey, SubtaskDescriptor] = {}
         watches = provider.device_watches()
         self.monitor = HealthMonitor(watches, {
@@ -84,7 +89,7 @@ class TaskExecutor:
                 sources.append(self.monitor.wakeup)
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
-            for ready in wait(sources):
+            for ready in wait(sources, self.watchdog.due_in()):
                 if ready is self.jm:
                     if not self._command():
                         return
@@ -94,6 +99,8 @@ class TaskExecutor:
                     self._device_status()
                 else:
                     self._child_event(ready)
+            for failed in self.watchdog.check():  # hung subtasks: dumped, reported, killed
+                self.jm.send(failed)
 
     def _health(self) -> None:
         """Send what the health monitor saw; fail the subtasks on a device that failed."""
@@ -125,8 +132,10 @@ class TaskExecutor:
             self._deploy(msg.descriptor)
         elif isinstance(msg, CancelJob):
             self._terminate([key for key in self.children if key.job_id == msg.job_id])
-        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete):
+        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete | Rollback):
             child = self.children.get(msg.key)
+            if child is not None and isinstance(msg, Rollback):  # it goes on under its new key
+                self._rename(msg.key, msg.new_key)
             if child is not None:  # one that has just ended needs nothing any more
                 try:
                     child[1].send(msg)
@@ -145,12 +154,23 @@ class TaskExecutor:
         if self.monitor is not None:
             self.monitor.inject(msg.resource, msg.address, xid_fault(msg.xid))
 
+    def _rename(self, old: SubtaskKey, new: SubtaskKey) -> None:
+        """A subtask rolled back in place goes on as ``new`` (a standby may take another index)."""
+        self.children[new] = self.children.pop(old)
+        self.watchdog.rename(old, new)
+        if old in self.descriptors:
+            self.descriptors[new] = self.descriptors.pop(old)
+        if self.monitor is not None:
+            self.monitor.subtask_renamed(old, new)
+
     def _deploy(self, desc: SubtaskDescriptor) -> None:
         env = {**self.base_env, SUBTASK_ENV_VAR: subtask_marker(desc.key)}
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
-        warm = self.devices.start_subtask(desc, env)  # a process of its device, ready ahead
+        key = desc.key
+        watch = self.watchdog.watch(key, f"{key.index + 1}/{desc.parallelism} of chain {key.chain} of {key.job_id}")
+        warm = self.devices.start_subtask(desc, env, watch)  # a process of its device, ready ahead
         if warm is not None:
             trace(f"subtask warm {desc.key}")
             self.children[desc.key] = (warm, warm.conn)
@@ -158,7 +178,7 @@ class TaskExecutor:
             return
         parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
         proc = self.ctx.Process(
-            target=SubtaskEntry(), args=(desc, child, env), name=f"accelflow-subtask-{desc.key}",
+            target=SubtaskEntry(), args=(desc, child, env, watch), name=f"accelflow-subtask-{desc.key}",
             daemon=False,
         )
         proc.start()
@@ -168,7 +188,9 @@ class TaskExecutor:
         self._started(desc, proc.pid or -1)
 
     def _started(self, desc: SubtaskDescriptor, pid: int) -> None:
-        """A subtask's process runs: its devices are watched for its leftovers, and what is warm changed."""
+        """A subtask's process runs (forked, or in a warm process): the watchdog watches it, its
+        devices are watched for its leftovers, and what is warm changed."""
+        self.watchdog.started(desc.key, pid)
         self.descriptors[desc.key] = desc
         if self.monitor is not None:
             self.monitor.subtask_started(desc.key, pid, {
@@ -192,6 +214,7 @@ class TaskExecutor:
                 proc.join()
                 conn.close()
                 del self.children[key]
+                self.watchdog.forget(key)
                 self.descriptors.pop(key, None)
                 self.jm.send(SubtaskExited(key, proc.exitcode))
                 if self.monitor is not None:
@@ -325,7 +348,8 @@ def _main(argv: list[str] | None, client: int | None) -> int:
         jm.send(RegistrationFailed(te_id, encode_error(exc)))
         return 1
     trace("te drivers done")
-    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm)
+    te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm,
+                      heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
     try:
         jm.send(te.registration())
         trace("te registered")

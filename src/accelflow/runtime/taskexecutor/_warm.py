@@ -141,13 +141,15 @@ class WarmDevices:
             pass  # full (a wake-up is pending already) or closed
 
     # -- the TaskExecutor's loop -------------------------------------------------------------
-    def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str]) -> WarmProcess | None:
+    def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str],
+                      watch: tuple[str, str, float] | None = None) -> WarmProcess | None:
         """A warm process running ``desc`` (it holds exactly one device that has an isolation
-        environment, and one was ready), or None: fork it."""
+        environment, and one was ready), or None: fork it. ``watch``: the watchdog's
+        (``run_subtask``'s argument)."""
         held = [(resource, d.info().address) for resource, shares in desc.assigned.items() for d in shares]
         if not desc.isolate or len(held) != 1 or not self._env(held[0]):
             return None
-        return self.pool.take(held[0], StartSubtask(desc, env))
+        return self.pool.take(held[0], StartSubtask(desc, env, watch))
 
     def sources(self) -> list[Any]:
         return [self.wake_r, *self.pool.waiting(), *self.hosts.controls()]

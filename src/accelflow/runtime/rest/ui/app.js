@@ -116,12 +116,24 @@ async function jobDetail() {
   box.replaceChildren(...detailParts(job, rows));
 }
 
+// One failover of the job (docs/failover.md): its path, what was replaced or rolled back, and
+// how long until every subtask ran again.
+function failoverLine(f) {
+  const recovered = f.recovery_s === null ? "recovering" : `recovered in ${f.recovery_s.toFixed(2)} s`;
+  const what = f.path === "in-place"
+    ? `replaced ${f.replaced.join(", ")}${f.standby ? ` by ${f.standby}` : ""}; ${f.rolled_back.length} rolled back in place`
+    : `every subtask restarted: ${f.why_full}`;
+  return `attempt ${f.attempt + 1} failed (${f.cause}): ${f.path}, ${what}, ${recovered}`;
+}
+
 // The job detail's parts; absent ones (no error, not waiting) are left out, never passed to
 // replaceChildren as null (which the DOM would show as the text "null").
 function detailParts(job, rows) {
   return [
     el("h2", {}, `${job.id} · ${job.name}`),
     el("div", { class: "muted job-restarts" }, `restarts: ${job.restarts}`),
+    job.failovers && job.failovers.length ? el("ul", { class: "job-failovers" },
+      job.failovers.map(f => el("li", {}, failoverLine(f)))) : null,
     job.error ? el("div", { class: "error" }, job.error) : null,
     job.pending ? el("div", { class: "error" }, job.pending.message,
       el("ul", {}, job.pending.reasons.map(r => el("li", {}, `${r.taskexecutor}: ${r.reason}`)))) : null,

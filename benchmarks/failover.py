@@ -1,0 +1,217 @@
+"""Failover: what a SIGKILLed GPU subtask costs, rolled back in place vs a full restart (issue 28).
+
+    .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu] [--output PATH]
+
+A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
+``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
+exactly once). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
+appends to ``opens.log``; each batch appends its time, subtask and records to ``calls.log``.
+When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
+
+* ``survivor opens``: ``open()`` calls after the kill by the 3 other subtask indexes (target 0;
+  the replacement's and standbys' are not counted);
+* ``flowing again``: from the kill until every one of the 4 subtasks has processed a batch
+  again (target: 1 s + the replacement's ``open()``);
+* ``recovery``: the JobManager's ``FailoverRecord.recovery_s`` (failure seen -> every subtask
+  running again);
+* ``survivors' rate``: records/s of the 3 survivors from the kill until all 4 flow again,
+  against the 2 s before the kill;
+* ``dup/lost``: duplicates and losses in the committed output (target 0/0).
+
+Runs alternate four paths, ``--repeat`` times each: ``in-place``
+(``execution.failover.in-place: true``, the default), ``standby`` (the same with
+``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index),
+``full restart`` (``in-place: false``: every subtask restarted, as Flink), and ``hung``
+(in place, but the subtask hangs in ``time.sleep(10**6)`` instead of dying, with
+``heartbeat.timeout: 2 s``: "flowing again" then counts from the hang and includes the
+timeout, the stack dump and the replacement's ``open()``). The summary gives
+the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
+``accelflow.testing`` (6 GPUs, 3 per TaskExecutor: room for the standby), and ``open()``
+sleeps; ``--gpu`` uses the host's GPUs and fails at once when
+``nvidia-smi -L`` lists none. Not measured here (tests cover them): the embedded Kafka source
+(a bounded in-memory source stands for it) and checkpoints after
+the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelflow import Environment, RuntimeContext, Source
+from accelflow.connectors.files import FileSink
+from accelflow.dataflow import even_ranges, iter_records
+from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
+
+N = 8000
+AT = 2500  # the record whose subtask kills itself
+#: in place; in place with one standby subtask; every subtask restarted (as Flink)
+PATHS = ("in-place", "standby", "full restart", "hung")
+#: ``heartbeat.timeout`` of the ``hung`` runs (its subtask sleeps in a batch instead of dying)
+HUNG_TIMEOUT_S = 2.0
+PARALLELISM = 4
+
+
+def _append(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+class Model:
+    """``open()`` costs ``open_s``; the subtask that meets record ``AT`` first SIGKILLs itself
+    (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung)."""
+
+    def __init__(self, directory: Path, open_s: float, hang: bool = False) -> None:
+        self.dir, self.open_s, self.hang = directory, open_s, hang
+
+    def open(self, ctx: RuntimeContext) -> None:
+        time.sleep(self.open_s)
+        self.ctx = ctx  # a standby learns its index when it takes over: read it at each call
+        _append(self.dir / "opens.log", f"{time.time():.6f} {ctx.index_of_this_subtask}")
+
+    def __call__(self, batch: Any) -> Any:
+        records = [int(r) for r in iter_records(batch)]
+        time.sleep(0.005)
+        if AT in records:
+            try:
+                os.close(os.open(self.dir / "killed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                _append(self.dir / "kill.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask}")
+                if self.hang:
+                    time.sleep(10**6)
+                os.kill(os.getpid(), signal.SIGKILL)
+        _append(self.dir / "calls.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask} {len(records)}")
+        return batch
+
+
+class Numbers(Source[int]):
+    """``0..n-1`` in chunks of 10, 20 ms apart per split, with exact positions."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def create_splits(self, parallelism: int) -> Sequence[Any]:
+        return list(even_ranges(self.n, parallelism))
+
+    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
+        raise NotImplementedError
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
+        first, stop = split
+        for start in range(first, stop, 10):
+            time.sleep(0.02)
+            yield np.arange(start, min(start + 10, stop), dtype=np.int64)
+
+    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
+        return (split[0] + records_read, split[1])
+
+
+def _gpu_conf(work: Path, real_gpu: bool) -> dict[str, Any]:
+    if not real_gpu:
+        os.environ.update({k: v for k, v in fake_nvidia_smi_env(install_fake_nvidia_smi(work / "bin", 6)).items()
+                           if v is not None})
+    return {"external-resources": "gpu", "external-resource.gpu.amount": 3,  # room for a standby
+            "external-resource.gpu.driver-factory.class": "gpu",
+            "external-resource.gpu.param.coordination-file": str(work / "gpu-coordination.json"),
+            "local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 4}
+
+
+def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict[str, float]:
+    """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
+    module's description."""
+    in_place, standbys = path != "full restart", int(path == "standby")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    env = Environment({**conf, "parallelism.default": PARALLELISM, "execution.checkpointing.interval": "200 ms",
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
+                       "execution.failover.standby-subtasks": standbys,
+                       "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
+    (env.from_source(Numbers(N), name="numbers")
+        .map_batches(Model(work, open_s, hang=path == "hung"), batch_size=10, name="model", resources={"gpu": 1})
+        .sink_to(FileSink(work / "out"), name="files"))
+    client = env.execute_async("failover")
+    result = client.wait(300)
+    [failover] = client.jobmanager.jobs[result.job_id].failovers
+    killed_at, victim_index = (work / "kill.log").read_text().split()
+    killed, victim = float(killed_at), int(victim_index)
+    calls = [(float(t), int(i), int(n)) for t, i, n in
+             (line.split() for line in (work / "calls.log").read_text().splitlines())]
+    resumed = max(min(t for t, i, _ in calls if i == index and t > killed) for index in range(PARALLELISM))
+    survivors = [(t, n) for t, i, n in calls if i != victim]
+    before = sum(n for t, n in survivors if killed - 2.0 <= t < killed) / 2.0
+    during = sum(n for t, n in survivors if killed <= t <= resumed) / max(resumed - killed, 1e-9)
+    out = Counter(int(line) for p in (work / "out").glob("part-*") for line in p.read_text().splitlines())
+    opens = [line.split() for line in (work / "opens.log").read_text().splitlines()]
+    # after the kill, by the other indexes (a standby opens with an index past the last)
+    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) != victim and int(i) < PARALLELISM)
+    return {"survivor opens": reopened, "flowing again": resumed - killed,
+            "recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
+            "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}
+
+
+def _has_gpu() -> bool:
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--open-s", type=float, default=3.0, help="the cost of Model.open() (seconds)")
+    parser.add_argument("--gpu", action="store_true", help="use the host's GPUs (fails without one)")
+    parser.add_argument("--output", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    if args.gpu and not _has_gpu():
+        print("--gpu: no GPU here (`nvidia-smi -L` lists none); run without --gpu for the fake GPUs",
+              file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
+    conf = _gpu_conf(work, args.gpu)
+    runs: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
+    lines = [f"# benchmarks/failover.py  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  "
+             f"{platform.node()} ({os.cpu_count()} CPUs), {'real GPUs' if args.gpu else 'fake GPUs (CPU proxy)'}, "
+             f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}"]
+    try:
+        for r in range(args.repeat):
+            for path in PATHS:  # interleaved
+                figures = run_once(conf, work / "job", path, args.open_s)
+                runs[path].append(figures)
+                lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
+                print(lines[-1], flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines.append("summary: median (min..max)")
+    for path, figures in runs.items():
+        cells = [f"{name} {statistics.median(vals):.2f} ({min(vals):.2f}..{max(vals):.2f})"
+                 for name in figures[0] for vals in [[f[name] for f in figures]]]
+        lines.append(f"  {path:12s} " + "  ".join(cells))
+    print("\n".join(lines[-1 - len(PATHS):]))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Failover of a running attempt (issue 28, ``docs/failover.md``).
+
+When one subtask fails (it raised, its process exited, it hung, or the TaskExecutor that held
+only it was lost), the JobManager confines the failure where it can (:func:`why_not_in_place`
+says where not). Then, instead of cancelling every subtask and deploying them all again (the
+full restart, as Flink's), it
+
+1. takes a restart from the restart strategy, as a full restart does;
+2. waits for the failed subtask's exit (its slot and devices are reused as they are);
+3. starts a new attempt whose subtasks keep their processes: each survivor's ``SubtaskKey``
+   gets the new attempt number, with the slot and device shares moved over unchanged (nothing
+   is placed again), so every per-attempt rule (events of old attempts ignored, channel names,
+   checkpoints' acks) holds as after a full restart;
+4. sends every survivor a :class:`Rollback` to the latest completed checkpoint (they restore
+   it inside their processes, without ``open()``, see ``runtime/subtask/_epochs.py``);
+5. deploys a replacement for the failed subtask after the restart delay, on its TaskExecutor
+   and devices (or where placement finds room when that TaskExecutor was lost or one of the
+   devices was quarantined: a hardware Xid, ``docs/gpu.md``), or hands its index to a ready
+   standby subtask (``_standby.py``).
+
+A failure while an attempt still rolls back (a survivor fails restoring, the replacement
+fails in ``open()``) is handled by the full restart. Each failure is recorded
+(:class:`FailoverRecord`: REST, UI, ``/metrics``) with the time until every subtask runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from accelflow._errors import AllocationError
+from accelflow.config import Configuration
+from accelflow.config import keys as k
+from accelflow.runtime import (
+    Clock, Rollback, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey,
+)
+from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator
+from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer, devices_of
+from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
+from accelflow.runtime.jobmanager._job_sinks import FinalAcks
+from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, FailoverRecord, Job, SubtaskState
+from accelflow.runtime.jobmanager._plan import requester_name, restored_of
+from accelflow.runtime.jobmanager._standby import StandbyPool
+from accelflow.runtime.jobmanager._state import ClusterState
+from accelflow.runtime.launchers import Launcher
+from accelflow.scheduling import SlotAssignment, SlotRequest, SubtaskRequest
+
+_log = logging.getLogger("accelflow.runtime")
+
+
+class RestartBudget:
+    """The restarts a job has left (``restart-strategy``); a rollback in place takes one too."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self) -> bool:
+        """Take one restart; False when none is left."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+@dataclass
+class Failure:
+    """What failed in an attempt: the subtasks lost, and the TaskExecutor if one was lost."""
+
+    keys: list[SubtaskKey]
+    taskexecutor: str | None
+    seen: float  # clock.monotonic()
+
+
+class Attempt:
+    """What one attempt (one epoch of the job's data flow) has heard so far."""
+
+    def __init__(self, keys: list[SubtaskKey], *, recovery: FailoverRecord | None = None,
+                 failed_at: float = 0.0, first_record: float | None = None) -> None:
+        self.keys = list(keys)
+        self.pending = set(keys)
+        self.finished: set[SubtaskKey] = set()
+        self.exited: set[SubtaskKey] = set()
+        self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
+        self.finals: FinalAcks = {}
+        self.first_record = first_record
+        self.failure: Failure | None = None
+        #: the failover this attempt recovers from, until every subtask runs
+        self.recovery = recovery
+        self.failed_at = failed_at
+
+
+def in_place_off(config: Configuration, checkpointing: bool, launcher: Launcher) -> str | None:
+    """Why no failure of a job is rolled back in place, or None."""
+    if not config.get(k.FAILOVER_IN_PLACE):
+        return "execution.failover.in-place is false"
+    if not checkpointing:
+        return "checkpointing is off: there is no checkpoint to roll back to"
+    if not getattr(launcher, "in_place_failover", True):
+        return "the Ray target restarts every subtask"
+    return None
+
+
+def why_not_in_place(job: Job, attempt: Attempt) -> str | None:
+    """Why ``attempt``'s failure cannot be confined to the subtask that failed, or None.
+
+    Example: a TaskExecutor lost with three subtasks gives ``"taskexecutor-2 was lost with 3
+    subtasks of the job"``; a subtask that raised while the others run gives None.
+    """
+    failure = attempt.failure
+    if job.in_place_off is not None:
+        return job.in_place_off
+    if failure is None or not failure.keys:
+        return "the failure is the JobManager's own, not a subtask's"
+    if attempt.recovery is not None:
+        return "it failed while the job was still rolling back"
+    if failure.taskexecutor is not None and len(failure.keys) > 1:
+        return f"{failure.taskexecutor} was lost with {len(failure.keys)} subtasks of the job"
+    if len(failure.keys) > 1:
+        return f"{len(failure.keys)} subtasks failed"
+    if (attempt.exited | attempt.finished) - set(failure.keys):
+        return "other subtasks had finished or exited already"
+    return None
+
+
+class Failover:
+    """The failovers of one job (see the module's description).
+
+    Args:
+        job, coordinator: the job and its checkpoints (the latest is rolled back to).
+        state, deployer, pump, launcher: the JobManager's parts.
+        clock: the restart delay and the waits (tests: ``ManualClock``).
+        budget: the restarts left.
+    """
+
+    def __init__(self, job: Job, coordinator: CheckpointCoordinator, state: ClusterState, deployer: Deployer,
+                 pump: EventPump, launcher: Launcher, clock: Clock, budget: RestartBudget) -> None:
+        self.job, self.coordinator, self.state = job, coordinator, state
+        self.deployer, self.pump, self.launcher, self.clock = deployer, pump, launcher, clock
+        self.budget = budget
+        self.pool = StandbyPool(job, state, deployer, launcher)
+        #: why the last failure could not be confined (the full restart says so), and what failed
+        self.why_full: str | None = None
+        self.failure: Failure | None = None
+
+    # -- in place --------------------------------------------------------------------------------
+    def roll_back(self, attempt: Attempt, error: BaseException) -> Attempt | None:
+        """Confine ``attempt``'s failure: the attempt that carries on, or None (then
+        :attr:`why_full` says why not, and the caller aborts and restarts every subtask)."""
+        why = why_not_in_place(self.job, attempt)
+        if why is None and self.budget.left <= 0:
+            return None  # the job fails: no restart is left
+        failure = attempt.failure
+        if why is None:
+            assert failure is not None
+            why = self._await_exit(attempt, failure)
+        placement: SlotAssignment | None = None
+        if why is None:
+            assert failure is not None
+            if not self.pool.has_ready(failure.keys[0].chain):  # else a standby takes its place
+                placement, why = self._place_if_moved(failure)
+        if why is not None:
+            self.why_full = why
+            return None
+        assert failure is not None and self.budget.take()
+        return self._roll_back(attempt, failure, placement, _first_line(error))
+
+    def _await_exit(self, attempt: Attempt, failure: Failure) -> str | None:
+        """Wait (bounded) until the failed subtask's process is gone; why not, or None. Other
+        events of the attempt are dropped: its epoch is over."""
+        key = failure.keys[0]
+        if failure.taskexecutor is not None:
+            return None
+        deadline = self.clock.monotonic() + EXIT_WAIT_S
+        while key not in attempt.exited:
+            if self.clock.monotonic() >= deadline:
+                return f"subtask {self._name(key)} did not exit within {EXIT_WAIT_S:g} s"
+            event = self.pump.next_event(self.job.events, POLL_S)
+            if event is None or self.pool.on_any(event):
+                continue
+            te_id, msg = event
+            if isinstance(msg, TaskExecutorDied):
+                if any(self.state.subtasks[other].taskexecutor == te_id for other in attempt.pending):
+                    return f"{te_id} was lost too"
+                continue
+            other = getattr(msg, "key", None)
+            if other not in attempt.collected:
+                continue
+            if isinstance(msg, SubtaskExited):
+                attempt.exited.add(other)
+            if other != key and isinstance(msg, SubtaskFailed | SubtaskExited | SubtaskFinished):
+                return f"subtask {self._name(other)} failed or ended too"
+        return None
+
+    def _place_if_moved(self, failure: Failure) -> tuple[SlotAssignment | None, str | None]:
+        """Where the failed subtask goes when its TaskExecutor was lost or a device it held
+        was quarantined (else None: it stays where it was)."""
+        key = failure.keys[0]
+        quarantined = self.state.ledger.quarantined()
+        if self.state.subtasks[key].taskexecutor in self.state.taskexecutors and \
+                not any(d in quarantined for d in self.state.ledger.held_by(key)):
+            return None, None
+        chain = self.job.graph.chains[key.chain]
+        request = SlotRequest((SubtaskRequest(key._replace(attempt=self.job.attempt + 1),
+                                              requester_name(chain, key.index), chain.resources),))
+        try:
+            [assignment] = self.state.place([request], self.job.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
+        except AllocationError as exc:
+            return None, f"no TaskExecutor has room for {self._name(key)}: {_first_line(exc)}"
+        return assignment, None
+
+    def _roll_back(self, attempt: Attempt, failure: Failure, placement: SlotAssignment | None,
+                   cause: str) -> Attempt:
+        job, state = self.job, self.state
+        failed = failure.keys[0]
+        restored, restored_id = self.coordinator.restored_states()
+        with state.lock:
+            old = job.attempt
+            job.attempt += 1
+            if job.checkpoints.restored is not None:
+                job.checkpoints.restored["attempt"] = job.attempt
+            new = {key: key._replace(attempt=job.attempt) for key in attempt.keys}
+            record = FailoverRecord(old, "in-place", cause, [self._name(failed)])
+            standby = self.pool.take(failed.chain)
+            self._move(new, failed, placement if standby is None else None, record, old, standby is not None)
+            if standby is not None:
+                self._activate(standby, failed, new, record)
+            job.failovers.append(record)
+        job.restore_from, job.restore_id = restored, restored_id
+        self.coordinator.start_attempt(list(new.values()))
+        for old_key, key in new.items():
+            if old_key != failed:
+                self._send_rollback(old_key, key)
+        _log.warning("%s: rolled back in place: %d survivor%s, replaced %s%s (attempt %d, from %s): %s",
+                     job.id, len(new) - 1, "" if len(new) == 2 else "s", self._name(failed), f" by standby {record.standby}" if standby else "",
+                     job.attempt + 1, f"checkpoint {restored_id}" if restored_id else "the start", cause)
+        if standby is not None:
+            self._send_rollback(standby, new[failed])
+            self.pool.fill()  # another standby, opened while the job runs on
+        else:
+            self.clock.sleep(job.config.get(k.RESTART_DELAY))
+            self.deployer.deploy_one(job, new[failed])
+        return Attempt(list(new.values()), recovery=record, failed_at=failure.seen,
+                       first_record=attempt.first_record)
+
+    def _move(self, new: dict[SubtaskKey, SubtaskKey], failed: SubtaskKey, placement: SlotAssignment | None,
+              record: FailoverRecord, old: int, by_standby: bool) -> None:
+        """The new attempt's records: each subtask keeps its slot and shares under its new
+        key; the failed one too, unless its TaskExecutor was lost (then ``placement``) or a
+        standby takes its place (``by_standby``: its shares go back under its own key, once its
+        TaskExecutor says its process left the devices, ``DevicesFree``)."""
+        state, job = self.state, self.job
+        state.slots[(job.id, job.attempt)] = state.slots.pop((job.id, old), [])
+        for old_key, key in new.items():
+            st = state.subtasks[old_key]
+            te, devices = st.taskexecutor, st.devices
+            if old_key == failed and (placement is not None or by_standby):
+                state.release_devices(old_key)
+                if placement is not None:
+                    if te is not None and self._own_slot(old_key, te, new):  # it moves: the slot goes back
+                        state.release_slot(job.id, job.attempt, te)
+                    state.take(job.id, job.attempt, [placement], more=True)
+                    te, devices = placement.taskexecutor, devices_of(placement, key)
+            else:
+                state.rekey(old_key, key)
+            replaced = old_key == failed
+            state.subtasks[key] = SubtaskState(key, st.name, te, devices,
+                                               recovery="replaced" if replaced else "rolled back")
+            (record.replaced if replaced else record.rolled_back).append(st.name)
+            if st.state not in SUBTASK_ENDED:
+                st.state = "FAILED" if replaced else "CANCELED"
+
+    def _activate(self, standby: SubtaskKey, failed: SubtaskKey, new: dict[SubtaskKey, SubtaskKey],
+                  record: FailoverRecord) -> None:
+        """``standby`` takes the failed subtask's place (under ``lock``): it holds its slot and
+        shares under the new key; what the failed subtask held went back (``_move``)."""
+        state, key = self.state, new[failed]
+        replacement = state.subtasks[key]
+        te = replacement.taskexecutor
+        if te is not None and self._own_slot(key, te, new.values()):
+            state.release_slot(self.job.id, self.job.attempt, te)  # the failed one's slot was its own
+        ready = state.subtasks.pop(standby)
+        state.rekey(standby, key)
+        replacement.taskexecutor, replacement.devices, replacement.recovery = ready.taskexecutor, ready.devices, "standby"
+        record.standby = ready.name
+
+    def _own_slot(self, key: SubtaskKey, te: str, keys: Any) -> bool:
+        """Whether ``key`` had its slot on ``te`` to itself (subtasks of one index share one)."""
+        return not any(other.index == key.index and self.state.subtasks[other].taskexecutor == te
+                       for other in keys if other != key)
+
+    def _send_rollback(self, old_key: SubtaskKey, key: SubtaskKey) -> None:
+        job, deployer = self.job, self.deployer
+        graph = job.graph
+        chain = graph.chains[key.chain]
+        te = self.state.subtasks[key].taskexecutor
+        assert te is not None
+        self.launcher.handle(te).send(Rollback(
+            old_key, key, job.restore_id, restored_of(job, chain), job.splits.get((chain.id, key.index)),
+            deployer.address(job, chain.id, key.index) if chain.head.source is None else None,
+            graph.upstream_senders(chain, key.index),
+            tuple(tuple(deployer.address(job, out.id, i) for i in range(out.parallelism))
+                  for out, _ in graph.outputs_of(chain)),
+        ))
+
+    # -- the record ------------------------------------------------------------------------------
+    def full_restart(self, attempt_failed: int, error: BaseException) -> tuple[FailoverRecord, float]:
+        """Record (and log) a full restart after ``error``: what the next attempt recovers
+        from, and since when (``clock.monotonic()``)."""
+        why = self.why_full or "the failure is the JobManager's own, not a subtask's"
+        failure, self.why_full, self.failure = self.failure, None, None
+        record = FailoverRecord(attempt_failed, "full", _first_line(error),
+                                [self._name(key) for key in failure.keys] if failure else [], why_full=why)
+        with self.state.lock:
+            self.job.failovers.append(record)
+        _log.warning("%s failed, restarting (attempt %d): full restart: %s: %s", self.job.id,
+                     self.job.attempt + 1, why, _first_line(error))
+        return record, failure.seen if failure else self.clock.monotonic()
+
+    def recovered(self, attempt: Attempt) -> None:
+        """Note the end of ``attempt``'s recovery once every subtask of it runs."""
+        record = attempt.recovery
+        if record is None or not all(self.state.subtasks[key].state in ("RUNNING", "FINISHED")
+                                     for key in attempt.keys):
+            return
+        attempt.recovery = None
+        with self.state.lock:
+            record.recovery_s = self.clock.monotonic() - attempt.failed_at
+        _log.info("%s: recovered in %.2f s (%s)", self.job.id, record.recovery_s, record.path)
+
+    def _name(self, key: SubtaskKey) -> str:
+        st = self.state.subtasks.get(key)
+        return st.name if st is not None else str(key)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]

@@ -1,0 +1,172 @@
+"""The TaskExecutor's watchdog: finds its hung subtasks, dumps their stacks and kills them.
+
+Each subtask writes a heartbeat, a progress counter and when it entered the user or device
+code it is in now into three numbers shared with this process (``runtime/subtask/_heartbeat.py``;
+the layout is repeated here, as the TaskExecutor never imports the subtask runtime): a small
+file both map, so that a forked subtask and one started in a warm process (spawned, not
+forked: ``_warmpool.py``) are watched alike. Every
+``heartbeat.interval`` the TaskExecutor checks them: a subtask in one call for longer than
+``heartbeat.timeout``, or whose heartbeat is that old, is hung. The watchdog then has it write
+every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; plus
+``py-spy dump`` with native frames where ``py-spy`` is installed), reports
+``SubtaskFailed(SubtaskHung)`` with the stack to the JobManager, which fails it over, and
+SIGKILLs it; its exit is reported as every subtask's is.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing import util
+from typing import Any
+
+from accelflow._errors import SubtaskHung, encode_error
+from accelflow.runtime import SubtaskFailed, SubtaskKey
+
+BEAT, PROGRESS, BUSY_SINCE = 0, 1, 2  # as runtime/subtask/_heartbeat.py
+DUMP_SIGNAL = signal.SIGUSR1
+#: how long the watchdog waits for a subtask to write its stacks
+DUMP_WAIT_S = 1.0
+_log = logging.getLogger("accelflow.runtime")
+
+
+#: the shared numbers' size: three doubles
+CELL_BYTES = 24
+
+
+@dataclass
+class _Watched:
+    name: str
+    cell: Any  # the three numbers (a ``memoryview`` of :attr:`shared`)
+    shared: mmap.mmap
+    cell_path: str
+    dump_path: str
+    started: float  # time.monotonic() at fork: a beat that never came is counted from here
+    pid: int | None = None
+
+    def close(self) -> None:
+        self.cell.release()
+        self.shared.close()
+        for path in (self.cell_path, self.dump_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class Watchdog:
+    """The hung-subtask checks of one TaskExecutor.
+
+    Args:
+        interval: ``heartbeat.interval`` (how often :meth:`check` is due).
+        timeout: ``heartbeat.timeout``.
+    """
+
+    def __init__(self, interval: float, timeout: float) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.watched: dict[SubtaskKey, _Watched] = {}
+        self.next_check = time.monotonic() + interval
+
+    def watch(self, key: SubtaskKey, name: str) -> tuple[str, str, float]:
+        """Watch subtask ``key`` from now on; what its process needs (``run_subtask``'s
+        ``watch`` argument: the file of the shared numbers, the stack file and the interval)."""
+        fd, cell_path = tempfile.mkstemp(prefix="beat-", dir=util.get_temp_dir())
+        try:
+            os.ftruncate(fd, CELL_BYTES)  # zeros: no beat yet, not busy
+            shared = mmap.mmap(fd, CELL_BYTES)
+        finally:
+            os.close(fd)
+        fd, dump_path = tempfile.mkstemp(prefix="stack-", suffix=".txt", dir=util.get_temp_dir())
+        os.close(fd)
+        self.forget(key)
+        self.watched[key] = _Watched(name, memoryview(shared).cast("d"), shared, cell_path, dump_path,
+                                     time.monotonic())
+        return cell_path, dump_path, self.interval
+
+    def started(self, key: SubtaskKey, pid: int | None) -> None:
+        if key in self.watched:
+            self.watched[key].pid = pid
+
+    def rename(self, old: SubtaskKey, new: SubtaskKey) -> None:
+        if old in self.watched:
+            self.watched[new] = self.watched.pop(old)
+
+    def forget(self, key: SubtaskKey) -> None:
+        watched = self.watched.pop(key, None)
+        if watched is not None:
+            watched.close()
+
+    def due_in(self) -> float | None:
+        """Seconds until the next :meth:`check` (None: nothing to watch)."""
+        return max(0.0, self.next_check - time.monotonic()) if self.watched else None
+
+    def check(self) -> list[SubtaskFailed]:
+        """Kill the hung subtasks (when due); the failures to report, one per subtask."""
+        now = time.monotonic()
+        if now < self.next_check:
+            return []
+        self.next_check = now + self.interval
+        return [self._kill(key, why) for key, w in list(self.watched.items())
+                if w.pid is not None and (why := self._hung(w, now)) is not None]
+
+    def _hung(self, w: _Watched, now: float) -> str | None:
+        busy, beat = w.cell[BUSY_SINCE], w.cell[BEAT] or w.started
+        if busy and now - busy > self.timeout:
+            return f"it has been inside one call of user or device code for {now - busy:.1f} s"
+        if now - beat > self.timeout:
+            return f"its heartbeat stopped {now - beat:.1f} s ago (the whole process is stuck)"
+        return None
+
+    def _kill(self, key: SubtaskKey, why: str) -> SubtaskFailed:
+        w = self.watched.pop(key)
+        assert w.pid is not None
+        stack = _stack(w.pid, w.dump_path)
+        w.close()
+        try:
+            os.kill(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        message = (f"subtask {w.name} is hung and was killed: {why}, more than heartbeat.timeout "
+                   f"({self.timeout:g} s); its threads were at:\n{stack}")
+        _log.warning("%s", message)
+        error = SubtaskHung(message, subtask=w.name, timeout_s=self.timeout, stack=stack)
+        return SubtaskFailed(key, encode_error(error))
+
+
+def _stack(pid: int, dump_path: str) -> str:
+    """Every thread's stack of process ``pid``: ``faulthandler``'s (and ``py-spy``'s)."""
+    try:
+        os.kill(pid, DUMP_SIGNAL)
+    except ProcessLookupError:
+        return "(the process had already exited)"
+    deadline = time.monotonic() + DUMP_WAIT_S
+    text, size = "", -1
+    while time.monotonic() < deadline:  # until it stops growing
+        time.sleep(0.05)
+        with open(dump_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        if text and len(text) == size:
+            break
+        size = len(text)
+    try:
+        os.unlink(dump_path)
+    except OSError:
+        pass
+    spy = shutil.which("py-spy")
+    if spy is not None:
+        try:
+            done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=10, check=False)
+            if done.returncode == 0:
+                text += "\npy-spy dump --native:\n" + done.stdout
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return text.strip() or "(the process wrote no stack)"
