@@ -181,6 +181,10 @@ class WindowOp(EngineOp):
     def holds(self) -> bool:
         return bool(self.pending)
 
+    def reset(self) -> None:
+        self.pending, self.pending_records = [], 0  # gathered after the checkpoint: replayed
+        super().reset()
+
     def flush(self) -> Any:
         return outputs_chunk(self, self._added())
 
