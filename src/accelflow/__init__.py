@@ -37,8 +37,8 @@ from accelflow._errors import (
 
 if TYPE_CHECKING:
     from accelflow.api import (
-        AsyncDataStream, ConnectedStreams, DataStream, Environment, IntervalJoin, IntervalJoined, KeyedStream,
-        WindowedStream,
+        AsyncDataStream, CoGroupedStreams, ConnectedStreams, DataStream, Environment, IntervalJoin, IntervalJoined,
+        JoinedStreams, KeyedStream, WindowedStream,
     )
     from accelflow.connectors import IdxSource
     from accelflow.dataflow import (
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         AggregatingStateDescriptor,
         AllWindowFunction,
         CoFlatMapFunction,
+        CoGroupFunction,
         CoMapFunction,
         CoProcessFunction,
         ContinuousEventTimeTrigger,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
         EventTimeTrigger,
         GlobalWindow,
         GlobalWindows,
+        JoinFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         ListState,
@@ -130,11 +132,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Sink", "SinkFunction", "Source",
         # event time and the rest of PyFlink's DataStream surface (issue 30)
         "AsyncFunction", "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor",
-        "AllWindowFunction", "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction",
+        "AllWindowFunction", "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction",
         "ContinuousEventTimeTrigger", "CountSlidingWindowAssigner", "CountTrigger",
         "CountTumblingWindowAssigner", "CountWindow", "Duration", "DynamicEventTimeSessionWindows",
         "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows", "EventTimeTrigger",
-        "GlobalWindow", "GlobalWindows", "KeyedCoProcessFunction", "KeyedProcessFunction",
+        "GlobalWindow", "GlobalWindows", "JoinFunction", "KeyedCoProcessFunction", "KeyedProcessFunction",
         "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
         "MergingWindowAssigner", "NeverTrigger", "OutputTag", "ProcessAllWindowFunction",
         "ProcessFunction", "ProcessJoinFunction", "ProcessWindowFunction",
@@ -146,8 +148,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TypeInformation", "Types", "ValueState", "ValueStateDescriptor", "WatermarkStrategy",
         "Window", "WindowAssigner", "WindowFunction",
     ),
-    ".api": ("AsyncDataStream", "ConnectedStreams", "DataStream", "Environment", "IntervalJoin", "IntervalJoined",
-             "KeyedStream", "WindowedStream"),
+    ".api": ("AsyncDataStream", "CoGroupedStreams", "ConnectedStreams", "DataStream", "Environment", "IntervalJoin",
+             "IntervalJoined", "JoinedStreams", "KeyedStream", "WindowedStream"),
     ".resources": ("ExternalResourceInfo",),
     ".runtime.client": ("JobClient",),
     ".runtime.jobmanager": ("JobResult",),
@@ -167,6 +169,8 @@ __all__ = [
     "AsyncFunction",
     "CheckpointError",
     "CoFlatMapFunction",
+    "CoGroupFunction",
+    "CoGroupedStreams",
     "CoMapFunction",
     "CoProcessFunction",
     "ConfigError",
@@ -201,6 +205,8 @@ __all__ = [
     "JobClient",
     "JobError",
     "JobResult",
+    "JoinFunction",
+    "JoinedStreams",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",

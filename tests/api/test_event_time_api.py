@@ -127,8 +127,6 @@ def test_window_all_runs_in_one_subtask() -> None:
 @pytest.mark.parametrize(("build", "names"), [
     (lambda env: env.from_elements(1).broadcast(MapStateDescriptor("rules", Types.STRING(), Types.INT())),
      "broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)"),
-    (lambda env: env.from_elements(1).join(env.from_elements(2)), "window join (join().where().equal_to().window())"),
-    (lambda env: env.from_elements(1).co_group(env.from_elements(2)), "window co_group (co_group().where().equal_to().window())"),
 ])
 def test_what_is_not_implemented_fails_loudly_naming_it(build: Any, names: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -28,6 +28,7 @@ from accelflow.scheduling import Amount
 
 if TYPE_CHECKING:
     from accelflow.api._connected import ConnectedStreams
+    from accelflow.api._joined import CoGroupedStreams, JoinedStreams
     from accelflow.api._keyed import KeyedStream, WindowedStream
 
 
@@ -173,15 +174,23 @@ class DataStream:
                                    "keeping the broadcast side in the function's own attributes")
         return self._view("broadcast")
 
-    def join(self, other_stream: Any) -> Any:
-        """PyFlink's window join is not implemented: fails, naming it and the way around."""
-        raise _not_implemented("window join (join().where().equal_to().window())",
-                               "key_by(...).interval_join(other.key_by(...)), or union both and window the union")
+    def join(self, other_stream: DataStream) -> JoinedStreams:
+        """A window join with ``other_stream``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(JoinFunction)`` gets each pair of a window's records with
+        equal keys, one from each stream (see :class:`~accelflow.api.JoinedStreams`)."""
+        from accelflow.api._joined import JoinedStreams
 
-    def co_group(self, other_stream: Any) -> Any:
-        """PyFlink's window co-group is not implemented: fails, naming it and the way around."""
-        raise _not_implemented("window co_group (co_group().where().equal_to().window())",
-                               "connect(...).key_by(k1, k2).process(KeyedCoProcessFunction) with timers")
+        self._same_job(other_stream, "join")
+        return JoinedStreams(self, other_stream)
+
+    def co_group(self, other_stream: DataStream) -> CoGroupedStreams:
+        """A window co-group with ``other_stream``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(CoGroupFunction)`` gets, per key and window, the window's
+        records of each stream (see :class:`~accelflow.api.CoGroupedStreams`)."""
+        from accelflow.api._joined import CoGroupedStreams
+
+        self._same_job(other_stream, "co_group")
+        return CoGroupedStreams(self, other_stream)
 
     def forward(self) -> DataStream:
         """Each subtask to the next operator's subtask of the same index (the default)."""

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         AggregatingStateDescriptor,
         AllWindowFunction,
         CoFlatMapFunction,
+        CoGroupFunction,
         CoMapFunction,
         CoProcessFunction,
         ContinuousEventTimeTrigger,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         EventTimeTrigger,
         GlobalWindow,
         GlobalWindows,
+        JoinFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         ListState,
@@ -124,6 +126,7 @@ if TYPE_CHECKING:
         SourceSpec, UserSinkSpec,
     )
     from accelflow.dataflow._resident import ResidentFunction
+    from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -131,11 +134,11 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     ".eventtime": (
         "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowFunction",
-        "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ContinuousEventTimeTrigger",
+        "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction", "ContinuousEventTimeTrigger",
         "CountSlidingWindowAssigner", "CountTrigger", "CountTumblingWindowAssigner", "CountWindow",
         "Duration", "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows",
         "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindow", "GlobalWindows",
-        "KeyedCoProcessFunction", "KeyedProcessFunction", "ListState", "ListStateDescriptor",
+        "JoinFunction", "KeyedCoProcessFunction", "KeyedProcessFunction", "ListState", "ListStateDescriptor",
         "MapState", "MapStateDescriptor", "MergingWindowAssigner", "NeverTrigger", "OutputTag",
         "ProcessAllWindowFunction", "ProcessFunction", "ProcessJoinFunction", "ProcessWindowFunction",
         "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "ReduceFunction",
@@ -180,6 +183,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "ResidentMapBatchesSpec", "ResidentMapSpec",
         "SinkToSpec", "SourceSpec", "UserSinkSpec",
     ),
+    "._join": (
+        "CoGroupWindow", "JoinCoGroup", "TaggedKey", "Tagger",
+    ),
     "._resident": (
         "ResidentFunction",
     ),
@@ -201,6 +207,8 @@ __all__ = [
     "Chain",
     "ChainInput",
     "CoFlatMapFunction",
+    "CoGroupFunction",
+    "CoGroupWindow",
     "CoMapFunction",
     "CoProcessFunction",
     "CoProcessSpec",
@@ -226,6 +234,8 @@ __all__ = [
     "GlobalWindows",
     "IntervalJoinSpec",
     "JobGraph",
+    "JoinCoGroup",
+    "JoinFunction",
     "KeyedCoProcessFunction",
     "KeyedCoProcessSpec",
     "KeyedProcessFunction",
@@ -279,6 +289,8 @@ __all__ = [
     "State",
     "StateDescriptor",
     "StateTtlConfig",
+    "TaggedKey",
+    "Tagger",
     "Time",
     "TimeDomain",
     "TimeWindow",

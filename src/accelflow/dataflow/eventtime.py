@@ -32,6 +32,9 @@ from accelflow.dataflow._state import (
 from accelflow.dataflow._process import (
     CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, OutputTag, ProcessFunction, ProcessJoinFunction, TimeDomain, TimerService,
 )
+from accelflow.dataflow._join import (
+    CoGroupFunction, JoinFunction,
+)
 from accelflow.dataflow._window_functions import (
     AggregateFunction, AllWindowFunction, ProcessAllWindowFunction, ProcessWindowFunction, ReduceFunction, WindowFunction,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "AggregatingStateDescriptor",
     "AllWindowFunction",
     "CoFlatMapFunction",
+    "CoGroupFunction",
     "CoMapFunction",
     "CoProcessFunction",
     "ContinuousEventTimeTrigger",
@@ -56,6 +60,7 @@ __all__ = [
     "EventTimeTrigger",
     "GlobalWindow",
     "GlobalWindows",
+    "JoinFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStateStore",
