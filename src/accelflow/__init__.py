@@ -37,8 +37,8 @@ from accelflow._errors import (
 
 if TYPE_CHECKING:
     from accelflow.api import (
-        AsyncDataStream, CoGroupedStreams, ConnectedStreams, DataStream, Environment, IntervalJoin, IntervalJoined,
-        JoinedStreams, KeyedStream, WindowedStream,
+        AsyncDataStream, BroadcastConnectedStream, BroadcastStream, CoGroupedStreams, ConnectedStreams, DataStream,
+        Environment, IntervalJoin, IntervalJoined, JoinedStreams, KeyedStream, WindowedStream,
     )
     from accelflow.connectors import IdxSource
     from accelflow.dataflow import (
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         AggregatingState,
         AggregatingStateDescriptor,
         AllWindowFunction,
+        BroadcastProcessFunction,
         CoFlatMapFunction,
         CoGroupFunction,
         CoMapFunction,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
         GlobalWindow,
         GlobalWindows,
         JoinFunction,
+        KeyedBroadcastProcessFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         ListState,
@@ -132,11 +134,13 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "Sink", "SinkFunction", "Source",
         # event time and the rest of PyFlink's DataStream surface (issue 30)
         "AsyncFunction", "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor",
-        "AllWindowFunction", "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction",
+        "AllWindowFunction", "BroadcastProcessFunction", "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction",
+        "CoProcessFunction",
         "ContinuousEventTimeTrigger", "CountSlidingWindowAssigner", "CountTrigger",
         "CountTumblingWindowAssigner", "CountWindow", "Duration", "DynamicEventTimeSessionWindows",
         "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows", "EventTimeTrigger",
-        "GlobalWindow", "GlobalWindows", "JoinFunction", "KeyedCoProcessFunction", "KeyedProcessFunction",
+        "GlobalWindow", "GlobalWindows", "JoinFunction", "KeyedBroadcastProcessFunction",
+        "KeyedCoProcessFunction", "KeyedProcessFunction",
         "ListState", "ListStateDescriptor", "MapState", "MapStateDescriptor",
         "MergingWindowAssigner", "NeverTrigger", "OutputTag", "ProcessAllWindowFunction",
         "ProcessFunction", "ProcessJoinFunction", "ProcessWindowFunction",
@@ -148,8 +152,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "TypeInformation", "Types", "ValueState", "ValueStateDescriptor", "WatermarkStrategy",
         "Window", "WindowAssigner", "WindowFunction",
     ),
-    ".api": ("AsyncDataStream", "CoGroupedStreams", "ConnectedStreams", "DataStream", "Environment", "IntervalJoin",
-             "IntervalJoined", "JoinedStreams", "KeyedStream", "WindowedStream"),
+    ".api": ("AsyncDataStream", "BroadcastConnectedStream", "BroadcastStream", "CoGroupedStreams", "ConnectedStreams",
+             "DataStream", "Environment", "IntervalJoin", "IntervalJoined", "JoinedStreams", "KeyedStream",
+             "WindowedStream"),
     ".resources": ("ExternalResourceInfo",),
     ".runtime.client": ("JobClient",),
     ".runtime.jobmanager": ("JobResult",),
@@ -167,6 +172,9 @@ __all__ = [
     "AllocationError",
     "AsyncDataStream",
     "AsyncFunction",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CheckpointError",
     "CoFlatMapFunction",
     "CoGroupFunction",
@@ -207,6 +215,7 @@ __all__ = [
     "JobResult",
     "JoinFunction",
     "JoinedStreams",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",

@@ -6,8 +6,9 @@ from accelflow.api._keyed import KeyedStream, WindowedStream
 from accelflow.api._connected import ConnectedStreams, IntervalJoin, IntervalJoined
 from accelflow.api._async import AsyncDataStream
 from accelflow.api._joined import CoGroupedStreams, JoinedStreams
+from accelflow.api._broadcast import BroadcastConnectedStream, BroadcastStream
 
 __all__ = [
-    "AsyncDataStream", "CoGroupedStreams", "ConnectedStreams", "DataStream", "Environment", "IntervalJoin",
-    "IntervalJoined", "JoinedStreams", "KeyedStream", "WindowedStream",
+    "AsyncDataStream", "BroadcastConnectedStream", "BroadcastStream", "CoGroupedStreams", "ConnectedStreams",
+    "DataStream", "Environment", "IntervalJoin", "IntervalJoined", "JoinedStreams", "KeyedStream", "WindowedStream",
 ]

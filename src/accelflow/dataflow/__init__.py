@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         AggregatingState,
         AggregatingStateDescriptor,
         AllWindowFunction,
+        BroadcastProcessFunction,
         CoFlatMapFunction,
         CoGroupFunction,
         CoMapFunction,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
         GlobalWindow,
         GlobalWindows,
         JoinFunction,
+        KeyedBroadcastProcessFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         ListState,
@@ -127,6 +129,7 @@ if TYPE_CHECKING:
     )
     from accelflow.dataflow._resident import ResidentFunction
     from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
+    from accelflow.dataflow._broadcast import BroadcastProcessSpec, KeyedBroadcastProcessSpec
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -134,11 +137,13 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     ".eventtime": (
         "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowFunction",
-        "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction", "ContinuousEventTimeTrigger",
+        "BroadcastProcessFunction", "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction",
+        "ContinuousEventTimeTrigger",
         "CountSlidingWindowAssigner", "CountTrigger", "CountTumblingWindowAssigner", "CountWindow",
         "Duration", "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows",
         "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindow", "GlobalWindows",
-        "JoinFunction", "KeyedCoProcessFunction", "KeyedProcessFunction", "ListState", "ListStateDescriptor",
+        "JoinFunction", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction", "KeyedProcessFunction",
+        "ListState", "ListStateDescriptor",
         "MapState", "MapStateDescriptor", "MergingWindowAssigner", "NeverTrigger", "OutputTag",
         "ProcessAllWindowFunction", "ProcessFunction", "ProcessJoinFunction", "ProcessWindowFunction",
         "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "ReduceFunction",
@@ -186,6 +191,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._join": (
         "CoGroupWindow", "JoinCoGroup", "TaggedKey", "Tagger",
     ),
+    "._broadcast": (
+        "BroadcastProcessSpec", "KeyedBroadcastProcessSpec",
+    ),
     "._resident": (
         "ResidentFunction",
     ),
@@ -202,6 +210,8 @@ __all__ = [
     "Annotated",
     "AsyncFunction",
     "AsyncSpec",
+    "BroadcastProcessFunction",
+    "BroadcastProcessSpec",
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
     "Chain",
@@ -236,6 +246,8 @@ __all__ = [
     "JobGraph",
     "JoinCoGroup",
     "JoinFunction",
+    "KeyedBroadcastProcessFunction",
+    "KeyedBroadcastProcessSpec",
     "KeyedCoProcessFunction",
     "KeyedCoProcessSpec",
     "KeyedProcessFunction",

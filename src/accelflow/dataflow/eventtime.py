@@ -32,6 +32,9 @@ from accelflow.dataflow._state import (
 from accelflow.dataflow._process import (
     CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, OutputTag, ProcessFunction, ProcessJoinFunction, TimeDomain, TimerService,
 )
+from accelflow.dataflow._broadcast import (
+    BroadcastProcessFunction, KeyedBroadcastProcessFunction, check_broadcast_descriptors,
+)
 from accelflow.dataflow._join import (
     CoGroupFunction, JoinFunction,
 )
@@ -44,6 +47,7 @@ __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
     "AllWindowFunction",
+    "BroadcastProcessFunction",
     "CoFlatMapFunction",
     "CoGroupFunction",
     "CoMapFunction",
@@ -61,6 +65,7 @@ __all__ = [
     "GlobalWindow",
     "GlobalWindows",
     "JoinFunction",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStateStore",
@@ -107,5 +112,6 @@ __all__ = [
     "WindowAssigner",
     "WindowFunction",
     "at_least",
+    "check_broadcast_descriptors",
     "to_millis",
 ]
