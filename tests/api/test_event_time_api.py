@@ -124,17 +124,6 @@ def test_window_all_runs_in_one_subtask() -> None:
         env.from_sequence(1, 9).window_all(TumblingEventTimeWindows.of(Time.seconds(1))).reduce(max, parallelism=2)
 
 
-@pytest.mark.parametrize(("build", "names"), [
-    (lambda env: env.from_elements(1).broadcast(MapStateDescriptor("rules", Types.STRING(), Types.INT())),
-     "broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)"),
-])
-def test_what_is_not_implemented_fails_loudly_naming_it(build: Any, names: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        build(Environment())
-    assert f"{names} is not implemented in this version of accelflow; instead: " in str(caught.value)
-    assert caught.value.keys == ("see docs/event-time.md#not-implemented",)
-
-
 def test_broadcast_without_descriptors_still_partitions() -> None:
     env = Environment({"parallelism.default": 2})
     assert sorted(env.from_elements(1, 2).broadcast().map(lambda v: v, parallelism=2).execute_and_collect()) == [1, 1, 2, 2]
