@@ -11,7 +11,7 @@ import pytest
 
 from accelflow import (
     AsyncDataStream, CoMapFunction, ConfigError, Environment, OutputTag, ProcessFunction, Time,
-    TumblingEventTimeWindows, WatermarkStrategy, MapStateDescriptor, Types,
+    TumblingEventTimeWindows, WatermarkStrategy,
 )
 from accelflow.dataflow import build_job_graph
 
