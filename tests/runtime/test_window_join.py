@@ -18,7 +18,7 @@ from runtime_jobs import CommitLog, Paced, published
 from test_checkpointing import _completed, _conf, _kill_a_taskexecutor, _wait_until
 
 from accelflow import (
-    ConfigError, CountTrigger, Environment, GlobalWindows, SlidingEventTimeWindows, Time, TumblingEventTimeWindows,
+    ConfigError, CountTrigger, Environment, EventTimeSessionWindows, GlobalWindows, SlidingEventTimeWindows, Time, TumblingEventTimeWindows,
     WatermarkStrategy,
 )
 
@@ -103,6 +103,16 @@ def test_sliding_window_join(p: int) -> None:
         "2,3", "3,3",                 # [2, 4)
         "3,3", "3,4", "4,3", "4,4",   # [3, 5)
         "4,4", "5,4"])                # [4, 6)
+
+
+def test_session_window_join() -> None:
+    """Session windows (merging) over both streams' records of a key: gaps of 3 ms part
+    [1, 5) (orange 1, 2; green 2) from [10, 15) (orange 10, 11; green 12)."""
+    orange, green = streams(2, [(0, 1), (0, 2), (0, 10), (0, 11)], [(0, 2), (0, 12)])
+    result = orange.join(green).where(lambda o: o[0]).equal_to(lambda g: g[0]) \
+        .window(EventTimeSessionWindows.with_gap(Time.milliseconds(3))) \
+        .apply(lambda o, g: f"{o[1]},{g[1]}").execute_and_collect()
+    assert sorted(result) == sorted(["1,2", "2,2", "10,12", "11,12"])
 
 
 def test_a_trigger_fires_the_joined_window() -> None:
