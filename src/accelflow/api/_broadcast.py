@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelflow.dataflow import BroadcastProcessSpec, KeyedBroadcastProcessSpec
-from accelflow.dataflow.eventtime import check_broadcast_descriptors
+from accelflow.dataflow import BroadcastProcessSpec, KeyedBroadcastProcessSpec, check_broadcast_descriptors
 from accelflow.api._environment import Environment
 from accelflow.api._keyed import KeyedStream
 from accelflow.api._stream import DataStream

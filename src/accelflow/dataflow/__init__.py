@@ -129,7 +129,9 @@ if TYPE_CHECKING:
     )
     from accelflow.dataflow._resident import ResidentFunction
     from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
-    from accelflow.dataflow._broadcast import BroadcastProcessSpec, KeyedBroadcastProcessSpec
+    from accelflow.dataflow._broadcast import (
+        BroadcastProcessSpec, KeyedBroadcastProcessSpec, check_broadcast_descriptors,
+    )
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -192,7 +194,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "CoGroupWindow", "JoinCoGroup", "TaggedKey", "Tagger",
     ),
     "._broadcast": (
-        "BroadcastProcessSpec", "KeyedBroadcastProcessSpec",
+        "BroadcastProcessSpec", "KeyedBroadcastProcessSpec", "check_broadcast_descriptors",
     ),
     "._resident": (
         "ResidentFunction",
@@ -327,6 +329,7 @@ __all__ = [
     "WindowFunction",
     "WindowSpec",
     "build_job_graph",
+    "check_broadcast_descriptors",
     "chunk_len",
     "default_max_parallelism",
     "even_ranges",

@@ -33,7 +33,7 @@ from accelflow.dataflow._process import (
     CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, OutputTag, ProcessFunction, ProcessJoinFunction, TimeDomain, TimerService,
 )
 from accelflow.dataflow._broadcast import (
-    BroadcastProcessFunction, KeyedBroadcastProcessFunction, check_broadcast_descriptors,
+    BroadcastProcessFunction, KeyedBroadcastProcessFunction,
 )
 from accelflow.dataflow._join import (
     CoGroupFunction, JoinFunction,
@@ -112,6 +112,5 @@ __all__ = [
     "WindowAssigner",
     "WindowFunction",
     "at_least",
-    "check_broadcast_descriptors",
     "to_millis",
 ]
