@@ -11,7 +11,7 @@ import pytest
 
 from accelflow import (
     AsyncDataStream, CoMapFunction, ConfigError, Environment, OutputTag, ProcessFunction, Time,
-    TumblingEventTimeWindows, WatermarkStrategy, MapStateDescriptor, Types,
+    TumblingEventTimeWindows, WatermarkStrategy,
 )
 from accelflow.dataflow import build_job_graph
 
@@ -122,19 +122,6 @@ def test_window_all_runs_in_one_subtask() -> None:
     assert window.parallelism == 1 and window.spec.all_window
     with pytest.raises(ConfigError, match="window_all runs in one subtask, got parallelism=2"):
         env.from_sequence(1, 9).window_all(TumblingEventTimeWindows.of(Time.seconds(1))).reduce(max, parallelism=2)
-
-
-@pytest.mark.parametrize(("build", "names"), [
-    (lambda env: env.from_elements(1).broadcast(MapStateDescriptor("rules", Types.STRING(), Types.INT())),
-     "broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)"),
-    (lambda env: env.from_elements(1).join(env.from_elements(2)), "window join (join().where().equal_to().window())"),
-    (lambda env: env.from_elements(1).co_group(env.from_elements(2)), "window co_group (co_group().where().equal_to().window())"),
-])
-def test_what_is_not_implemented_fails_loudly_naming_it(build: Any, names: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        build(Environment())
-    assert f"{names} is not implemented in this version of accelflow; instead: " in str(caught.value)
-    assert caught.value.keys == ("see docs/event-time.md#not-implemented",)
 
 
 def test_broadcast_without_descriptors_still_partitions() -> None:

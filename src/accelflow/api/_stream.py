@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from accelflow._errors import ConfigError
 from accelflow.connectors import SingleFileSink
@@ -27,7 +27,9 @@ from accelflow.api._ordered import keep_order
 from accelflow.scheduling import Amount
 
 if TYPE_CHECKING:
+    from accelflow.api._broadcast import BroadcastConnectedStream, BroadcastStream
     from accelflow.api._connected import ConnectedStreams
+    from accelflow.api._joined import CoGroupedStreams, JoinedStreams
     from accelflow.api._keyed import KeyedStream, WindowedStream
 
 
@@ -163,25 +165,39 @@ class DataStream:
         """Each record to a random subtask of the next operator."""
         return self._view("shuffle")
 
-    def broadcast(self, *broadcast_state_descriptors: Any) -> DataStream:
-        """Every record to every subtask of the next operator. PyFlink's broadcast state
-        pattern (``broadcast(MapStateDescriptor)`` then ``connect`` with a
-        ``BroadcastProcessFunction``) is not implemented: it fails here, naming it."""
+    @overload
+    def broadcast(self) -> DataStream: ...
+
+    @overload
+    def broadcast(self, *broadcast_state_descriptors: Any) -> BroadcastStream: ...
+
+    def broadcast(self, *broadcast_state_descriptors: Any) -> DataStream | BroadcastStream:
+        """Every record to every subtask of the next operator. With descriptors (PyFlink's
+        broadcast state pattern), a :class:`~accelflow.api.BroadcastStream` to ``connect``:
+        ``stream.connect(rules.broadcast(MapStateDescriptor(...))).process(BroadcastProcessFunction)``."""
         if broadcast_state_descriptors:
-            raise _not_implemented("broadcast state (broadcast(MapStateDescriptor) with a BroadcastProcessFunction)",
-                                   "broadcast() without descriptors, then connect(...).process(CoProcessFunction) "
-                                   "keeping the broadcast side in the function's own attributes")
+            from accelflow.api._broadcast import BroadcastStream
+
+            return BroadcastStream(self._view("broadcast"), broadcast_state_descriptors)
         return self._view("broadcast")
 
-    def join(self, other_stream: Any) -> Any:
-        """PyFlink's window join is not implemented: fails, naming it and the way around."""
-        raise _not_implemented("window join (join().where().equal_to().window())",
-                               "key_by(...).interval_join(other.key_by(...)), or union both and window the union")
+    def join(self, other_stream: DataStream) -> JoinedStreams:
+        """A window join with ``other_stream``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(JoinFunction)`` gets each pair of a window's records with
+        equal keys, one from each stream (see :class:`~accelflow.api.JoinedStreams`)."""
+        from accelflow.api._joined import JoinedStreams
 
-    def co_group(self, other_stream: Any) -> Any:
-        """PyFlink's window co-group is not implemented: fails, naming it and the way around."""
-        raise _not_implemented("window co_group (co_group().where().equal_to().window())",
-                               "connect(...).key_by(k1, k2).process(KeyedCoProcessFunction) with timers")
+        self._same_job(other_stream, "join")
+        return JoinedStreams(self, other_stream)
+
+    def co_group(self, other_stream: DataStream) -> CoGroupedStreams:
+        """A window co-group with ``other_stream``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(CoGroupFunction)`` gets, per key and window, the window's
+        records of each stream (see :class:`~accelflow.api.CoGroupedStreams`)."""
+        from accelflow.api._joined import CoGroupedStreams
+
+        self._same_job(other_stream, "co_group")
+        return CoGroupedStreams(self, other_stream)
 
     def forward(self) -> DataStream:
         """Each subtask to the next operator's subtask of the same index (the default)."""
@@ -207,12 +223,24 @@ class DataStream:
         edges = [s._edge(0) for s in (self, *streams)]
         return self._env._add(UnionSpec(), "union", self.parallelism, edges)
 
-    def connect(self, ds: DataStream) -> ConnectedStreams:
+    @overload
+    def connect(self, ds: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    @overload
+    def connect(self, ds: DataStream) -> ConnectedStreams: ...
+
+    def connect(self, ds: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Two streams for one operator with two inputs: ``.map(CoMapFunction)``,
         ``.flat_map(CoFlatMapFunction)``, ``.process(CoProcessFunction)``, or
-        ``.key_by(k1, k2).process(KeyedCoProcessFunction)`` with shared keyed state and timers."""
+        ``.key_by(k1, k2).process(KeyedCoProcessFunction)`` with shared keyed state and timers.
+        With a ``BroadcastStream`` (``rules.broadcast(MapStateDescriptor(...))``), a
+        ``BroadcastConnectedStream``: ``.process((Keyed)BroadcastProcessFunction)``."""
+        from accelflow.api._broadcast import BroadcastConnectedStream, BroadcastStream
         from accelflow.api._connected import ConnectedStreams
 
+        if isinstance(ds, BroadcastStream):
+            self._same_job(ds.stream, "connect")
+            return BroadcastConnectedStream(self, ds)
         self._same_job(ds, "connect")
         return ConnectedStreams(self, ds)
 
@@ -355,12 +383,6 @@ class DataStream:
 def _no_key(record: Any) -> int:
     """The key of ``window_all``: one for every record."""
     return 0
-
-
-def _not_implemented(what: str, instead: str) -> ConfigError:
-    """The error of a PyFlink API this version does not implement (listed in docs/event-time.md)."""
-    return ConfigError(f"{what} is not implemented in this version of accelflow; instead: {instead}",
-                       key="see docs/event-time.md#not-implemented")
 
 
 def _resident(resident: Any, name: str) -> bool:

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
         AggregatingState,
         AggregatingStateDescriptor,
         AllWindowFunction,
+        BroadcastProcessFunction,
         CoFlatMapFunction,
+        CoGroupFunction,
         CoMapFunction,
         CoProcessFunction,
         ContinuousEventTimeTrigger,
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
         EventTimeTrigger,
         GlobalWindow,
         GlobalWindows,
+        JoinFunction,
+        KeyedBroadcastProcessFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         ListState,
@@ -124,6 +128,10 @@ if TYPE_CHECKING:
         SourceSpec, UserSinkSpec,
     )
     from accelflow.dataflow._resident import ResidentFunction
+    from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
+    from accelflow.dataflow._broadcast import (
+        BroadcastProcessSpec, KeyedBroadcastProcessSpec, check_broadcast_descriptors,
+    )
     from accelflow.dataflow._sources import SharedRows, even_ranges
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a process that
@@ -131,11 +139,13 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     ".eventtime": (
         "AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "AllWindowFunction",
-        "CoFlatMapFunction", "CoMapFunction", "CoProcessFunction", "ContinuousEventTimeTrigger",
+        "BroadcastProcessFunction", "CoFlatMapFunction", "CoGroupFunction", "CoMapFunction", "CoProcessFunction",
+        "ContinuousEventTimeTrigger",
         "CountSlidingWindowAssigner", "CountTrigger", "CountTumblingWindowAssigner", "CountWindow",
         "Duration", "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows",
         "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindow", "GlobalWindows",
-        "KeyedCoProcessFunction", "KeyedProcessFunction", "ListState", "ListStateDescriptor",
+        "JoinFunction", "KeyedBroadcastProcessFunction", "KeyedCoProcessFunction", "KeyedProcessFunction",
+        "ListState", "ListStateDescriptor",
         "MapState", "MapStateDescriptor", "MergingWindowAssigner", "NeverTrigger", "OutputTag",
         "ProcessAllWindowFunction", "ProcessFunction", "ProcessJoinFunction", "ProcessWindowFunction",
         "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "ReduceFunction",
@@ -180,6 +190,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "MapSpec", "OperatorSpec", "PrintSinkSpec", "ReduceSpec", "ResidentMapBatchesSpec", "ResidentMapSpec",
         "SinkToSpec", "SourceSpec", "UserSinkSpec",
     ),
+    "._join": (
+        "CoGroupWindow", "JoinCoGroup", "TaggedKey", "Tagger",
+    ),
+    "._broadcast": (
+        "BroadcastProcessSpec", "KeyedBroadcastProcessSpec", "check_broadcast_descriptors",
+    ),
     "._resident": (
         "ResidentFunction",
     ),
@@ -196,11 +212,15 @@ __all__ = [
     "Annotated",
     "AsyncFunction",
     "AsyncSpec",
+    "BroadcastProcessFunction",
+    "BroadcastProcessSpec",
     "CHUNK_LATENCY_S",
     "CHUNK_RECORDS",
     "Chain",
     "ChainInput",
     "CoFlatMapFunction",
+    "CoGroupFunction",
+    "CoGroupWindow",
     "CoMapFunction",
     "CoProcessFunction",
     "CoProcessSpec",
@@ -226,6 +246,10 @@ __all__ = [
     "GlobalWindows",
     "IntervalJoinSpec",
     "JobGraph",
+    "JoinCoGroup",
+    "JoinFunction",
+    "KeyedBroadcastProcessFunction",
+    "KeyedBroadcastProcessSpec",
     "KeyedCoProcessFunction",
     "KeyedCoProcessSpec",
     "KeyedProcessFunction",
@@ -279,6 +303,8 @@ __all__ = [
     "State",
     "StateDescriptor",
     "StateTtlConfig",
+    "TaggedKey",
+    "Tagger",
     "Time",
     "TimeDomain",
     "TimeWindow",
@@ -303,6 +329,7 @@ __all__ = [
     "WindowFunction",
     "WindowSpec",
     "build_job_graph",
+    "check_broadcast_descriptors",
     "chunk_len",
     "default_max_parallelism",
     "even_ranges",

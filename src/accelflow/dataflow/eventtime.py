@@ -32,6 +32,12 @@ from accelflow.dataflow._state import (
 from accelflow.dataflow._process import (
     CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, OutputTag, ProcessFunction, ProcessJoinFunction, TimeDomain, TimerService,
 )
+from accelflow.dataflow._broadcast import (
+    BroadcastProcessFunction, KeyedBroadcastProcessFunction,
+)
+from accelflow.dataflow._join import (
+    CoGroupFunction, JoinFunction,
+)
 from accelflow.dataflow._window_functions import (
     AggregateFunction, AllWindowFunction, ProcessAllWindowFunction, ProcessWindowFunction, ReduceFunction, WindowFunction,
 )
@@ -41,7 +47,9 @@ __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
     "AllWindowFunction",
+    "BroadcastProcessFunction",
     "CoFlatMapFunction",
+    "CoGroupFunction",
     "CoMapFunction",
     "CoProcessFunction",
     "ContinuousEventTimeTrigger",
@@ -56,6 +64,8 @@ __all__ = [
     "EventTimeTrigger",
     "GlobalWindow",
     "GlobalWindows",
+    "JoinFunction",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStateStore",

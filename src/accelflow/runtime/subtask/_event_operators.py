@@ -305,3 +305,6 @@ def _event(event: Any) -> Watermark | StreamStatus:
     if isinstance(event, WatermarkStatus):
         return StreamStatus(event is WatermarkStatus.IDLE)
     return Watermark(event.timestamp)
+
+
+from accelflow.runtime.subtask import _broadcast  # noqa: E402,F401 (registers the broadcast state operator)
