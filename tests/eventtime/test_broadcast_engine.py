@@ -72,3 +72,12 @@ def test_every_subtask_of_a_new_parallelism_gets_a_copy() -> None:
         new = BroadcastStates("op", (RULES, MapStateDescriptor("more")))
         new.restore(snapshots, index)
         assert new.read_only(RULES).items() == [("factor", 3)] and new.read_only("more").is_empty()
+
+
+def test_a_rollback_in_place_empties_the_broadcast_state_before_restoring() -> None:
+    """Issue 28: survivors reset then restore; a rule broadcast after the checkpoint is gone."""
+    e = engine()
+    e.process_element(10, 2, input_index=1)
+    e.reset()
+    e.broadcast.restore([], 0)  # rolled back to before any checkpoint: nothing to restore
+    assert e.broadcast.read_only(RULES).is_empty()

@@ -189,6 +189,12 @@ class BroadcastEngine(_FunctionEngine):
         self.ctx = BroadcastContext(self, writable=False)
         self.broadcast_ctx = BroadcastContext(self, writable=True)
 
+    def reset(self) -> None:
+        """A rollback in place: broadcast state goes back to empty too (``restore`` follows)."""
+        super().reset()
+        for entries in self.broadcast.entries.values():
+            entries.clear()
+
     def process_element(self, value: Any, timestamp: int | None, key: Any = None, input_index: int = 0) -> Outputs:
         if input_index == 0:
             return self._element(self.function.process_element, value, timestamp, key)
