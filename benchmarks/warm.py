@@ -16,7 +16,9 @@ user's. Three ways, in turns (each round starts a fresh cluster per way):
 * ``resident``: ``resident=True``: one instance on the device, in its device host.
 
 Each way runs a first job on the fresh cluster, a second job (the same script), and a third
-job whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay).
+job whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay;
+no checkpoints: every subtask restarts), and a fourth like the third with checkpoints every
+500 ms (the survivor rolls back in place, only the killed subtask is replaced: issue 28).
 Printed per job: ``start-up`` (``JobResult.startup_s``), ``first output`` (seconds from
 ``execute()`` to the first output at the sink), the ``open()`` calls and the imports of the
 model's module during the job by the processes that opened it (a warm process imported it
@@ -239,6 +241,11 @@ def one_round(way: str, open_s: float, import_s: float) -> dict[str, dict[str, f
                 "second job": run_job(cluster, tmp, "second", resident, n=2_000, delay=0.005),
                 "restart after SIGKILL": run_job(cluster, tmp, "restart", resident, n=20_000, delay=0.02,
                                                  kill=True, conf=restart),
+                # checkpointed: the survivor rolls back in place (docs/failover.md), only the
+                # killed subtask's replacement opens (forked, warm) or reuses the instance
+                "in place after SIGKILL": run_job(cluster, tmp, "in-place", resident, n=20_000, delay=0.02,
+                                                  kill=True, conf={**restart,
+                                                                   "execution.checkpointing.interval": "500 ms"}),
             }
         finally:
             cluster.stop()
