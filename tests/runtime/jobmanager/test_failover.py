@@ -9,9 +9,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from accelflow._errors import encode_error
 from accelflow.config import config_from
 from accelflow.runtime import (
-    Deploy, ManualClock, Rollback, SubtaskExited, SubtaskKey, SubtaskRunning,
+    Deploy, ManualClock, Rollback, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning,
 )
 from accelflow.runtime.jobmanager import Job
 from accelflow.runtime.jobmanager._checkpoint_store import CheckpointStore
@@ -73,7 +74,11 @@ def test_what_is_confined_and_what_restarts_every_subtask(tmp_path: Path) -> Non
     cases = [
         (Failure([one], None, 0.0), None),
         (Failure([one], "taskexecutor-1", 0.0), None),  # it held only this subtask of the job
-        (Failure([one, two], "taskexecutor-1", 0.0), "taskexecutor-1 was lost with 2 subtasks of the job"),
+        (Failure([one, two], "taskexecutor-1", 0.0), None),  # the sources survive
+        (Failure([one, two], None, 0.0), None),  # two failed in one detection window
+        (Failure(list(cluster.keys), "taskexecutor-1", 0.0),
+         "taskexecutor-1 was lost with every subtask of the job (4)"),
+        (Failure(list(cluster.keys), None, 0.0), "every subtask of the job failed (4): none survives to roll back"),
         (Failure([], None, 0.0), "the failure is the JobManager's own, not a subtask's"),
     ]
     for failure, expected in cases:
@@ -166,3 +171,62 @@ def test_a_ready_standby_takes_the_failed_subtasks_index(tmp_path: Path) -> None
     assert refill.descriptor.standby and refill.descriptor.key != standby
     assert cluster.state.subtasks[activation.new_key].recovery == "standby"
     assert cluster.job.failovers[0].standby == "count -> print (standby)"
+
+
+def test_a_lost_taskexecutor_with_several_subtasks_is_confined_and_each_is_placed_again(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, **{"scheduler.placement-policy": "spread"})  # index 0 on one, 1 on the other
+    lost = cluster.state.subtasks[cluster.key(1, 1)].taskexecutor
+    assert lost is not None
+    failed = [key for key in cluster.keys if cluster.state.subtasks[key].taskexecutor == lost]
+    survivors = [key for key in cluster.keys if key not in failed]
+    assert len(failed) >= 2 and survivors
+    cluster.state.lose_taskexecutor(lost, cluster.state.taskexecutors[lost].registration.pid)
+    cluster.attempt.failure = Failure(list(failed), lost, cluster.clock.monotonic())
+
+    assert cluster.failover.roll_back(cluster.attempt, RuntimeError("lost")) is not None
+
+    rollbacks = cluster.launcher.commands(Rollback)
+    assert sorted(c.key for _, c in rollbacks) == sorted(survivors)  # once each
+    deploys = cluster.launcher.commands(Deploy)
+    assert sorted(d.descriptor.key for _, d in deploys) == sorted(key._replace(attempt=1) for key in failed)
+    assert {te for te, _ in deploys} == {te for te in cluster.state.taskexecutors} - {lost}
+    [record] = cluster.job.failovers
+    assert sorted(record.replaced) == sorted(cluster.state.subtasks[key._replace(attempt=1)].name for key in failed)
+    assert len(record.rolled_back) == len(survivors) and cluster.failover.budget.left == 2
+    # the replacements of one index share one slot, as at the first deployment
+    assert sum(te != lost for te, _ in cluster.state.slots[(cluster.job.id, 1)]) == 2
+
+
+def test_a_subtask_failing_while_the_first_one_exits_joins_the_same_rollback(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    first, second, sources = cluster.key(1, 0), cluster.key(1, 1), [cluster.key(0, 0), cluster.key(0, 1)]
+    te = cluster.state.subtasks[second].taskexecutor
+    cluster.clock.call_later(0.05, lambda: cluster.job.events.put((te, SubtaskFailed(second, encode_error(OSError("xid 79"))))))
+    cluster.clock.call_later(0.2, lambda: cluster.job.events.put((te, SubtaskExited(second, 1))))
+
+    assert cluster.fail(first) is not None
+
+    assert sorted(c.key for _, c in cluster.launcher.commands(Rollback)) == sources
+    deploys = cluster.launcher.commands(Deploy)  # both stay where they were
+    assert sorted((t, d.descriptor.key) for t, d in deploys) == sorted(
+        (cluster.state.subtasks[key._replace(attempt=1)].taskexecutor, key._replace(attempt=1)) for key in (first, second))
+    assert cluster.clock.monotonic() == 0.2 + 2.0  # both exits, then one restart delay
+    [record] = cluster.job.failovers
+    assert record.replaced == ["count -> print (1/2)", "count -> print (2/2)"] and len(record.rolled_back) == 2
+
+
+def test_several_failed_subtasks_that_cannot_all_be_placed_restart_every_subtask(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    failed = [cluster.key(1, 0), cluster.key(1, 1)]
+    for device in cluster.state.ledger.devices():  # a hardware Xid on every GPU: none is healthy
+        cluster.state.ledger.quarantine(device, "xid 79")
+    for te in cluster.state.taskexecutors:
+        cluster.state.capacity.put(cluster.state.offer(te))
+    cluster.attempt.failure = Failure(list(failed), None, 0.0)
+    cluster.attempt.exited = set(failed)
+
+    assert cluster.failover.roll_back(cluster.attempt, RuntimeError("xid")) is None
+
+    why = cluster.failover.why_full
+    assert why is not None and why.startswith("no TaskExecutor has room for count -> print (1/2), count -> print (2/2): ")
+    assert cluster.launcher.sent == [] and cluster.job.attempt == 0 and cluster.failover.budget.left == 3

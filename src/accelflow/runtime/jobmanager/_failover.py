@@ -1,22 +1,25 @@
 """Failover of a running attempt (issue 28, ``docs/failover.md``).
 
-When one subtask fails (it raised, its process exited, it hung, or the TaskExecutor that held
-only it was lost), the JobManager confines the failure where it can (:func:`why_not_in_place`
-says where not). Then, instead of cancelling every subtask and deploying them all again (the
-full restart, as Flink's), it
+When subtasks fail (one raised, its process exited or hung; a TaskExecutor holding several of
+them was lost; a hardware Xid failed every subtask on a device; several failed in the same
+detection window), the JobManager confines the failure where it can (:func:`why_not_in_place`
+says where not: at least one subtask must survive). Then, instead of cancelling every subtask
+and deploying them all again (the full restart, as Flink's), it
 
-1. takes a restart from the restart strategy, as a full restart does;
-2. waits for the failed subtask's exit (its slot and devices are reused as they are);
+1. takes one restart from the restart strategy, as a full restart does;
+2. waits for the failed subtasks' exits (a subtask failing meanwhile joins the failure; the
+   slots and devices of those that stay are reused as they are);
 3. starts a new attempt whose subtasks keep their processes: each survivor's ``SubtaskKey``
    gets the new attempt number, with the slot and device shares moved over unchanged (nothing
    is placed again), so every per-attempt rule (events of old attempts ignored, channel names,
    checkpoints' acks) holds as after a full restart;
-4. sends every survivor a :class:`Rollback` to the latest completed checkpoint (they restore
+4. sends every survivor one :class:`Rollback` to the latest completed checkpoint (they restore
    it inside their processes, without ``open()``, see ``runtime/subtask/_epochs.py``);
-5. deploys a replacement for the failed subtask after the restart delay, on its TaskExecutor
-   and devices (or where placement finds room when that TaskExecutor was lost or one of the
-   devices was quarantined: a hardware Xid, ``docs/gpu.md``), or hands its index to a ready
-   standby subtask (``_standby.py``).
+5. hands the failed indexes to ready standby subtasks first (``_standby.py``), and deploys a
+   replacement for each other failed subtask after the restart delay, on its TaskExecutor and
+   devices, or where placement finds room (all of them or none) when that TaskExecutor was
+   lost or one of its devices was quarantined (a hardware Xid, ``docs/gpu.md``). When they do
+   not all fit, the job restarts every subtask and the log says why.
 
 A failure while an attempt still rolls back (a survivor fails restoring, the replacement
 fails in ``open()``) is handled by the full restart. Each failure is recorded
@@ -102,10 +105,13 @@ def in_place_off(config: Configuration, checkpointing: bool, launcher: Launcher)
 
 
 def why_not_in_place(job: Job, attempt: Attempt) -> str | None:
-    """Why ``attempt``'s failure cannot be confined to the subtask that failed, or None.
+    """Why ``attempt``'s failure cannot be confined to the subtasks that failed, or None.
 
-    Example: a TaskExecutor lost with three subtasks gives ``"taskexecutor-2 was lost with 3
-    subtasks of the job"``; a subtask that raised while the others run gives None.
+    Several subtasks may fail at once (a TaskExecutor lost with three of them, two subtasks on
+    a faulted device): they are confined as long as one subtask of the job survives.
+
+    Example: a TaskExecutor lost with every subtask of the job gives ``"taskexecutor-1 was lost
+    with every subtask of the job (4)"``; one lost with 2 of 8 subtasks gives None.
     """
     failure = attempt.failure
     if job.in_place_off is not None:
@@ -114,10 +120,10 @@ def why_not_in_place(job: Job, attempt: Attempt) -> str | None:
         return "the failure is the JobManager's own, not a subtask's"
     if attempt.recovery is not None:
         return "it failed while the job was still rolling back"
-    if failure.taskexecutor is not None and len(failure.keys) > 1:
-        return f"{failure.taskexecutor} was lost with {len(failure.keys)} subtasks of the job"
-    if len(failure.keys) > 1:
-        return f"{len(failure.keys)} subtasks failed"
+    if not set(attempt.keys) - set(failure.keys):
+        if failure.taskexecutor is not None:
+            return f"{failure.taskexecutor} was lost with every subtask of the job ({len(failure.keys)})"
+        return f"every subtask of the job failed ({len(failure.keys)}): none survives to roll back"
     if (attempt.exited | attempt.finished) - set(failure.keys):
         return "other subtasks had finished or exited already"
     return None
@@ -154,27 +160,25 @@ class Failover:
         if why is None:
             assert failure is not None
             why = self._await_exit(attempt, failure)
-        placement: SlotAssignment | None = None
+        placements: dict[SubtaskKey, SlotAssignment] = {}
         if why is None:
             assert failure is not None
-            if not self.pool.has_ready(failure.keys[0].chain):  # else a standby takes its place
-                placement, why = self._place_if_moved(failure)
+            placements, why = self._place_moved(failure)
         if why is not None:
             self.why_full = why
             return None
         assert failure is not None and self.budget.take()
-        return self._roll_back(attempt, failure, placement, _first_line(error))
+        return self._roll_back(attempt, failure, placements, _first_line(error))
 
     def _await_exit(self, attempt: Attempt, failure: Failure) -> str | None:
-        """Wait (bounded) until the failed subtask's process is gone; why not, or None. Other
-        events of the attempt are dropped: its epoch is over."""
-        key = failure.keys[0]
-        if failure.taskexecutor is not None:
-            return None
+        """Wait (bounded) until the failed subtasks' processes are gone; why not, or None. A
+        subtask that fails meanwhile joins ``failure`` (one detection window); other events of
+        the attempt are dropped: its epoch is over."""
         deadline = self.clock.monotonic() + EXIT_WAIT_S
-        while key not in attempt.exited:
+        while waiting := [key for key in failure.keys if key not in attempt.exited and
+                          (failure.taskexecutor is None or self.state.subtasks[key].taskexecutor != failure.taskexecutor)]:
             if self.clock.monotonic() >= deadline:
-                return f"subtask {self._name(key)} did not exit within {EXIT_WAIT_S:g} s"
+                return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
             event = self.pump.next_event(self.job.events, POLL_S)
             if event is None or self.pool.on_any(event):
                 continue
@@ -188,31 +192,48 @@ class Failover:
                 continue
             if isinstance(msg, SubtaskExited):
                 attempt.exited.add(other)
-            if other != key and isinstance(msg, SubtaskFailed | SubtaskExited | SubtaskFinished):
-                return f"subtask {self._name(other)} failed or ended too"
+            if other in failure.keys:
+                continue
+            if isinstance(msg, SubtaskFinished):
+                return f"subtask {self._name(other)} ended too"
+            if isinstance(msg, SubtaskFailed | SubtaskExited):
+                with self.state.lock:
+                    self.state.subtasks[other].state = "FAILED"
+                failure.keys.append(other)
+                if (why := why_not_in_place(self.job, attempt)) is not None:
+                    return why
         return None
 
-    def _place_if_moved(self, failure: Failure) -> tuple[SlotAssignment | None, str | None]:
-        """Where the failed subtask goes when its TaskExecutor was lost or a device it held
-        was quarantined (else None: it stays where it was)."""
-        key = failure.keys[0]
+    def _place_moved(self, failure: Failure) -> tuple[dict[SubtaskKey, SlotAssignment], str | None]:
+        """Where the failed subtasks that move go: those whose TaskExecutor was lost or that
+        held a quarantined device, less those that ready standbys replace (the others stay
+        where they were). Subtasks of one index share a slot; all are placed or none."""
         quarantined = self.state.ledger.quarantined()
-        if self.state.subtasks[key].taskexecutor in self.state.taskexecutors and \
-                not any(d in quarantined for d in self.state.ledger.held_by(key)):
-            return None, None
-        chain = self.job.graph.chains[key.chain]
-        request = SlotRequest((SubtaskRequest(key._replace(attempt=self.job.attempt + 1),
-                                              requester_name(chain, key.index), chain.resources),))
+        spare = {chain: self.pool.ready_count(chain) for chain in {key.chain for key in failure.keys}}
+        moving: dict[int, list[SubtaskKey]] = {}
+        for key in failure.keys:
+            if spare[key.chain]:
+                spare[key.chain] -= 1  # a standby takes its place
+            elif self.state.subtasks[key].taskexecutor not in self.state.taskexecutors or \
+                    any(d in quarantined for d in self.state.ledger.held_by(key)):
+                moving.setdefault(key.index, []).append(key)
+        if not moving:
+            return {}, None
+        requests = [SlotRequest(tuple(
+            SubtaskRequest(key._replace(attempt=self.job.attempt + 1), requester_name(chain, key.index), chain.resources)
+            for key in keys for chain in [self.job.graph.chains[key.chain]])) for keys in moving.values()]
         try:
-            [assignment] = self.state.place([request], self.job.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
+            assignments = self.state.place(requests, self.job.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
         except AllocationError as exc:
-            return None, f"no TaskExecutor has room for {self._name(key)}: {_first_line(exc)}"
-        return assignment, None
+            names = ", ".join(self._name(key) for keys in moving.values() for key in keys)
+            return {}, f"no TaskExecutor has room for {names}: {_first_line(exc)}"
+        return {key: assignment for keys, assignment in zip(moving.values(), assignments, strict=True)
+                for key in keys}, None
 
-    def _roll_back(self, attempt: Attempt, failure: Failure, placement: SlotAssignment | None,
+    def _roll_back(self, attempt: Attempt, failure: Failure, placements: dict[SubtaskKey, SlotAssignment],
                    cause: str) -> Attempt:
         job, state = self.job, self.state
-        failed = failure.keys[0]
+        failed = list(failure.keys)
         restored, restored_id = self.coordinator.restored_states()
         with state.lock:
             old = job.attempt
@@ -220,50 +241,60 @@ class Failover:
             if job.checkpoints.restored is not None:
                 job.checkpoints.restored["attempt"] = job.attempt
             new = {key: key._replace(attempt=job.attempt) for key in attempt.keys}
-            record = FailoverRecord(old, "in-place", cause, [self._name(failed)])
-            standby = self.pool.take(failed.chain)
-            self._move(new, failed, placement if standby is None else None, record, old, standby is not None)
-            if standby is not None:
-                self._activate(standby, failed, new, record)
+            record = FailoverRecord(old, "in-place", cause, [self._name(key) for key in failed])
+            standbys = {key: standby for key in failed if (standby := self.pool.take(key.chain)) is not None}
+            self._move(new, failed, placements, record, old, set(standbys))
+            for key, standby in standbys.items():
+                self._activate(standby, key, new, record)
             job.failovers.append(record)
         job.restore_from, job.restore_id = restored, restored_id
         self.coordinator.start_attempt(list(new.values()))
         for old_key, key in new.items():
-            if old_key != failed:
+            if old_key not in failed:
                 self._send_rollback(old_key, key)
         _log.warning("%s: rolled back in place: %d survivor%s, replaced %s%s (attempt %d, from %s): %s",
-                     job.id, len(new) - 1, "" if len(new) == 2 else "s", self._name(failed), f" by standby {record.standby}" if standby else "",
+                     job.id, len(new) - len(failed), "" if len(new) - len(failed) == 1 else "s",
+                     ", ".join(self._name(key) for key in failed),
+                     f" (by standby {record.standby})" if standbys else "",
                      job.attempt + 1, f"checkpoint {restored_id}" if restored_id else "the start", cause)
-        if standby is not None:
-            self._send_rollback(standby, new[failed])
-            self.pool.fill()  # another standby, opened while the job runs on
-        else:
+        for key, standby in standbys.items():
+            self._send_rollback(standby, new[key])
+        if standbys:
+            self.pool.fill()  # more standbys, opened while the job runs on
+        if rest := [key for key in failed if key not in standbys]:
             self.clock.sleep(job.config.get(k.RESTART_DELAY))
-            self.deployer.deploy_one(job, new[failed])
+            for key in rest:
+                self.deployer.deploy_one(job, new[key])
         return Attempt(list(new.values()), recovery=record, failed_at=failure.seen,
                        first_record=attempt.first_record)
 
-    def _move(self, new: dict[SubtaskKey, SubtaskKey], failed: SubtaskKey, placement: SlotAssignment | None,
-              record: FailoverRecord, old: int, by_standby: bool) -> None:
+    def _move(self, new: dict[SubtaskKey, SubtaskKey], failed: list[SubtaskKey],
+              placements: dict[SubtaskKey, SlotAssignment], record: FailoverRecord, old: int,
+              by_standby: set[SubtaskKey]) -> None:
         """The new attempt's records: each subtask keeps its slot and shares under its new
-        key; the failed one too, unless its TaskExecutor was lost (then ``placement``) or a
-        standby takes its place (``by_standby``: its shares go back under its own key, once its
-        TaskExecutor says its process left the devices, ``DevicesFree``)."""
+        key; a failed one too, unless it moves (``placements``: its TaskExecutor was lost or
+        a device of it quarantined) or a standby takes its place (``by_standby``: its shares
+        go back under its own key once its TaskExecutor says its process left the devices,
+        ``DevicesFree``)."""
         state, job = self.state, self.job
         state.slots[(job.id, job.attempt)] = state.slots.pop((job.id, old), [])
+        taken: list[SlotAssignment] = []
         for old_key, key in new.items():
             st = state.subtasks[old_key]
             te, devices = st.taskexecutor, st.devices
-            if old_key == failed and (placement is not None or by_standby):
+            placement = placements.get(old_key)
+            if old_key in failed and (placement is not None or old_key in by_standby):
                 state.release_devices(old_key)
                 if placement is not None:
-                    if te is not None and self._own_slot(old_key, te, new):  # it moves: the slot goes back
+                    if te is not None and self._own_slot(old_key, te, new, moved=placements):  # the slot goes back
                         state.release_slot(job.id, job.attempt, te)
-                    state.take(job.id, job.attempt, [placement], more=True)
+                    if not any(placement is t for t in taken):  # subtasks of one index share it
+                        state.take(job.id, job.attempt, [placement], more=True)
+                        taken.append(placement)
                     te, devices = placement.taskexecutor, devices_of(placement, key)
             else:
                 state.rekey(old_key, key)
-            replaced = old_key == failed
+            replaced = old_key in failed
             state.subtasks[key] = SubtaskState(key, st.name, te, devices,
                                                recovery="replaced" if replaced else "rolled back")
             (record.replaced if replaced else record.rolled_back).append(st.name)
@@ -282,12 +313,16 @@ class Failover:
         ready = state.subtasks.pop(standby)
         state.rekey(standby, key)
         replacement.taskexecutor, replacement.devices, replacement.recovery = ready.taskexecutor, ready.devices, "standby"
-        record.standby = ready.name
+        record.standby = ", ".join(filter(None, [record.standby, ready.name]))
 
-    def _own_slot(self, key: SubtaskKey, te: str, keys: Any) -> bool:
-        """Whether ``key`` had its slot on ``te`` to itself (subtasks of one index share one)."""
-        return not any(other.index == key.index and self.state.subtasks[other].taskexecutor == te
-                       for other in keys if other != key)
+    def _own_slot(self, key: SubtaskKey, te: str, keys: Any, moved: Any = ()) -> bool:
+        """Whether ``key`` is the last on ``te`` of the subtasks sharing its slot (those of
+        its index) that leave it: the others stay (not in ``moved``) or moved before it."""
+        others = [o for o in keys if o != key and o.index == key.index and self.state.subtasks[o].taskexecutor == te]
+        if any(o not in moved for o in others):
+            return False
+        order = list(keys)
+        return all(order.index(o) < order.index(key) for o in others)
 
     def _send_rollback(self, old_key: SubtaskKey, key: SubtaskKey) -> None:
         job, deployer = self.job, self.deployer

@@ -102,8 +102,9 @@ class StandbyPool:
         if lost:
             self.fill()
 
-    def has_ready(self, chain_id: int) -> bool:
-        return any(key in self.ready for key in self.keys.get(chain_id, []))
+    def ready_count(self, chain_id: int) -> int:
+        """How many standbys of chain ``chain_id`` are ready to take a failed subtask's place."""
+        return sum(key in self.ready for key in self.keys.get(chain_id, []))
 
     def take(self, chain_id: int) -> SubtaskKey | None:
         """A ready standby of chain ``chain_id`` to take a failed subtask's place, or None."""
