@@ -9,10 +9,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
+
 from accelflow._errors import encode_error
 from accelflow.config import config_from
 from accelflow.runtime import (
-    Deploy, ManualClock, Rollback, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning,
+    Deploy, DevicesFree, ManualClock, Rollback, SubtaskExited, SubtaskFailed, SubtaskKey, SubtaskRunning,
 )
 from accelflow.runtime.jobmanager import Job
 from accelflow.runtime.jobmanager._checkpoint_store import CheckpointStore
@@ -230,3 +233,43 @@ def test_several_failed_subtasks_that_cannot_all_be_placed_restart_every_subtask
     why = cluster.failover.why_full
     assert why is not None and why.startswith("no TaskExecutor has room for count -> print (1/2), count -> print (2/2): ")
     assert cluster.launcher.sent == [] and cluster.job.attempt == 0 and cluster.failover.budget.left == 3
+
+
+def _watched_gpus(monkeypatch: Any) -> None:
+    """The TaskExecutors watch their GPUs' health: a failed subtask's shares wait for their
+    ``DevicesFree`` (what its processes left computing there is gone, docs/gpu.md)."""
+    made = ScriptedLauncher.registration
+
+    def registration(self: ScriptedLauncher, te_id: str) -> Any:
+        reg = made(self, te_id)
+        return msgspec.structs.replace(reg, resources=tuple(
+            msgspec.structs.replace(r, watched=True) for r in reg.resources))
+
+    monkeypatch.setattr(ScriptedLauncher, "registration", registration)
+
+
+def test_a_replacement_on_its_devices_waits_until_its_predecessor_left_them(tmp_path: Path, monkeypatch: Any) -> None:
+    _watched_gpus(monkeypatch)
+    cluster = Cluster(tmp_path)
+    failed = cluster.key(1, 1)
+    te = cluster.state.subtasks[failed].taskexecutor
+
+    def free() -> None:
+        cluster.state.devices_free(failed)  # what the event pump does with the TaskExecutor's message
+        cluster.job.events.put((te, DevicesFree(failed)))
+
+    cluster.clock.call_later(3.0, free)
+    assert cluster.fail(failed) is not None
+    [(where, deploy)] = cluster.launcher.commands(Deploy)
+    assert (where, deploy.descriptor.key) == (te, failed._replace(attempt=1))
+    assert cluster.clock.monotonic() == pytest.approx(3.0 + 2.0)  # its devices free, then the restart delay
+    assert failed not in cluster.state.freed_early  # nothing left behind under the old key
+
+
+def test_devices_never_freed_restart_every_subtask(tmp_path: Path, monkeypatch: Any) -> None:
+    _watched_gpus(monkeypatch)
+    cluster = Cluster(tmp_path)
+    assert cluster.fail(cluster.key(1, 0)) is None
+    assert cluster.failover.why_full == (f"the devices of subtask count -> print (1/2) still held its processes' "
+                                         f"memory {EXIT_WAIT_S:g} s after it exited")
+    assert cluster.launcher.sent == []

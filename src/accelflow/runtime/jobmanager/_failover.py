@@ -171,13 +171,19 @@ class Failover:
         return self._roll_back(attempt, failure, placements, _first_line(error))
 
     def _await_exit(self, attempt: Attempt, failure: Failure) -> str | None:
-        """Wait (bounded) until the failed subtasks' processes are gone; why not, or None. A
-        subtask that fails meanwhile joins ``failure`` (one detection window); other events of
-        the attempt are dropped: its epoch is over."""
+        """Wait (bounded) until the failed subtasks' processes are gone, and, for those whose
+        replacement starts on their devices, what they left computing there too (their
+        TaskExecutor's ``DevicesFree``, ``docs/gpu.md``); why not, or None. A subtask that fails
+        meanwhile joins ``failure`` (one detection window); other events of the attempt are
+        dropped: its epoch is over."""
         deadline = self.clock.monotonic() + EXIT_WAIT_S
-        while waiting := [key for key in failure.keys if key not in attempt.exited and
-                          (failure.taskexecutor is None or self.state.subtasks[key].taskexecutor != failure.taskexecutor)]:
+        while waiting := [key for key in failure.keys
+                          if (failure.taskexecutor is None or self.state.subtasks[key].taskexecutor != failure.taskexecutor)
+                          and (key not in attempt.exited or key in self._stay(failure) and self.state.devices_unsettled(key))]:
             if self.clock.monotonic() >= deadline:
+                if waiting[0] in attempt.exited:
+                    return (f"the devices of subtask {self._name(waiting[0])} still held its processes' memory "
+                            f"{EXIT_WAIT_S:g} s after it exited")
                 return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
             event = self.pump.next_event(self.job.events, POLL_S)
             if event is None or self.pool.on_any(event):
@@ -204,17 +210,26 @@ class Failover:
                     return why
         return None
 
+    def _stay(self, failure: Failure) -> list[SubtaskKey]:
+        """The failed subtasks no ready standby replaces (in order, per chain, as
+        :meth:`_place_moved` and :meth:`_roll_back` hand them out)."""
+        spare = {chain: self.pool.ready_count(chain) for chain in {key.chain for key in failure.keys}}
+        stay = []
+        for key in failure.keys:
+            if spare[key.chain]:
+                spare[key.chain] -= 1
+            else:
+                stay.append(key)
+        return stay
+
     def _place_moved(self, failure: Failure) -> tuple[dict[SubtaskKey, SlotAssignment], str | None]:
         """Where the failed subtasks that move go: those whose TaskExecutor was lost or that
         held a quarantined device, less those that ready standbys replace (the others stay
         where they were). Subtasks of one index share a slot; all are placed or none."""
         quarantined = self.state.ledger.quarantined()
-        spare = {chain: self.pool.ready_count(chain) for chain in {key.chain for key in failure.keys}}
         moving: dict[int, list[SubtaskKey]] = {}
-        for key in failure.keys:
-            if spare[key.chain]:
-                spare[key.chain] -= 1  # a standby takes its place
-            elif self.state.subtasks[key].taskexecutor not in self.state.taskexecutors or \
+        for key in self._stay(failure):
+            if self.state.subtasks[key].taskexecutor not in self.state.taskexecutors or \
                     any(d in quarantined for d in self.state.ledger.held_by(key)):
                 moving.setdefault(key.index, []).append(key)
         if not moving:

@@ -176,6 +176,13 @@ class ClusterState:
         with self.lock:
             memory = self.ledger.memory_held_by(old)
             self.ledger.acquire(new, self.ledger.release_if_held(old), memory)
+            self.freed_early.discard(old)
+
+    def devices_unsettled(self, key: SubtaskKey) -> bool:
+        """Whether subtask ``key``, failed, holds watched devices that its TaskExecutor has not
+        said free yet (``DevicesFree``: what its processes left computing there is gone)."""
+        with self.lock:
+            return key not in self.freed_early and any(self._watched(d) for d in self.ledger.held_by(key))
 
     def release_devices(self, key: SubtaskKey) -> None:
         """Give back what subtask ``key`` holds (nothing when it holds nothing). A subtask that
