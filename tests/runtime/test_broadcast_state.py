@@ -15,7 +15,7 @@ from broadcast_jobs import (
 )
 from event_jobs import SecondColumnTimestampAssigner
 from runtime_jobs import CommitLog, Paced, published
-from test_checkpointing import _cancel_after, _conf
+from test_checkpointing import _rescaled, _conf
 
 from accelflow import Environment, JobError, MapStateDescriptor, Types, WatermarkStrategy
 
@@ -100,12 +100,6 @@ def test_broadcast_state_is_restored_into_every_subtask_at_another_parallelism(t
             .key_by(lambda x: x % keys).connect(rules).process(CountAndRules(), name="counts").uid("counts")
             .sink_to(CommitLog(str(out)), name="log"))
 
-    env = Environment(conf)
-    job(env, bounded=False, delay=0.01)
-    job_dir = _cancel_after(env.execute_async("p=2"), 2)
-    env = Environment({**conf, "parallelism.default": 3, "local.number-taskmanager": 1,
-                       "execution.state-recovery.path": str(job_dir)})
-    job(env, bounded=True, delay=0.0)
-    env.execute("p=3")
+    _rescaled(conf, job)
     fired = sorted(tuple(r) for r in published(out))
     assert fired == [(key, n // keys, 0 + 10 + 20) for key in range(keys)]

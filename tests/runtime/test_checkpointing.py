@@ -9,6 +9,7 @@ import signal
 import time
 from collections import defaultdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -49,6 +50,18 @@ def _cancel_after(client: JobClient, checkpoints: int) -> Path:
     with pytest.raises(JobCancelledError):
         client.wait(60)
     return path
+
+
+def _rescaled(conf: dict[str, Any], job: Callable[..., None]) -> None:
+    """Run ``job(env, bounded=, delay=)`` unbounded with ``conf`` until 2 checkpoints have
+    completed, cancel it, then run it bounded at parallelism 3 from its last checkpoint."""
+    env = Environment(conf)
+    job(env, bounded=False, delay=0.01)
+    job_dir = _cancel_after(env.execute_async("p=2"), 2)
+    env = Environment({**conf, "parallelism.default": 3, "local.number-taskmanager": 1,
+                       "execution.state-recovery.path": str(job_dir)})
+    job(env, bounded=True, delay=0.0)
+    env.execute("p=3")
 
 
 def _kill_a_taskexecutor(client: JobClient) -> None:
@@ -210,13 +223,7 @@ def test_a_job_resumes_with_another_parallelism_keys_and_splits_redistributed(tm
             .key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1]), name="count")
             .sink_to(CommitLog(str(out)), name="log"))
 
-    env = Environment(conf)
-    job(env, bounded=False, delay=0.01)
-    job_dir = _cancel_after(env.execute_async("p=2"), 2)
-    env = Environment({**conf, "parallelism.default": 3, "local.number-taskmanager": 1,
-                       "execution.state-recovery.path": str(job_dir)})
-    job(env, bounded=True, delay=0.0)
-    env.execute("p=3")
+    _rescaled(conf, job)
     counts = _running_sums(published(out))
     for key in range(7):  # one running count per record of the key, ending at its total
         total = len([x for x in range(n) if x % 7 == key])

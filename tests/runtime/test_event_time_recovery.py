@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from event_jobs import Enrich, FirstSeen, window_sum
 from runtime_jobs import CommitLog, Paced, published
-from test_checkpointing import _cancel_after, _completed, _conf, _kill_a_taskexecutor, _wait_until
+from test_checkpointing import _rescaled, _completed, _conf, _kill_a_taskexecutor, _wait_until
 
 from accelflow import AsyncDataStream, Environment, Time, TumblingEventTimeWindows, WatermarkStrategy
 
@@ -80,12 +80,6 @@ def test_keyed_state_and_timers_follow_their_key_groups_to_another_parallelism(t
             .key_by(lambda x: x % keys).process(FirstSeen(), name="first").uid("first-seen")
             .sink_to(CommitLog(str(out)), name="log"))
 
-    env = Environment(conf)
-    job(env, bounded=False, delay=0.01)
-    job_dir = _cancel_after(env.execute_async("p=2"), 2)
-    env = Environment({**conf, "parallelism.default": 3, "local.number-taskmanager": 1,
-                       "execution.state-recovery.path": str(job_dir)})
-    job(env, bounded=True, delay=0.0)
-    env.execute("p=3")
+    _rescaled(conf, job)
     fired = sorted(tuple(r) for r in published(out))
     assert fired == [(key, 0, n // keys) for key in range(keys)]
