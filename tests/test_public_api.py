@@ -152,6 +152,7 @@ RESOURCES = [
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
+    "SUBTASK_ENV_VAR",
     "Verdict",
     "YarnResourceDecorator",
     "info_properties",

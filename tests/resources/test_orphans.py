@@ -20,7 +20,6 @@ from accelflow.resources._orphans import (
     SUBTASK_ENV_VAR, WithFaults, find_orphans, orphan_of, reconcile_dead_owners,
 )
 from accelflow.resources._orphans import _dead_before
-from accelflow.runtime.taskexecutor import _health
 
 GIB = 2**30
 
@@ -75,10 +74,6 @@ def spawn() -> Iterator[Any]:
     for proc in started:
         proc.kill()
         proc.wait()
-
-
-def test_the_marker_is_the_one_the_taskexecutor_sets() -> None:
-    assert SUBTASK_ENV_VAR == _health.SUBTASK_ENV_VAR
 
 
 def test_a_process_of_a_subtask_of_a_dead_taskexecutor_is_an_orphan(spawn: Any) -> None:

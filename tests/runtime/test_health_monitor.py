@@ -16,9 +16,8 @@ from accelflow import DeviceFault, HardwareFailure
 from accelflow.resources import ComputeProcess, DeviceWatch, Fault, HealthConfig, ProbeResult
 from accelflow.resources.gpu._xid import xid_fault
 from accelflow.runtime import DeviceReport, DevicesFree, ManualClock, MemoryReport, SubtaskKey
-from accelflow.runtime.taskexecutor._health import (
-    SUBTASK_ENV_VAR, FailDevice, HealthMonitor, owner_of, subtask_marker,
-)
+from accelflow.resources import SUBTASK_ENV_VAR
+from accelflow.runtime.taskexecutor._health import FailDevice, HealthMonitor, owner_of, subtask_marker
 
 KEY = SubtaskKey("job-1", 0, 1, 0)
 GIB = 2**30

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from accelflow.resources._device_watch import DeviceWatch
     from accelflow.resources._health_params import HEALTH_PARAMS, HealthConfig, split_health_params
     from accelflow.resources._provider import ExternalResourceInfoProvider, ResourceStatus
+    from accelflow.resources._orphans import SUBTASK_ENV_VAR
     from accelflow.resources._reconcile import ComputeProcess, LeftoverCheck, Verdict
     from accelflow.resources._ray import ask_decorator as ask_decorator  # for accelflow.deploy; not SDK
     from accelflow.resources._ray import ray_accelerator_env, ray_resources_of
@@ -66,6 +67,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._device_watch": ("DeviceWatch",),
     "._health_params": ("HEALTH_PARAMS", "HealthConfig", "split_health_params"),
     "._provider": ("ExternalResourceInfoProvider", "ResourceStatus"),
+    "._orphans": ("SUBTASK_ENV_VAR",),
     "._reconcile": ("ComputeProcess", "LeftoverCheck", "Verdict"),
     "._registry": ("DriverEntryPoint", "list_driver_entry_points", "load_driver_factory"),
     "._ray": ("ask_decorator", "ray_accelerator_env", "ray_resources_of"),
@@ -97,6 +99,7 @@ __all__ = [
     "RayResourceDecorator",
     "RayResources",
     "ResourceStatus",
+    "SUBTASK_ENV_VAR",
     "Verdict",
     "YarnResourceDecorator",
     "info_properties",

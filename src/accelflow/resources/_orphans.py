@@ -53,8 +53,8 @@ from accelflow.resources._device_watch import DeviceWatch
 from accelflow.resources._health import DeviceRef, Fault, ProbeResult
 from accelflow.resources._reconcile import ComputeProcess, LeftoverCheck
 
-#: set by the TaskExecutor for each subtask: ``<TaskExecutor pid>:<job>:<attempt>:<chain>:<index>``
-#: (``accelflow.runtime.taskexecutor._health.SUBTASK_ENV_VAR``; a test keeps the two equal)
+#: the variable the TaskExecutor sets for each subtask (and every process it starts inherits):
+#: ``<TaskExecutor pid>:<job>:<attempt>:<chain>:<index>``
 SUBTASK_ENV_VAR = "ACCELFLOW_SUBTASK"
 #: how often the devices' compute processes are listed while orphans hold memory
 CHECK_EVERY_S = 0.1

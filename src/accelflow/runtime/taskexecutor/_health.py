@@ -40,7 +40,7 @@ from typing import Any, Union
 from accelflow._errors import AccelflowError, DeviceFault, DiscoveryError, HardwareFailure
 from accelflow.resources import (
     ApplicationFault, ComputeProcess, DeviceHealth, DeviceQuarantined, DeviceRef, DeviceRejoined, DeviceWatch,
-    Fault, HealthConfig, HealthEvent, LeftoverCheck, ProbeResult,
+    SUBTASK_ENV_VAR, Fault, HealthConfig, HealthEvent, LeftoverCheck, ProbeResult,
 )
 from accelflow.runtime import (
     SYSTEM_CLOCK, Clock, DeviceChange, DeviceReport, DevicesFree, MemoryReport, SubtaskKey, SubtaskMemory,
@@ -50,8 +50,6 @@ from accelflow.runtime import (
 MAX_WAIT_S = 0.2
 #: how often the compute processes of a device whose subtask ended are listed
 RECONCILE_EVERY_S = 0.1
-#: the variable every subtask (and every process it starts) carries: ``<TaskExecutor pid>:<key>``
-SUBTASK_ENV_VAR = "ACCELFLOW_SUBTASK"
 _log = logging.getLogger("accelflow.runtime")
 
 

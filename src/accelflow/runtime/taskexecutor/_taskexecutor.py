@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from accelflow._errors import AccelflowError, encode_error
 from accelflow.config import config_from
 from accelflow.config import keys as k
-from accelflow.resources import ExternalResourceInfoProvider
+from accelflow.resources import SUBTASK_ENV_VAR, ExternalResourceInfoProvider
 from accelflow.runtime import (
     CancelJob, Deploy, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
     RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey,
@@ -37,7 +37,7 @@ from accelflow.runtime import (
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
-from accelflow.runtime.taskexecutor._health import SUBTASK_ENV_VAR, FailDevice, HealthMonitor, subtask_marker
+from accelflow.runtime.taskexecutor._health import FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
 from accelflow.runtime.taskexecutor._watchdog import Watchdog
 from accelflow.runtime.taskexecutor._warm import WarmDevices, WarmSettings
