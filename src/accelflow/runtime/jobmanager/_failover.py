@@ -177,9 +177,7 @@ class Failover:
         meanwhile joins ``failure`` (one detection window); other events of the attempt are
         dropped: its epoch is over."""
         deadline = self.clock.monotonic() + EXIT_WAIT_S
-        while waiting := [key for key in failure.keys
-                          if (failure.taskexecutor is None or self.state.subtasks[key].taskexecutor != failure.taskexecutor)
-                          and (key not in attempt.exited or key in self._stay(failure) and self.state.devices_unsettled(key))]:
+        while waiting := self._unsettled(attempt, failure):
             if self.clock.monotonic() >= deadline:
                 if waiting[0] in attempt.exited:
                     return (f"the devices of subtask {self._name(waiting[0])} still held its processes' memory "
@@ -209,6 +207,14 @@ class Failover:
                 if (why := why_not_in_place(self.job, attempt)) is not None:
                     return why
         return None
+
+    def _unsettled(self, attempt: Attempt, failure: Failure) -> list[SubtaskKey]:
+        """The failed subtasks still waited for: not exited (those of a lost TaskExecutor
+        aside), or exited and to be replaced on devices not said free yet."""
+        stay = set(self._stay(failure))
+        return [key for key in failure.keys
+                if (failure.taskexecutor is None or self.state.subtasks[key].taskexecutor != failure.taskexecutor)
+                and (key not in attempt.exited or key in stay and self.state.devices_unsettled(key))]
 
     def _stay(self, failure: Failure) -> list[SubtaskKey]:
         """The failed subtasks no ready standby replaces (in order, per chain, as
