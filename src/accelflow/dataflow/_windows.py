@@ -171,8 +171,20 @@ def _sliding_starts(timestamp: int, size: int, slide: int, offset: int) -> list[
     return [TimeWindow(s, s + size) for s in range(last_start, timestamp - size, -slide)]
 
 
-class _Tumbling(WindowAssigner):
+class _TimeDomain:
+    """An assigner of the event-time family (``_event_time = True``) or its processing-time
+    twin (a subclass sets ``False``): the default trigger and ``is_event_time`` follow it."""
+
     _event_time = True
+
+    def get_default_trigger(self, env: Any = None) -> Trigger:
+        return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()
+
+    def is_event_time(self) -> bool:
+        return self._event_time
+
+
+class _Tumbling(_TimeDomain, WindowAssigner):
 
     def __init__(self, size: int, offset: int = 0) -> None:
         name = type(self).__name__
@@ -217,12 +229,6 @@ class _Tumbling(WindowAssigner):
                 known[start] = TimeWindow(start, start + self._size)
         return starts  # type: ignore[no-any-return]
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return self._event_time
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._size}, {self._offset})"
 
@@ -237,8 +243,7 @@ class TumblingProcessingTimeWindows(_Tumbling):
     _event_time = False
 
 
-class _Sliding(WindowAssigner):
-    _event_time = True
+class _Sliding(_TimeDomain, WindowAssigner):
 
     def __init__(self, size: int, slide: int, offset: int = 0) -> None:
         name = type(self).__name__
@@ -262,12 +267,6 @@ class _Sliding(WindowAssigner):
             timestamp = context.get_current_processing_time()
         return list(_sliding_starts(timestamp, self._size, self._slide, self._offset))
 
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return self._event_time
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._size}, {self._slide}, {self._offset})"
 
@@ -282,10 +281,8 @@ class SlidingProcessingTimeWindows(_Sliding):
     _event_time = False
 
 
-class _Sessions(MergingWindowAssigner):
+class _Sessions(_TimeDomain, MergingWindowAssigner):
     """Sessions: each element opens ``[t, t + gap)``; overlapping sessions merge."""
-
-    _event_time = True
 
     def __init__(self, gap: int | None, extractor: Any = None) -> None:
         if extractor is None:
@@ -326,12 +323,6 @@ class _Sessions(MergingWindowAssigner):
 
     def merge_windows(self, windows: Iterable[Any], callback: Callable[[list[Any], Any], None]) -> None:
         TimeWindow.merge_windows(windows, callback)
-
-    def get_default_trigger(self, env: Any = None) -> Trigger:
-        return EventTimeTrigger() if self._event_time else ProcessingTimeTrigger()
-
-    def is_event_time(self) -> bool:
-        return self._event_time
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._gap if self._extractor is None else self._extractor!r})"
