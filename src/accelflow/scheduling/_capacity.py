@@ -16,7 +16,7 @@ from fractions import Fraction
 from accelflow._errors import AccelflowInternalError
 from accelflow.scheduling._amounts import ONE
 from accelflow.scheduling._ledger import DeviceKey
-from accelflow.scheduling._model import Preferences, SlotRequest, TaskExecutorOffer, largest_share, natural_key
+from accelflow.scheduling._model import Preferences, SlotRequest, TaskExecutorOffer, largest_share, natural
 from accelflow.scheduling._tree import Tree
 
 #: per fitted subtask: its devices, shares and the bytes it takes of each
@@ -102,19 +102,6 @@ class Free:
             if sizes:
                 memory[r] = sizes
         return TaskExecutorOffer(self.id, self.slots, self.total_slots, devices, memory, quarantined)
-
-
-_NATURAL: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-
-def natural(addresses: tuple[str, ...]) -> tuple[str, ...]:
-    """``addresses`` in natural order (cached: most TaskExecutors have the same addresses)."""
-    known = _NATURAL.get(addresses)
-    if known is None:
-        if len(_NATURAL) > 4096:
-            _NATURAL.clear()
-        known = _NATURAL[addresses] = tuple(sorted(addresses, key=natural_key))
-    return known
 
 
 def units(share: Fraction, unit: int, te: str) -> int:

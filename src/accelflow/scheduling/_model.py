@@ -31,6 +31,20 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     )
 
 
+_NATURAL: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def natural(addresses: tuple[str, ...]) -> tuple[str, ...]:
+    """``addresses`` in natural order (cached: most TaskExecutors have the same addresses, and a
+    search asks for the same ones again and again)."""
+    known = _NATURAL.get(addresses)
+    if known is None:
+        if len(_NATURAL) > 4096:
+            _NATURAL.clear()
+        known = _NATURAL[addresses] = tuple(sorted(addresses, key=natural_key))
+    return known
+
+
 @dataclass(slots=True)
 class TaskExecutorOffer:
     """Free capacity of one TaskExecutor: slots and each device's free share.

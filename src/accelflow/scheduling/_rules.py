@@ -22,7 +22,7 @@ from fractions import Fraction
 from accelflow.scheduling._amounts import ONE, ResourceProfile, format_amount
 from accelflow.scheduling._memory import format_bytes, memory_taken
 from accelflow.scheduling._ledger import DeviceKey
-from accelflow.scheduling._model import Policy, TaskExecutorOffer, Warm, natural_key
+from accelflow.scheduling._model import Policy, TaskExecutorOffer, Warm, natural, natural_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,20 +98,7 @@ def devices(offer: TaskExecutorOffer, resource: str, warm: Warm = ()) -> list[De
     quarantined = offer.quarantined.get(resource, {})
     shares = offer.devices.get(resource, {})
     return [Device(a, shares[a], memory.get(a), quarantined.get(a), bool(warm) and DeviceKey(offer.id, resource, a) in warm)
-            for a in _natural(tuple(shares))]
-
-
-_NATURAL: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-
-def _natural(addresses: tuple[str, ...]) -> tuple[str, ...]:
-    """``addresses`` in natural order (cached: a search asks for the same ones again and again)."""
-    known = _NATURAL.get(addresses)
-    if known is None:
-        if len(_NATURAL) > 4096:
-            _NATURAL.clear()
-        known = _NATURAL[addresses] = tuple(sorted(addresses, key=natural_key))
-    return known
+            for a in natural(tuple(shares))]
 
 
 def take(offer: TaskExecutorOffer, resource: str, device: Device, ask: Ask) -> tuple[Fraction, int | None]:
