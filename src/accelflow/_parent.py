@@ -15,11 +15,14 @@ Shared by the runtime's processes (``accelflow.runtime`` re-exports it) and by t
 Kafka broker's holder process (``connectors/kafka/_broker.py``), which may not import the
 runtime. Standard library only.
 
-Example (a parent spawning a child that must not outlive it)::
+Example (a parent spawning a child that must not outlive it; the child's first line ties it)::
 
-    subprocess.Popen([sys.executable, "-m", "child"], env=dict(os.environ, **parent_env()))
-    # in the child, first thing:
-    die_with_parent(parent=expected_parent())
+    import subprocess, sys
+
+    tie = "from accelflow._parent import *; die_with_parent(parent=expected_parent()); print('tied')"
+    child = subprocess.run([sys.executable, "-c", tie], env=dict(os.environ, **parent_env()),
+                           capture_output=True, text=True, check=True)
+    assert child.stdout == "tied\n"  # its parent (this process) is alive
 """
 
 from __future__ import annotations
