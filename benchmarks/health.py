@@ -164,7 +164,7 @@ class _ShareWatch(threading.Thread):
         jm = self.client.jobmanager
         with jm.state.lock:
             rows = jm.ledger.statistics()
-        return {str(h) for r in rows if r["address"] == self.gpu for h in r["holders"]}  # type: ignore[attr-defined]
+        return {str(h) for r in rows if r["address"] == self.gpu for h in r["holders"]}
 
     def run(self) -> None:
         while not self.stop.wait(0.01):

@@ -5,6 +5,7 @@ expects with ``os.getppid()`` after the ``prctl`` (``accelflow._parent``). Real 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -50,8 +51,7 @@ def test_a_spawned_process_whose_parent_is_already_gone_dies_at_once(argv: list[
 
 
 def _parents(_: Any) -> tuple[int | None, int]:
-    import os
-
+    """Run in a subtask: the parent it expects, and its parent (its forkserver)."""
     return accelflow._parent.expected_parent(), os.getppid()
 
 

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     on, and ``{"resource", "properties", "framework", "preload", "preload_key",
     "taskexecutor_id", "max_instances"}``. The connections' key is in ``$ACCELFLOW_DEVICE_HOSTS_KEY``."""
     fd, address, raw = argv if argv is not None else sys.argv[1:]
-    # its TaskExecutor's spawning thread, which lives as long as it; exits if that is gone already
+    # its TaskExecutor's spawning thread, which lives as long as it (killed now if already gone)
     die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     """``FD FRAMEWORK PRELOAD_KEY [MODULE ...]``: the socket to the TaskExecutor, what to
     initialise (``warm.framework``), the key that named the modules, the modules."""
     fd, framework, key, *modules = argv if argv is not None else sys.argv[1:]
-    # its TaskExecutor's spawning thread, which lives as long as it; exits if that is gone already
+    # its TaskExecutor's spawning thread, which lives as long as it (killed now if already gone)
     die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()

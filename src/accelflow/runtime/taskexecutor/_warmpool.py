@@ -145,7 +145,8 @@ class WarmPool:
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)],
-                env=dict(os.environ, **self.env(device), **parent_env()), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+                env=dict(os.environ, **self.env(device), **parent_env()), pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL)
         except OSError as exc:
             _log.warning("cannot start a warm process for %s %s: %s", *device, exc)
             mine.close()
