@@ -7,7 +7,13 @@ started itself (a helper process, a data loader's workers, anything in a session
 the parent-death signal is not inherited over ``fork``. Such a process keeps its device memory,
 and nobody reconciles it: its TaskExecutor is gone. So the next TaskExecutor that takes the
 device does, before it registers (:func:`reconcile_dead_owners`, called by the provider when it
-opens the devices' watches):
+opens the devices' watches).
+
+What catches what: the parent-death signal catches the runtime's own processes (forkserver,
+forked and warm subtasks, device hosts), also one whose parent died before it set the signal up
+(it checks its parent's pid right after, ``accelflow._parent``): this module could not, a forked
+subtask sets its marker after the fork, so ``/proc/<pid>/environ`` lacks it. This module catches
+what the subtasks started themselves, which inherit the marker:
 
 * a process is an **orphan** when it is provably an accelflow subtask's process of a
   TaskExecutor that no longer runs (:func:`orphan_of`): its environment carries the subtask

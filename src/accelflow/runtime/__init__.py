@@ -92,7 +92,9 @@ if TYPE_CHECKING:
     )
     from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
     from accelflow.runtime._pickle import dumps
-    from accelflow.runtime._process import die_with_parent, whole_lines
+    from accelflow.runtime._process import (
+        PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, whole_lines,
+    )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
         OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, socket_dir, write_private,
@@ -149,7 +151,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "dumps",
     ),
     "._process": (
-        "die_with_parent", "whole_lines",
+        "PARENT_PID_ENV_VAR", "die_with_parent", "expected_parent", "parent_env", "whole_lines",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
@@ -204,6 +206,7 @@ __all__ = [
     "ObjectArray",
     "OpenChannel",
     "OutputEdge",
+    "PARENT_PID_ENV_VAR",
     "PROTOCOL",
     "ProcessArray",
     "RELAY_DIR_ENV_VAR",
@@ -258,9 +261,11 @@ __all__ = [
     "device_memory",
     "die_with_parent",
     "dumps",
+    "expected_parent",
     "is_out_of_memory",
     "memory_text",
     "object_handles",
+    "parent_env",
     "preload",
     "recv_chunk",
     "register_arrays",

@@ -1,21 +1,16 @@
-"""Process hygiene shared by every runtime process (session, TaskExecutor, forkserver, subtask)."""
+"""Process hygiene shared by every runtime process (session, TaskExecutor, forkserver, subtask).
+
+Dying with the parent (``die_with_parent`` and how a child learns its parent's pid) is
+``accelflow._parent``'s, which the embedded Kafka broker shares; re-exported here.
+"""
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import sys
 
-_PR_SET_PDEATHSIG = 1
+from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env
 
-
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, sig)
-    except (OSError, AttributeError):
-        pass
+__all__ = ["PARENT_PID_ENV_VAR", "die_with_parent", "expected_parent", "parent_env", "whole_lines"]
 
 
 def whole_lines() -> None:

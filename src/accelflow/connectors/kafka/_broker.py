@@ -15,13 +15,13 @@ import ctypes.util
 import glob
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
 from types import TracebackType
 from typing import IO, Any
 
+from accelflow._parent import die_with_parent, expected_parent, parent_env
 from accelflow.connectors.kafka._common import KafkaConnectorError, kafka
 
 #: partitions of a topic the mock cluster creates on first use (librdkafka's default)
@@ -73,7 +73,7 @@ class EmbeddedKafkaBroker:
         kafka()  # a clear MissingDependencyError here rather than in the child
         self._stderr = tempfile.TemporaryFile("w+")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(self.num_brokers)],
+            [sys.executable, "-m", __name__, str(self.num_brokers)], env=dict(os.environ, **parent_env()),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
         )
         try:
@@ -244,16 +244,8 @@ def _librdkafka() -> Any:
 # -- the holder process of EmbeddedKafkaBroker ---------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before prctl
-            os._exit(1)
-
-
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    die_with_parent(parent=expected_parent())  # exits at once if the starting process is gone
     cluster = MockKafkaCluster(int(argv[0]) if argv else 1)
     print("BOOTSTRAP", cluster.bootstrap_servers, flush=True)
     for line in sys.stdin:  # EOF: the parent closed us (or died)

@@ -30,8 +30,8 @@ from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
     HOSTS_KEY_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance, ResidentRequest,
-    die_with_parent, memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener, warm_device,
-    whole_lines,
+    die_with_parent, expected_parent, memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener,
+    warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     on, and ``{"resource", "properties", "framework", "preload", "preload_key",
     "taskexecutor_id", "max_instances"}``. The connections' key is in ``$ACCELFLOW_DEVICE_HOSTS_KEY``."""
     fd, address, raw = argv if argv is not None else sys.argv[1:]
-    die_with_parent()  # its TaskExecutor's spawning thread, which lives as long as it
+    # its TaskExecutor's spawning thread, which lives as long as it (killed now if already gone)
+    die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

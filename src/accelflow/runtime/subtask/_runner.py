@@ -24,7 +24,7 @@ from accelflow.runtime import (
     Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskRunning,
     TriggerCheckpoint,
 )
-from accelflow.runtime import die_with_parent
+from accelflow.runtime import die_with_parent, expected_parent
 from accelflow.runtime.subtask import _heartbeat
 from accelflow.runtime.subtask._chain_io import ChainIO
 from accelflow.runtime.subtask._channels import listen
@@ -48,7 +48,7 @@ def run_subtask(desc: SubtaskDescriptor, status: Connection, env: dict[str, str]
                 watch: tuple[Any, str, float] | None = None) -> None:
     """Process entry point (runs in the forked child); ``watch``: the heartbeat's shared
     cell, stack dump file and interval (see ``_heartbeat``)."""
-    die_with_parent()
+    die_with_parent(parent=expected_parent())  # forked: its forkserver, which may be gone already
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     cancelled = threading.Event()
 

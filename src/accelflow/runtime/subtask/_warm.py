@@ -17,7 +17,7 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-from accelflow.runtime import StartSubtask, WarmReady, die_with_parent, whole_lines
+from accelflow.runtime import StartSubtask, WarmReady, die_with_parent, expected_parent, whole_lines
 from accelflow.runtime import preload, warm_device
 from accelflow.runtime.subtask._runner import run_subtask
 
@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     """``FD FRAMEWORK PRELOAD_KEY [MODULE ...]``: the socket to the TaskExecutor, what to
     initialise (``warm.framework``), the key that named the modules, the modules."""
     fd, framework, key, *modules = argv if argv is not None else sys.argv[1:]
-    die_with_parent()  # its TaskExecutor's spawning thread, which lives as long as it
+    # its TaskExecutor's spawning thread, which lives as long as it (killed now if already gone)
+    die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()
     conn = Connection(int(fd))

@@ -31,7 +31,7 @@ from accelflow._errors import ConfigError, JobError, encode_error
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
     HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, HostAddress, HostFailed, HostReady, HostReport, HostRequest,
-    ResidentInstance, close_listener, serve_forever, unix_listener,
+    ResidentInstance, close_listener, parent_env, serve_forever, unix_listener,
 )
 from accelflow.runtime.taskexecutor._warmpool import Device
 
@@ -144,7 +144,7 @@ class DeviceHosts:
         argv = [sys.executable, "-m", HOST_MODULE, str(theirs.fileno()), listen, spec]
         try:
             popen = self.spawn(lambda: subprocess.Popen(
-                argv, env=dict(os.environ, **env, **{HOSTS_KEY_ENV_VAR: self.key.hex()}),
+                argv, env=dict(os.environ, **env, **parent_env(), **{HOSTS_KEY_ENV_VAR: self.key.hex()}),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL))
         finally:
             theirs.close()

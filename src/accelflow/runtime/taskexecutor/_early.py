@@ -17,6 +17,8 @@ from multiprocessing import connection, forkserver, process, resource_tracker, u
 from typing import Any, NoReturn
 
 AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
+#: ``accelflow._parent.PARENT_PID_ENV_VAR`` (this module imports only the standard library)
+PARENT_PID_ENV_VAR = "ACCELFLOW_PARENT_PID"
 #: the subtask runtime, named, not imported: the forkserver imports it (with NumPy), not us
 SUBTASK_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".subtask"
 #: the longest path of a Unix socket (``sun_path`` holds 108 bytes with the final NUL)
@@ -64,10 +66,12 @@ def start_forkserver(*, fork: bool = False, workdir: str | None = None) -> None:
     guard = f"{__package__}._forkserver_guard"  # named, not imported: importing it ties us too
     ctx.set_forkserver_preload([guard, SUBTASK_MODULE, "numpy", "cloudpickle"])
     key = os.environ.pop(AUTHKEY_ENV_VAR, None)
+    os.environ[PARENT_PID_ENV_VAR] = str(os.getpid())  # for the guard (``accelflow._parent``)
     try:
         if not (fork and _fork_forkserver()):
             forkserver.ensure_running()
     finally:
+        os.environ.pop(PARENT_PID_ENV_VAR, None)
         if key is not None:
             os.environ[AUTHKEY_ENV_VAR] = key
 
@@ -126,9 +130,10 @@ def _fork_forkserver() -> bool:
                 os.write(authkey_w, authkey)
                 os.close(authkey_w)
                 extra["authkey_r"] = authkey_r
+            parent = os.getpid()
             pid = os.fork()
             if pid == 0:
-                _serve_forks(listener.fileno(), alive_r, alive_w, extra)
+                _serve_forks(listener.fileno(), alive_r, alive_w, extra, parent)
             os.close(alive_r)
             for fd in extra.values():
                 os.close(fd)
@@ -140,16 +145,17 @@ def _fork_forkserver() -> bool:
     return True
 
 
-def _serve_forks(listener_fd: int, alive_r: int, alive_w: int, extra: dict[str, int]) -> NoReturn:
-    """The forked forkserver: tied to this TaskExecutor as the guard module ties a started
-    one (already imported here, so named explicitly), SIGTERM as a fresh process has it."""
+def _serve_forks(listener_fd: int, alive_r: int, alive_w: int, extra: dict[str, int], parent: int) -> NoReturn:
+    """The forked forkserver: tied to this TaskExecutor (``parent``, its pid before the fork)
+    as the guard module ties a started one (already imported here, so named explicitly),
+    SIGTERM as a fresh process has it."""
     code = 1
     try:
         from accelflow.runtime import die_with_parent
 
         os.close(alive_w)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        die_with_parent()
+        die_with_parent(parent=parent)
         forkserver.main(listener_fd, alive_r, [], **extra)  # type: ignore[arg-type]
     except SystemExit:  # its way out: every holder of the alive pipe is gone
         code = 0

@@ -11,7 +11,7 @@ Only the forkserver imports this module; importing it elsewhere would tie that p
 its parent too.
 """
 
-from accelflow.runtime import die_with_parent, whole_lines
+from accelflow.runtime import die_with_parent, expected_parent, whole_lines
 
-die_with_parent()
+die_with_parent(parent=expected_parent())  # the TaskExecutor may have died before this line
 whole_lines()
