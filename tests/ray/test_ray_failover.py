@@ -5,6 +5,7 @@ relayed between the two actors through Ray actor calls, are rebuilt for the new 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,9 @@ from typing import Any
 
 import pytest
 from failover_jobs import Counted, Model, opens, published
+from ray_jobs import GPU_CONF
+from warm_jobs import Model as ResidentModel
+from warm_jobs import lines
 
 from accelflow import Environment
 from accelflow.connectors.files import FileSink
@@ -52,3 +56,51 @@ def test_a_sigkilled_subtask_on_ray_is_replaced_and_the_others_roll_back_in_plac
     placed = {client.jobmanager.state.subtasks[key].taskexecutor for key in client.jobmanager.state.subtasks
               if key.job_id == result.job_id}
     assert placed == {"taskexecutor-1", "taskexecutor-2"}  # the relay carried channels between actors
+
+
+def _warm_conf(ray_conf: dict[str, Any], tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """Two GPUs per actor, warm processes that import ``warm_marker`` (it logs their pids in
+    ``marker.log``: the variable reaches the actors through ``ray.runtime-env.env-vars``)."""
+    return {**ray_conf, **GPU_CONF, "parallelism.default": 2, "execution.checkpointing.interval": "100 ms",
+            "restart-strategy.fixed-delay.delay": "0 s", "external-resource.gpu.warm.framework": "none",
+            "external-resource.gpu.warm.preload": "warm_marker",
+            "ray.runtime-env.env-vars": json.dumps({"WARM_MARKER_LOG": str(tmp_path / "marker.log")}), **extra}
+
+
+def test_on_ray_the_replacement_starts_in_a_warm_process_of_its_device(ray_conf: dict[str, Any], tmp_path: Path) -> None:
+    env = Environment(_warm_conf(ray_conf, tmp_path))
+    (env.from_source(Counted(N, chunk=10, delay=0.03), name="numbers")
+        .map_batches(Model(tmp_path, fail="kill", at=1100), batch_size=10, name="model", resources={"gpu": 1})
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async("warm on ray")
+    result = client.wait(180)
+    assert published(tmp_path / "out") == list(range(N))
+    assert [f.path for f in client.jobmanager.jobs[result.job_id].failovers] == ["in-place"]
+    seen = opens(tmp_path)
+    assert len(seen) == 3 and len({pid for pid, _, _ in seen}) == 3, seen  # 2, then the replacement only
+    [replacement] = [pid for pid, _, attempt in seen if attempt == 1]
+    warm = {int(line) for line in (tmp_path / "marker.log").read_text().splitlines()}
+    assert replacement in warm  # spawned ahead for its GPU inside the actor, then taken
+    assert not {pid for pid, _, attempt in seen if attempt == 0} & warm  # the first ones were forked
+
+
+def test_on_ray_a_resident_model_is_opened_once_per_device_and_kept_by_a_rollback(
+        ray_conf: dict[str, Any], tmp_path: Path) -> None:
+    log = str(tmp_path / "resident.log")
+    env = Environment(_warm_conf(ray_conf, tmp_path, **{"taskmanager.device-pool.size": 0}))
+    (env.from_source(Counted(N, chunk=10, delay=0.03), name="numbers")
+        .map_batches(ResidentModel(log, scale=1), batch_size=10, resident=True, resources={"gpu": 0.5},
+                     name="resident")
+        .map_batches(Model(tmp_path, fail="raise", at=1100), batch_size=10, name="model")
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async("resident on ray")
+    result = client.wait(180)
+    assert published(tmp_path / "out") == list(range(N))
+    assert [f.path for f in client.jobmanager.jobs[result.job_id].failovers] == ["in-place"]
+    state = client.jobmanager.state
+    devices = {(st.taskexecutor, address) for key, st in state.subtasks.items()
+               if key.job_id == result.job_id and st.name.startswith("resident")
+               for address, _ in st.devices.get("gpu", [])}
+    opened = lines(log, "open")
+    assert len(opened) == len(devices) and len({o[0] for o in opened}) == len(devices), opened  # none after the rollback
+    assert len(lines(log, "batch")) > 0
