@@ -15,10 +15,14 @@ import pytest
 from failover_jobs import Counted, Model, opens, published
 from ray_jobs import GPU_CONF
 from warm_jobs import Model as ResidentModel
-from warm_jobs import lines
+from warm_jobs import WhereAmI, lines
 
 from accelflow import Environment
+from accelflow.config import config_from
+from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.connectors.files import FileSink
+from accelflow.runtime.client import ExecutionContext, use_context
+from accelflow.runtime.service._session import SessionCluster
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +108,31 @@ def test_on_ray_a_resident_model_is_opened_once_per_device_and_kept_by_a_rollbac
     opened = lines(log, "open")
     assert len(opened) == len(devices) and len({o[0] for o in opened}) == len(devices), opened  # none after the rollback
     assert len(lines(log, "batch")) > 0
+
+
+def test_a_session_cluster_on_ray_keeps_warm_processes_and_resident_models_between_jobs(
+        ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One actor with one GPU: the second job's subtask starts in the warm process spawned for
+    that GPU during the first job, and its resident model is the first job's (no ``open()``)."""
+    monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
+    conf = _warm_conf(ray_conf, tmp_path, **{"ray.number-taskmanager": 1, "external-resource.gpu.amount": 1,
+                                             "parallelism.default": 1})
+    where, resident = str(tmp_path / "where.log"), str(tmp_path / "resident.log")
+    cluster = SessionCluster(config_from(values=conf))
+    try:
+        cluster.start(str(tmp_path / "session.log"))
+        assert cluster.info is not None
+        for _ in range(2):
+            with use_context(ExecutionContext(cluster_url=cluster.info.url)):
+                env = Environment(conf)
+                out = (env.from_sequence(1, 20).map(WhereAmI(where, fail_first=False), resources={"gpu": 1})
+                       .map_batches(ResidentModel(resident, scale=1), batch_size=10, resident=True,
+                                    resources={"gpu": 1}).execute_and_collect())
+            assert sorted(out) == list(range(1, 21))
+    finally:
+        cluster.stop()
+    first, second = lines(where, "where")
+    warm = {int(line) for line in (tmp_path / "marker.log").read_text().splitlines()}
+    assert int(first[0]) not in warm and int(second[0]) in warm  # forked, then warm
+    assert second[5] == "warm_marker"  # imported before the subtask came
+    assert len(lines(resident, "open")) == 1 and len(lines(resident, "batch")) >= 4  # opened by the first job only
