@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from failover_jobs import Counted, Model, opens, published
-from ray_jobs import GPU_CONF
+from ray_jobs import GPU_CONF, wait_until
 from warm_jobs import Model as ResidentModel
 from warm_jobs import WhereAmI, lines
 
@@ -60,6 +60,32 @@ def test_a_sigkilled_subtask_on_ray_is_replaced_and_the_others_roll_back_in_plac
     placed = {client.jobmanager.state.subtasks[key].taskexecutor for key in client.jobmanager.state.subtasks
               if key.job_id == result.job_id}
     assert placed == {"taskexecutor-1", "taskexecutor-2"}  # the relay carried channels between actors
+
+
+def test_a_rollback_on_a_ray_session_cluster_leaves_no_relayed_stream_open(
+        session: SessionCluster, ray_conf: dict[str, Any], tmp_path: Path) -> None:
+    """The streams of the aborted epoch (the survivors close theirs to roll back; the killed
+    subtask's break) are closed in the actors that relayed them, not kept open for ever in
+    the actors that a session cluster keeps between jobs; and a survivor whose chunks could
+    not reach the killed subtask is not reported failed for it."""
+    assert session.info is not None
+    with use_context(ExecutionContext(cluster_url=session.info.url)):
+        client = _job(ray_conf, tmp_path, Model(tmp_path, batch_s=0.01, fail="kill", at=1100)).execute_async("kill")
+        result = client.wait(180)
+    assert published(tmp_path / "out") == list(range(N)) and result.attempts == 2
+    [failover] = session.jobmanager.jobs[result.job_id].failovers
+    # no survivor reported failed for the killed subtask's broken channels (a BrokenPipeError
+    # relaying to it): such a one never exits, and the job restarted every subtask after 15 s
+    assert failover.path == "in-place" and len(failover.replaced) == 1, failover.why_full
+    launcher: Any = session.launcher
+    ray = launcher.ray
+
+    def open_streams() -> int:
+        return sum(ray.get(launcher.actor(te).__ray_call__.remote(
+            lambda actor: sum(s.conn is not None for s in actor.inbound.values())))
+            for te in ("taskexecutor-1", "taskexecutor-2"))
+
+    wait_until(lambda: open_streams() == 0, "every relayed stream to be closed", timeout=10)
 
 
 def _warm_conf(ray_conf: dict[str, Any], tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -116,7 +142,7 @@ def test_a_session_cluster_on_ray_keeps_warm_processes_and_resident_models_betwe
     that GPU during the first job, and its resident model is the first job's (no ``open()``)."""
     monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
     conf = _warm_conf(ray_conf, tmp_path, **{"ray.number-taskmanager": 1, "external-resource.gpu.amount": 1,
-                                             "parallelism.default": 1})
+                                             "parallelism.default": 1, "rest.port": 0})
     where, resident = str(tmp_path / "where.log"), str(tmp_path / "resident.log")
     cluster = SessionCluster(config_from(values=conf))
     try:
