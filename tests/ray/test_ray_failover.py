@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from failover_jobs import Counted, Model, opens, published
+from failover_jobs import Counted, Model, calls, opens, published
 from ray_jobs import GPU_CONF, wait_until
 from warm_jobs import Model as ResidentModel
 from warm_jobs import WhereAmI, lines
@@ -60,6 +60,28 @@ def test_a_sigkilled_subtask_on_ray_is_replaced_and_the_others_roll_back_in_plac
     placed = {client.jobmanager.state.subtasks[key].taskexecutor for key in client.jobmanager.state.subtasks
               if key.job_id == result.job_id}
     assert placed == {"taskexecutor-1", "taskexecutor-2"}  # the relay carried channels between actors
+
+
+def test_on_ray_a_standby_takes_the_failed_subtasks_place(ray_conf: dict[str, Any], tmp_path: Path) -> None:
+    """4 slots and 4 GPUs on two actors: 3 GPU subtasks and one standby, opened ahead; the
+    standby is activated by a ``Rollback``, whose channel is routed to both actors."""
+    env = Environment({**ray_conf, **GPU_CONF, "parallelism.default": 3, "execution.checkpointing.interval": "100 ms",
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.standby-subtasks": 1})
+    (env.from_source(Counted(N, chunk=10, delay=0.03), name="numbers")
+        .rebalance()
+        .map_batches(Model(tmp_path, batch_s=0.01, fail="kill", at=1100), batch_size=10, name="model",
+                     resources={"gpu": 1})
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async("standby on ray")
+    result = client.wait(180)
+    assert published(tmp_path / "out") == list(range(N))
+    [failover] = client.jobmanager.jobs[result.job_id].failovers
+    assert failover.path == "in-place" and failover.standby == "model -> files (standby)", failover
+    seen = opens(tmp_path)
+    assert max(Counter(pid for pid, _, _ in seen).values()) == 1, seen
+    standby = next(pid for pid, index, _ in seen if index == 3)  # opened before the failure, idle
+    assert standby in {pid for _, pid, _, _ in calls(tmp_path)}  # then it worked
+    assert not [o for o in seen if o[2] == 1 and o[1] < 3]  # no replacement opened: the standby took over
 
 
 def test_a_rollback_on_a_ray_session_cluster_leaves_no_relayed_stream_open(
