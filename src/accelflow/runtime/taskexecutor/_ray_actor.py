@@ -13,10 +13,12 @@ relay directory, and sends to the actor's relay socket, naming the channel first
 forwards each chunk with an actor call ``deliver(name, sender, seq, chunk)`` to the actor that
 hosts the receiving subtask (found in the routes the launcher broadcasts at deploy time); Ray
 moves the chunk (large ones through its object store). The receiving actor restores the order
-by sequence number and writes the chunks into the receiving subtask's socket. A failed
-delivery is reported at once as the sender's ``failed`` message (the sender may be blocked on
+by sequence number and writes the chunks into the receiving subtask's socket. A delivery Ray
+fails is reported at once as the sender's ``failed`` message (the sender may be blocked on
 another channel), and the end of a stream is acknowledged to the sender only when every chunk
-has arrived. A channel whose
+has arrived. A stream whose other end is gone is closed, as a direct connection would be: one
+whose sender died or closed it to roll back in place (``abandon``), one whose receiving subtask
+died or rolled back (its chunks are dropped; its own TaskExecutor reports it). A channel whose
 both ends live in one actor is delivered in process, without Ray. So nothing of ours crosses
 machines: only Ray actor calls do; the Unix sockets stay inside one actor's machine.
 
