@@ -62,6 +62,34 @@ def test_a_sigkilled_subtask_on_ray_is_replaced_and_the_others_roll_back_in_plac
     assert placed == {"taskexecutor-1", "taskexecutor-2"}  # the relay carried channels between actors
 
 
+def test_a_killed_actor_on_ray_is_confined_its_subtasks_placed_on_the_other(ray_conf: dict[str, Any],
+                                                                            tmp_path: Path) -> None:
+    """Three slots per actor, spread: one index on each actor. ``ray.kill`` of one actor loses
+    its subtasks; they fit on the other actor, so only they are deployed again (there) and
+    the others roll back in place."""
+    env = Environment({**ray_conf, "taskmanager.numberOfTaskSlots": 3, "scheduler.placement-policy": "spread",
+                       "parallelism.default": 2, "execution.checkpointing.interval": "100 ms",
+                       "restart-strategy.fixed-delay.delay": "0 s"})
+    (env.from_source(Counted(N, chunk=10, delay=0.05), name="numbers")
+        .rebalance()
+        .map_batches(Model(tmp_path, batch_s=0.01), batch_size=10, name="model")
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async("actor lost")
+    jm = client.jobmanager
+    wait_until(lambda: len(opens(tmp_path)) == 2 and any(
+        r.status == "COMPLETED" for j in jm.jobs.values() for r in j.checkpoints.history), "a checkpoint")
+    assert {st.taskexecutor for st in jm.state.subtasks.values()} == {"taskexecutor-1", "taskexecutor-2"}
+    client.launcher.ray.kill(client.launcher.actor("taskexecutor-2"))
+    result = client.wait(180)
+    assert published(tmp_path / "out") == list(range(N))
+    [failover] = jm.jobs[result.job_id].failovers
+    assert failover.path == "in-place", failover.why_full
+    assert sorted(failover.replaced) == ["model -> files (2/2)", "numbers (2/2)"]
+    assert sorted(failover.rolled_back) == ["model -> files (1/2)", "numbers (1/2)"]
+    seen = opens(tmp_path)
+    assert len(seen) == 3 and len({pid for pid, _, _ in seen}) == 3, seen  # 2, then the moved one
+
+
 def test_on_ray_a_standby_takes_the_failed_subtasks_place(ray_conf: dict[str, Any], tmp_path: Path) -> None:
     """4 slots and 4 GPUs on two actors: 3 GPU subtasks and one standby, opened ahead; the
     standby is activated by a ``Rollback``, whose channel is routed to both actors."""

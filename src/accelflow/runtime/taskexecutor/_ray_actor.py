@@ -356,14 +356,12 @@ class TaskExecutorActor:
             return self.routes[name]
 
     def _report(self, sender_key: Any, name: str, te_id: str, exc: BaseException) -> str:
-        """Fail the sending subtask's job now (its TaskExecutor's events) and say why; not
-        when the receiving actor died: the launcher reports that TaskExecutor lost, and the
-        sender, reported failed too, could not be rolled back in place (it lives on)."""
+        """Fail the sending subtask's job now (its TaskExecutor's events) and say why."""
         cause = getattr(exc, "cause", None) or exc  # a RayTaskError wraps the receiver's error
         why = _ANSI.sub("", str(cause)).strip().splitlines()
         text = f"relaying to {te_id} failed: {type(cause).__name__}: {why[0] if why else ''}"
         log.warning("%s: data channel %s: %s", self.id, name, text)
-        if sender_key is not None and not isinstance(exc, ray.exceptions.RayActorError):
+        if sender_key is not None:
             self.relay_failures.put(SubtaskFailed(
                 sender_key, encode_error(TransportError(f"data channel {name}: {text}"))))
         return text
