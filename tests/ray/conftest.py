@@ -52,9 +52,10 @@ def ray_conf(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any
 
 @pytest.fixture
 def session(ray_conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SessionCluster]:
-    """A session cluster on the shared instance (its TaskExecutors are actors), stopped after."""
+    """A session cluster on the shared instance (its TaskExecutors are actors), stopped after;
+    its REST server on a free port (another cluster on this host may hold 8081)."""
     monkeypatch.setenv(STATE_DIR_ENV_VAR, str(tmp_path / "state"))
-    cluster = SessionCluster(config_from(values=ray_conf))
+    cluster = SessionCluster(config_from(values={**ray_conf, "rest.port": 0}))
     try:
         cluster.start(str(tmp_path / "session.log"))
         yield cluster

@@ -99,8 +99,6 @@ def in_place_off(config: Configuration, checkpointing: bool, launcher: Launcher)
         return "execution.failover.in-place is false"
     if not checkpointing:
         return "checkpointing is off: there is no checkpoint to roll back to"
-    if not getattr(launcher, "in_place_failover", True):
-        return "the Ray target restarts every subtask"
     return None
 
 

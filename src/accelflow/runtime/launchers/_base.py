@@ -49,9 +49,6 @@ class Launcher(ABC):
     authkey: bytes
     #: ``(taskexecutor_id, message)`` events, read by the JobManager's event pump
     events: queue.Queue[Event]
-    #: whether a failed subtask may be replaced alone while the others roll back in place
-    #: (``docs/failover.md``); False restarts every subtask
-    in_place_failover = True
 
     def _set_up(self) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))

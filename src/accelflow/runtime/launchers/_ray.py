@@ -26,7 +26,7 @@ from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.resources import ray_resources_of
 from accelflow.runtime import (
-    Command, Deploy, Registration, RegistrationFailed, SubtaskDescriptor, TaskExecutorLost,
+    Command, Deploy, Registration, RegistrationFailed, Rollback, TaskExecutorLost,
 )
 from accelflow.runtime import RELAY_PREFIX
 from accelflow.runtime.taskexecutor import TRACE_ENV_VAR, trace
@@ -135,9 +135,6 @@ class RayLauncher(Launcher):
     Example (skipped in the doctest run: it starts a Ray instance; tests/ray runs one):
         >>> launcher = RayLauncher(config_from(values={"execution.target": "ray"}))  # doctest: +SKIP
     """
-
-    #: a failed subtask restarts every subtask (its relayed channels are not rebuilt in place)
-    in_place_failover = False
 
     def __init__(self, config: Configuration) -> None:
         self.ray = import_ray()
@@ -354,17 +351,20 @@ class RayLauncher(Launcher):
         actor = self.actors.get(te_id)
         if actor is None:
             return
-        if isinstance(message, Deploy):
-            self._broadcast_route(te_id, actor, message.descriptor)
+        if isinstance(message, Deploy | Rollback):  # a new epoch's channel: before its senders look
+            listen = message.descriptor.listen_address if isinstance(message, Deploy) else message.listen_address
+            self._broadcast_route(te_id, actor, listen)
         try:
             self.ray.get(actor.command.remote(message))
         except Exception:
             pass
 
-    def _broadcast_route(self, te_id: str, actor: Any, desc: SubtaskDescriptor) -> None:
-        if desc.listen_address is None:
+    def _broadcast_route(self, te_id: str, actor: Any, listen_address: str | None) -> None:
+        """Tell every living actor that ``te_id`` receives the channel at ``listen_address``
+        (a deployed subtask's, or a survivor's of the epoch its ``Rollback`` starts)."""
+        if listen_address is None:
             return
-        name = desc.listen_address[len(RELAY_PREFIX):]
+        name = listen_address[len(RELAY_PREFIX):]
         with self._lock:
             living = [self.actors[t] for t in self._alive]
         refs = [a.add_route.remote(name, te_id, actor) for a in living]

@@ -13,10 +13,12 @@ relay directory, and sends to the actor's relay socket, naming the channel first
 forwards each chunk with an actor call ``deliver(name, sender, seq, chunk)`` to the actor that
 hosts the receiving subtask (found in the routes the launcher broadcasts at deploy time); Ray
 moves the chunk (large ones through its object store). The receiving actor restores the order
-by sequence number and writes the chunks into the receiving subtask's socket. A failed
-delivery is reported at once as the sender's ``failed`` message (the sender may be blocked on
+by sequence number and writes the chunks into the receiving subtask's socket. A delivery Ray
+fails is reported at once as the sender's ``failed`` message (the sender may be blocked on
 another channel), and the end of a stream is acknowledged to the sender only when every chunk
-has arrived. A channel whose
+has arrived. A stream whose other end is gone is closed, as a direct connection would be: one
+whose sender died or closed it to roll back in place (``abandon``), one whose receiving subtask
+died or rolled back (its chunks are dropped; its own TaskExecutor reports it). A channel whose
 both ends live in one actor is delivered in process, without Ray. So nothing of ours crosses
 machines: only Ray actor calls do; the Unix sockets stay inside one actor's machine.
 
@@ -37,6 +39,7 @@ import time
 _IMPORT_STARTED = time.time()  # the start-up trace's "te imports started": before the rest
 
 import collections
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -49,10 +52,11 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import msgspec.structs
+import numpy  # noqa: F401  (before any chunk: see below)
 import ray
 
 from accelflow._errors import AccelflowError, JobError, TransportError, encode_error
@@ -64,12 +68,16 @@ from accelflow.runtime import (
     ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
     Shutdown, SubtaskExited, SubtaskFailed, SubtaskKey, TaskExecutorEvent,
 )
-from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, connect_unix
+from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET
 from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_forkserver, trace
 from accelflow.runtime.taskexecutor._warm import WarmSettings
 
 log = logging.getLogger("accelflow.runtime")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# NumPy is imported with the actor, not by the first chunk that carries an array: Ray unpickles
+# the arguments of concurrent ``deliver`` calls in several threads of the actor, and two of them
+# importing NumPy at once fail one with "partially initialized module 'numpy._core.numeric'".
 
 #: chunks a relay may have in flight to one receiver before it waits (backpressure)
 RELAY_WINDOW = 8
@@ -97,12 +105,21 @@ def _keep_worker_main_from_subtasks() -> None:
 
 @dataclass
 class _Inbound:
-    """One relayed channel sender as seen by the receiving actor."""
+    """One relayed channel sender as seen by the receiving actor. ``gone``: the stream broke
+    (its sender or its receiving subtask went away, e.g. failed or rolled back into a new
+    epoch): what still comes for it is dropped."""
 
     next_seq: int = 0
     pending: dict[int, Any] = field(default_factory=dict)
     conn: Connection | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gone: threading.Event = field(default_factory=threading.Event)
+
+    def close(self) -> None:
+        """Close the connection to the receiving subtask (under ``lock``)."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 class TaskExecutorActor:
@@ -274,21 +291,63 @@ class TaskExecutorActor:
             self.routes_changed.notify_all()
 
     def deliver(self, name: str, sender: str, seq: int, chunk: Any) -> None:
-        """Chunk ``seq`` of ``sender`` for channel ``name`` (``None`` ends that sender's stream)."""
+        """Chunk ``seq`` of ``sender`` for channel ``name`` (``None`` ends that sender's stream).
+
+        A receiving subtask that is gone (its socket broke: it failed, or rolled back into a
+        new epoch, whose channels have new names) drops the stream here, quietly: its own
+        TaskExecutor reports why, and the sender is rolled back or cancelled with the rest."""
         with self.inbound_lock:
             state = self.inbound.setdefault((name, sender), _Inbound())
         with state.lock:
+            if state.gone.is_set():
+                return
             state.pending[seq] = chunk
-            while state.next_seq in state.pending:
-                item = state.pending.pop(state.next_seq)
-                state.next_seq += 1
-                if state.conn is None:
-                    state.conn = connect_unix(os.path.join(self.relay_dir, f"{name}.sock"), self.authkey)
-                state.conn.send(item)
-                if item is None:
-                    state.conn.close()
-                    with self.inbound_lock:
-                        del self.inbound[(name, sender)]
+            try:
+                while state.next_seq in state.pending:
+                    item = state.pending.pop(state.next_seq)
+                    state.next_seq += 1
+                    if state.conn is None and not self._connect_receiver(name, state):
+                        return  # abandoned while it waited for the receiver
+                    assert state.conn is not None
+                    state.conn.send(item)
+                    if item is None:
+                        state.close()
+                        with self.inbound_lock:
+                            del self.inbound[(name, sender)]
+            except OSError:
+                state.gone.set()
+            if state.gone.is_set():
+                state.pending.clear()
+                state.close()
+
+    def abandon(self, name: str, sender: str) -> None:
+        """``sender``'s stream on channel ``name`` broke before its end (the sending subtask
+        died, or closed it to roll back): close it towards the receiving subtask, which then
+        sees it broken as on a direct connection, and drop what still comes for it."""
+        with self.inbound_lock:
+            state = self.inbound.setdefault((name, sender), _Inbound())
+        state.gone.set()
+        if state.lock.acquire(blocking=False):  # else the deliver holding it closes it
+            try:
+                state.pending.clear()
+                state.close()
+            finally:
+                state.lock.release()
+
+    def _connect_receiver(self, name: str, state: _Inbound) -> bool:
+        """Connect ``state`` to the subtask listening for ``name`` here, waiting up to
+        :data:`CONNECT_TIMEOUT_S` for it; False when the stream is abandoned meanwhile."""
+        path = os.path.join(self.relay_dir, f"{name}.sock")
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while not state.gone.is_set():
+            try:
+                state.conn = Client(path, "AF_UNIX", authkey=self.authkey)
+                return True
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    raise TransportError(f"downstream subtask at {path} never came up") from None
+                time.sleep(0.01)
+        return False
 
     def _route(self, name: str) -> tuple[str, Any]:
         with self.routes_changed:
@@ -309,8 +368,11 @@ class TaskExecutorActor:
 
     def _relay(self, conn: Connection) -> None:
         """Forward one subtask's chunks for one channel to the receiving actor, in order;
-        answer the stream's end with ``ChannelDone`` once all arrived, or ``ChannelFailed``."""
+        answer the stream's end with ``ChannelDone`` once all arrived, or ``ChannelFailed``.
+        A stream that breaks before its end (the sender died, or closed it to roll back) is
+        abandoned at the receiving actor."""
         te_id, sender_key, name = "?", None, "?"
+        abandon: Callable[[], Any] | None = None
         try:
             opened: OpenChannel = conn.recv()
             name, sender_key = opened.name, opened.sender
@@ -318,38 +380,24 @@ class TaskExecutorActor:
             sender = f"{self.id}/{next(self.senders)}"
             send: Callable[[int, Any], Any]
             if te_id == self.id:
+                abandon = functools.partial(self.abandon, name, sender)
+
                 def send(seq: int, chunk: Any) -> None:
                     self.deliver(name, sender, seq, chunk)
             else:
-                in_flight: collections.deque[Any] = collections.deque()
-
-                reported = threading.Event()
-
-                def on_done(future: Any) -> None:
-                    # at once, not at the next window check: the sender may be blocked on
-                    # another channel whose receiver waits for this one (a deadlock otherwise)
-                    exc = future.exception()
-                    if exc is not None and not reported.is_set():
-                        reported.set()
-                        self._report(sender_key, name, te_id, exc)
-
-                def send(seq: int, chunk: Any) -> None:
-                    ref = actor.deliver.remote(name, sender, seq, chunk)
-                    ref.future().add_done_callback(on_done)
-                    in_flight.append(ref)
-                    if len(in_flight) >= RELAY_WINDOW or chunk is None:
-                        ray.get(list(in_flight) if chunk is None else in_flight.popleft())
-                        if chunk is None:
-                            in_flight.clear()
+                abandon = functools.partial(actor.abandon.remote, name, sender)
+                send = self._sender(actor, name, sender, lambda exc: self._report(sender_key, name, te_id, exc))
             for seq in itertools.count():
                 chunk = conn.recv()
                 send(seq, chunk)
                 if chunk is None:
+                    abandon = None  # ended: nothing to abandon
                     conn.send(ChannelDone())
                     return
         except (EOFError, OSError):
-            return  # the sending subtask ended without ending its stream: it reports why
-        except Exception as exc:  # the receiver is gone: tell the sender, which then fails
+            if abandon is not None:  # the sending subtask reports why, or rolls back
+                abandon()
+        except Exception as exc:  # Ray could not deliver: tell the sender, which then fails
             text = self._report(sender_key, name, te_id, exc)
             try:
                 conn.send(ChannelFailed(text))
@@ -357,3 +405,28 @@ class TaskExecutorActor:
                 pass
         finally:
             conn.close()
+
+    @staticmethod
+    def _sender(actor: Any, name: str, sender: str, report: Callable[[BaseException], Any]) -> Callable[[int, Any], None]:
+        """Send chunks to ``actor`` by ``deliver`` calls, at most :data:`RELAY_WINDOW` in
+        flight; the end of the stream (``None``) waits for all. A failed call is reported at
+        once, not at the next window check: the sender may be blocked on another channel whose
+        receiver waits for this one (a deadlock otherwise)."""
+        in_flight: collections.deque[Any] = collections.deque()
+        reported = threading.Event()
+
+        def on_done(future: Any) -> None:
+            exc = future.exception()
+            if exc is not None and not reported.is_set():
+                reported.set()
+                report(exc)
+
+        def send(seq: int, chunk: Any) -> None:
+            ref = actor.deliver.remote(name, sender, seq, chunk)
+            ref.future().add_done_callback(on_done)
+            in_flight.append(ref)
+            if len(in_flight) >= RELAY_WINDOW or chunk is None:
+                ray.get(list(in_flight) if chunk is None else in_flight.popleft())
+                if chunk is None:
+                    in_flight.clear()
+        return send
