@@ -96,7 +96,7 @@ def test_map_batches_that_return_junk_fail_naming_the_operator() -> None:
 
 
 def test_keyed_sum_and_reduce_in_batch_mode_give_final_values() -> None:
-    env = Environment(CONF)
+    env = Environment(dict(CONF, **{"execution.runtime-mode": "batch"}))
     counts = (
         env.from_collection([(w, 1) for w in WORDS * 50], parallelism=2)
         .key_by(lambda t: t[0])
@@ -105,7 +105,7 @@ def test_keyed_sum_and_reduce_in_batch_mode_give_final_values() -> None:
     )
     assert sorted(counts) == sorted(Counter(WORDS * 50).items())
 
-    env = Environment(CONF)
+    env = Environment(dict(CONF, **{"execution.runtime-mode": "batch"}))
     longest = (
         env.from_collection(WORDS, parallelism=2)
         .key_by(lambda w: w[0])
@@ -263,7 +263,8 @@ def test_keys_route_alike_from_every_taskexecutor() -> None:
     """Sources on two TaskExecutor processes must send a key to the same reducer, also for
     keys whose built-in hash differs between processes (``hash(None)`` is an address)."""
     env = Environment({"local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 2,
-                       "scheduler.placement-policy": "spread"})  # source subtask i on taskexecutor-(i+1)
+                       "scheduler.placement-policy": "spread",  # source subtask i on taskexecutor-(i+1)
+                       "execution.runtime-mode": "batch"})  # one count per key
     records = [((None, i % 10), 1) for i in range(400)]
     counts = env.from_collection(records, parallelism=2).key_by(lambda r: r[0]).sum(1, parallelism=3).execute_and_collect()
     assert sorted(counts, key=lambda r: r[0][1]) == [((None, k), 40) for k in range(10)]

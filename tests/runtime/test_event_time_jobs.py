@@ -189,7 +189,8 @@ def test_min_max_min_by_max_by_as_flink(how: str, expected: list[Any]) -> None:
     """test_data_stream.py::DataStreamTests::test_min_by / max_by / min / max (batch mode:
     one final value per key)."""
     data = [("a", 3, "first"), ("a", 1, "second"), ("a", 3, "third"), ("b", 5, "b")]
-    stream = getattr(env_of(2).from_collection(data).key_by(lambda x: x[0]), how)(1)
+    env = Environment({"parallelism.default": 2, "execution.runtime-mode": "batch"})
+    stream = getattr(env.from_collection(data).key_by(lambda x: x[0]), how)(1)
     assert collected(stream) == expected
 
 

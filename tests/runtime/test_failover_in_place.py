@@ -124,7 +124,7 @@ def test_a_sigkilled_taskexecutor_whose_subtasks_fit_nowhere_restarts_every_subt
 
 def test_keyed_state_of_the_survivors_is_rolled_back(fpga_conf: dict[str, Any], tmp_path: Path) -> None:
     env = Environment({**fpga_conf, "parallelism.default": 2, "execution.checkpointing.interval": "100 ms",
-                       "restart-strategy.fixed-delay.delay": "0 s"})
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.runtime-mode": "batch"})
     (env.from_source(Counted(N, chunk=10, delay=0.01), name="numbers")
         .map_batches(Model(tmp_path, batch_s=0.005, fail="raise", at=700), batch_size=10, name="model")
         .key_by(lambda x: int(x) // 50).reduce(lambda a, b: a + b, name="sums")  # new keys keep coming

@@ -21,7 +21,7 @@ def _nan_pair(x: int) -> tuple[float, int]:
 
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_a_thousand_records_keyed_by_nan_sum_to_one_key(parallelism: int) -> None:
-    env = Environment({"parallelism.default": parallelism})
+    env = Environment({"parallelism.default": parallelism, "execution.runtime-mode": "batch"})
     out = (env.from_sequence(1, 1000).map(_nan_pair).key_by(lambda r: r[0]).sum(1)
            .execute_and_collect())
     assert len(out) == 1 and np.isnan(out[0][0]) and out[0][1] == 500500
@@ -29,7 +29,7 @@ def test_a_thousand_records_keyed_by_nan_sum_to_one_key(parallelism: int) -> Non
 
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_numpy_nans_and_nans_inside_tuples_are_one_key_each(parallelism: int) -> None:
-    env = Environment({"parallelism.default": parallelism})
+    env = Environment({"parallelism.default": parallelism, "execution.runtime-mode": "batch"})
     values = np.array([np.nan, 1.0] * 500, dtype=np.float32)
     out = (env.from_collection(values, parallelism=parallelism).map(lambda v: (v, 1))
            .key_by(lambda r: ("k", r[0])).sum(1).execute_and_collect())

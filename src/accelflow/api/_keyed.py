@@ -32,9 +32,9 @@ class KeyedStream(DataStream):
     ``process`` runs a ``KeyedProcessFunction`` with keyed state and timers; ``map``,
     ``flat_map`` and ``filter`` give their rich functions keyed state.
 
-    With only bounded sources (``execution.runtime-mode: automatic`` or ``batch``) the rolling
-    aggregations emit one final value per key at the end; in streaming mode they emit the
-    running value for every record, as Flink does.
+    By default (``execution.runtime-mode: streaming``, Flink's default) the rolling
+    aggregations emit the running value for every record, also of a bounded input; with
+    ``batch`` (or ``automatic`` and only bounded sources) one final value per key at the end.
     """
 
     def reduce(self, fn: Any, output_type: Any = None, *, name: str | None = None, parallelism: int | None = None,

@@ -213,9 +213,10 @@ STARTUP_TIMEOUT = _key(
     "How long the JobManager waits for TaskExecutors to start and register.",
 )
 RUNTIME_MODE = _key(
-    "execution.runtime-mode", p.choice("automatic", "streaming", "batch"), "automatic",
-    "'batch': keyed reduce emits final values; 'streaming': running values; 'automatic': "
-    "batch when every source is bounded.",
+    "execution.runtime-mode", p.choice("automatic", "streaming", "batch"), "streaming",
+    "'streaming' (Flink's default): keyed reduce, sum, min, max, min_by and max_by emit the "
+    "running value for every record, also of a bounded input; 'batch': one final value per key "
+    "at the end of the input; 'automatic': batch when every source is bounded.",
 )
 EXECUTION_TARGET = _key(
     "execution.target", p.choice("local", "ray"), "local",
