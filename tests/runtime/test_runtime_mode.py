@@ -79,3 +79,19 @@ def test_keys_equal_in_python_are_one_key() -> None:
            .reduce(lambda a, b: (a[0], f"{a[1]},{b[1]}")).execute_and_collect())
     assert sorted(sorted(labels.split(",")) for _, labels in out) == [
         ["bool", "float", "float32", "int", "int64"], ["str"]]
+
+
+@pytest.mark.parametrize("one", [-1, 2**61, 2**64], ids=["minus-one", "2**61", "2**64"])
+def test_equal_numbers_of_every_type_hash_alike(one: int) -> None:
+    """Where ``int(k)`` and ``hash(k)`` differ (-1 hashes to -2; Python reduces large numbers
+    modulo 2**61-1), an int and its float or NumPy twin still land in one key group, so they
+    meet at one reducer at every parallelism (at 8, -1 and -1.0 used to reach two)."""
+    from accelflow.runtime.subtask._keys import stable_hash
+
+    twins = [one, float(one)] + ([np.int64(one), np.float64(one)] if abs(one) < 2**63 else [])
+    assert len({stable_hash(k) for k in twins}) == 1
+    assert len({stable_hash((k, "x")) for k in twins}) == 1
+    env = Environment({"parallelism.default": 8, "execution.runtime-mode": "batch"})
+    out = (env.from_collection([(k, 1) for k in twins], parallelism=2).key_by(lambda r: r[0])
+           .sum(1).execute_and_collect())
+    assert [n for _, n in out] == [len(twins)]

@@ -40,13 +40,17 @@ def canonical_key(key: Any) -> Any:
 def stable_hash(key: Any) -> int:
     """A hash that is the same in every process (``hash(str)`` is salted per process, and
     ``hash(None)`` and ``hash(nan)`` are addresses, different in each TaskExecutor process);
-    every NaN hashes alike (see :func:`canonical_key`)."""
+    every NaN hashes alike (see :func:`canonical_key`). Equal numbers of every type hash alike
+    (``-1``, ``-1.0`` and ``np.int64(-1)``: -1), so keys that are one key by ``==`` meet in one
+    key group."""
     if key is None:
         return 0
     if isinstance(key, float | complex | np.inexact) and key != key:
         return _NAN_HASH
-    if isinstance(key, bool | int):
-        return int(key)
+    if isinstance(key, bool | int | np.integer):
+        return int(key)  # as Flink's Integer and Long keys, whose key groups tests/eventtime checks
+    if isinstance(key, float | np.floating) and float(key).is_integer():
+        return int(key)  # a whole float is its int's key: 1.0 == 1, -1.0 == -1
     if isinstance(key, str):
         return zlib.crc32(key.encode("utf-8", "surrogatepass"))
     if isinstance(key, bytes):
