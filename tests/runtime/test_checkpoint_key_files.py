@@ -89,9 +89,9 @@ def test_a_key_file_of_another_user_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as caught:
         _write(tmp_path, CheckpointSigning(key))
     assert str(caught.value) == (
-        f"{key}: the checkpoint signing key is owned by uid {NOBODY}, not by you (uid 0): its owner can "
-        "forge your checkpoints; delete it for a new one (or make your own: python -c 'import secrets; "
-        "print(secrets.token_hex(32))' > FILE)")
+        f"{key}: the checkpoint signing key is owned by uid {NOBODY}, not by you (uid 0) or root: its "
+        "owner can forge your checkpoints; delete it for a new one (or make your own: python -c 'import "
+        "secrets; print(secrets.token_hex(32))' > FILE)")
 
 
 @as_root

@@ -14,8 +14,8 @@ least 32 bytes): ``execution.checkpointing.signing-key-file``, or by default
 ``$XDG_STATE_HOME/accelflow``, as session clusters use). A missing key file is created with
 64 random hex digits, mode 0600, when the first checkpoint is written. A key file that others
 may read, or that its group may write, is refused: whoever reads it can forge checkpoints; so
-are a symbolic link (opened with ``O_NOFOLLOW``) and a file of another user (checked on the
-opened file, ``fstat``). The default's state directory must be the user's own (mode 0700; a
+are a symbolic link (opened with ``O_NOFOLLOW``) and a file of another user than the current
+one or root (checked on the opened file, ``fstat``). The default's state directory must be the user's own (mode 0700; a
 wider one is tightened, as session clusters' is: :func:`accelflow.config.state_dir`).
 
 A restore checks the signature before any state is read
@@ -245,15 +245,16 @@ def _target(link: Path) -> str:
 
 def _check_key_file(path: Path, st: os.stat_result) -> None:
     """Refuse the opened key file ``path`` (its ``fstat``) unless it is a regular file of this
-    user that others cannot read and its group cannot write."""
+    user (or of root: a key shared with a group, ``/etc/accelflow/ckpt.key`` 0640) that others
+    cannot read and its group cannot write."""
     if not stat.S_ISREG(st.st_mode):
         raise CheckpointError(f"the checkpoint signing key is no regular file ({stat.filemode(st.st_mode)}); "
                               f"make one: {_NEW_KEY}", path=str(path))
-    if st.st_uid != os.getuid():
+    if st.st_uid not in (os.getuid(), 0):  # root's: a key shared with a group on purpose
         raise CheckpointError(
-            f"the checkpoint signing key is owned by uid {st.st_uid}, not by you (uid {os.getuid()}): "
-            f"its owner can forge your checkpoints; delete it for a new one (or make your own: "
-            f"{_NEW_KEY})", path=str(path))
+            f"the checkpoint signing key is owned by uid {st.st_uid}, not by you (uid {os.getuid()}) "
+            f"or root: its owner can forge your checkpoints; delete it for a new one (or make your "
+            f"own: {_NEW_KEY})", path=str(path))
     if st.st_mode & 0o027:
         raise CheckpointError(
             f"the checkpoint signing key has mode {stat.filemode(st.st_mode)}: whoever can read it can forge "
