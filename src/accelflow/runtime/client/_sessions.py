@@ -108,9 +108,8 @@ def refuse_taken_port(address: str, port: int) -> None:
 def _same_host(host: str, address: str) -> bool:
     """Whether a server bound to ``host`` keeps one on ``address`` from binding the same port
     (the same address, or either is a wildcard)."""
-    wildcard = ("", "0.0.0.0", "::")
-    return host in wildcard or address in wildcard or host == address or {host, address} <= {
-        "127.0.0.1", "localhost"}
+    wildcard, loopback = ("", "0.0.0.0", "::"), {"127.0.0.1", "localhost"}
+    return host in wildcard or address in wildcard or host == address or {host, address} <= loopback
 
 
 def find_session(url: str | None) -> SessionInfo:

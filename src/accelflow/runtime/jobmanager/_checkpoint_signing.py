@@ -15,8 +15,9 @@ least 32 bytes): ``execution.checkpointing.signing-key-file``, or by default
 64 random hex digits, mode 0600, when the first checkpoint is written. A key file that others
 may read, or that its group may write, is refused: whoever reads it can forge checkpoints; so
 are a symbolic link (opened with ``O_NOFOLLOW``) and a file of another user than the current
-one or root (checked on the opened file, ``fstat``). The default's state directory must be the user's own (mode 0700; a
-wider one is tightened, as session clusters' is: :func:`accelflow.config.state_dir`).
+one or root (checked on the opened file, ``fstat``). The default's state directory must be
+the user's own (mode 0700; a wider one is tightened, as session clusters' is:
+:func:`accelflow.config.state_dir`).
 
 A restore checks the signature before any state is read
 (``execution.state-recovery.verify-signature: false`` trusts a checkpoint as it is).
