@@ -82,10 +82,11 @@ def register(sub: Any) -> None:
 def start_cluster(args: argparse.Namespace) -> int:
     from accelflow.runtime import service
     from accelflow.config import state_dir
-    from accelflow.runtime.client import sweep_stale
+    from accelflow.runtime.client import refuse_taken_port, sweep_stale
 
     config = load_cli_config(args)  # one message for every problem, before anything starts
     sweep_stale(say)
+    refuse_taken_port(config.get(k.REST_ADDRESS), config.get(k.REST_PORT))  # before its log is made
     command = [sys.executable, "-m", service.__name__]
     conf = conf_file(args)
     if conf:

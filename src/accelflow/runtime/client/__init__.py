@@ -9,7 +9,9 @@ from accelflow.runtime.client._context import (
     current_context,
     use_context,
 )
-from accelflow.runtime.client._sessions import find_session, running_sessions, session_config, sweep_stale
+from accelflow.runtime.client._sessions import (
+    find_session, refuse_taken_port, running_sessions, session_config, sweep_stale,
+)
 from accelflow.runtime.client._submit import submit
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "ProgressSource",
     "current_context",
     "find_session",
+    "refuse_taken_port",
     "running_sessions",
     "session_config",
     "submit",

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -80,6 +81,35 @@ def sweep_stale(report: Callable[[str], None]) -> None:
         if not path.exists():
             report(f"removed the socket directory {path} of a session cluster that died "
                    f"(pid {match['pid']})")
+
+
+def refuse_taken_port(address: str, port: int) -> None:
+    """Refuse to start a session cluster on ``address:port`` (``rest.address``, ``rest.port``)
+    when one of this user's running session clusters already listens there (``port`` 0 picks
+    a free one: never taken). Call it after :func:`sweep_stale`, before spawning anything.
+
+    Raises:
+        AccelflowError: names the running cluster's URL and pid, and the two ways out.
+
+    Example:
+        >>> refuse_taken_port("127.0.0.1", 0)  # a free port is picked: nothing to refuse
+    """
+    if port == 0:
+        return
+    for info in running_sessions():
+        host, _, taken = urlsplit(info.url).netloc.rpartition(":")
+        if taken == str(port) and _same_host(host.strip("[]"), address):
+            raise AccelflowError(
+                f"a session cluster of yours already runs at {info.url} (pid {info.pid}), on "
+                f"rest.port {port}; stop it (accelflow cluster stop --cluster {info.url}), or start "
+                "another with -D rest.port=0 (a free port) or another rest.port")
+
+
+def _same_host(host: str, address: str) -> bool:
+    """Whether a server bound to ``host`` keeps one on ``address`` from binding the same port
+    (the same address, or either is a wildcard)."""
+    wildcard, loopback = ("", "0.0.0.0", "::"), {"127.0.0.1", "localhost"}
+    return host in wildcard or address in wildcard or host == address or {host, address} <= loopback
 
 
 def find_session(url: str | None) -> SessionInfo:

@@ -13,7 +13,11 @@ least 32 bytes): ``execution.checkpointing.signing-key-file``, or by default
 ``checkpoint-signing.key`` in the per-user state directory (``$ACCELFLOW_STATE_DIR``, default
 ``$XDG_STATE_HOME/accelflow``, as session clusters use). A missing key file is created with
 64 random hex digits, mode 0600, when the first checkpoint is written. A key file that others
-may read, or that its group may write, is refused: whoever reads it can forge checkpoints.
+may read, or that its group may write, is refused: whoever reads it can forge checkpoints; so
+are a symbolic link (opened with ``O_NOFOLLOW``) and a file of another user than the current
+one or root (checked on the opened file, ``fstat``). The default's state directory must be
+the user's own (mode 0700; a wider one is tightened, as session clusters' is:
+:func:`accelflow.config.state_dir`).
 
 A restore checks the signature before any state is read
 (``execution.state-recovery.verify-signature: false`` trusts a checkpoint as it is).
@@ -21,6 +25,7 @@ A restore checks the signature before any state is read
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -32,8 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelflow._errors import CheckpointError
-from accelflow.config import Configuration, user_state_dir
+from accelflow._errors import CheckpointError, ConfigError
+from accelflow.config import Configuration, state_dir, user_state_dir
 from accelflow.config import keys as k
 
 ALGORITHM = "HMAC-SHA256"
@@ -152,9 +157,10 @@ class CheckpointSigning:
                 f"was written; {_TRUST}", path=file)
 
     def _load(self, *, create: bool) -> bytes | None:
-        """The key; ``None`` if its file is missing and not ``create``."""
+        """The key; ``None`` if its file is missing and not ``create``. The default's directory
+        goes through :func:`state_dir`'s checks (the user's own, mode 0700) first."""
         if self._key is None:
-            path = self.path
+            path = self.path if self.key_file is not None else _default_key_file()
             if create and not path.exists():
                 _create_key_file(path)
             try:
@@ -162,6 +168,14 @@ class CheckpointSigning:
             except FileNotFoundError:
                 return None
         return self._key
+
+
+def _default_key_file() -> Path:
+    """The default key file, in the state directory (checked: the user's own, made 0700)."""
+    try:
+        return state_dir() / DEFAULT_KEY_FILE
+    except ConfigError as exc:
+        raise CheckpointError(str(exc), path=str(user_state_dir() / DEFAULT_KEY_FILE)) from exc
 
 
 def _key_id(key: bytes) -> str:
@@ -192,29 +206,58 @@ def _create_key_file(path: Path) -> None:
 
 
 def _read_key_file(path: Path) -> bytes:
-    """The key in ``path``.
+    """The key in ``path``, opened without following a symbolic link and checked on the open
+    file (no swap between the check and the read).
 
     Raises:
         FileNotFoundError: there is none.
-        CheckpointError: others may read it, its group may write it, it cannot be read or is
-            too short.
+        CheckpointError: it is a symbolic link or no regular file, another user owns it, others
+            may read it, its group may write it, it cannot be read or is too short.
     """
     try:
-        with open(path, "rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            data = file.read(1 << 16).strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(
+                f"the checkpoint signing key is a symbolic link (to {_target(path)}), refused: "
+                "whoever can change the link chooses your key; put the key file itself there, or set "
+                f"{k.CHECKPOINT_SIGNING_KEY_FILE.name} to the file", path=str(path)) from exc
         raise CheckpointError(f"the checkpoint signing key cannot be read ({exc.strerror or exc}); "
                               "check its permissions", path=str(path)) from exc
-    if not stat.S_ISREG(mode) or mode & 0o027:
-        raise CheckpointError(
-            f"the checkpoint signing key has mode {stat.filemode(mode)}: whoever can read it can forge "
-            "checkpoints; make it readable by its owner (and group) only: chmod 600 (or 640) it, or "
-            "delete it for a new one if others may have read it", path=str(path))
+    with open(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        _check_key_file(path, st)
+        data = file.read(1 << 16).strip()
     if len(data) < MIN_KEY_BYTES:
         raise CheckpointError(
             f"the checkpoint signing key holds {len(data)} bytes, fewer than {MIN_KEY_BYTES}; "
             f"make a new one: {_NEW_KEY}", path=str(path))
     return data
+
+
+def _target(link: Path) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return "?"
+
+
+def _check_key_file(path: Path, st: os.stat_result) -> None:
+    """Refuse the opened key file ``path`` (its ``fstat``) unless it is a regular file of this
+    user (or of root: a key shared with a group, ``/etc/accelflow/ckpt.key`` 0640) that others
+    cannot read and its group cannot write."""
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"the checkpoint signing key is no regular file ({stat.filemode(st.st_mode)}); "
+                              f"make one: {_NEW_KEY}", path=str(path))
+    if st.st_uid not in (os.getuid(), 0):  # root's: a key shared with a group on purpose
+        raise CheckpointError(
+            f"the checkpoint signing key is owned by uid {st.st_uid}, not by you (uid {os.getuid()}) "
+            f"or root: its owner can forge your checkpoints; delete it for a new one (or make your "
+            f"own: {_NEW_KEY})", path=str(path))
+    if st.st_mode & 0o027:
+        raise CheckpointError(
+            f"the checkpoint signing key has mode {stat.filemode(st.st_mode)}: whoever can read it can forge "
+            "checkpoints; make it readable by its owner (and group) only: chmod 600 (or 640) it, or "
+            "delete it for a new one if others may have read it", path=str(path))

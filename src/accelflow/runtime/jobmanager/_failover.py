@@ -44,6 +44,7 @@ from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutor
 from accelflow.runtime.jobmanager._job_sinks import FinalAcks
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, FailoverRecord, Job, SubtaskState
 from accelflow.runtime.jobmanager._plan import requester_name, restored_of
+from accelflow.runtime.jobmanager._repeats import RepeatedFailures
 from accelflow.runtime.jobmanager._standby import StandbyPool
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
@@ -142,6 +143,7 @@ class Failover:
         self.job, self.coordinator, self.state = job, coordinator, state
         self.deployer, self.pump, self.launcher, self.clock = deployer, pump, launcher, clock
         self.budget = budget
+        self.repeats = RepeatedFailures(job.id, budget.left, clock)  # a repeating failure is shown once
         self.pool = StandbyPool(job, state, deployer, launcher)
         #: why the last failure could not be confined (the full restart says so), and what failed
         self.why_full: str | None = None
@@ -166,6 +168,7 @@ class Failover:
             self.why_full = why
             return None
         assert failure is not None and self.budget.take()
+        self.repeats.note(error)
         return self._roll_back(attempt, failure, placements, _first_line(error))
 
     def _await_exit(self, attempt: Attempt, failure: Failure) -> str | None:
@@ -271,11 +274,12 @@ class Failover:
         for old_key, key in new.items():
             if old_key not in failed:
                 self._send_rollback(old_key, key)
-        _log.warning("%s: rolled back in place: %d survivor%s, replaced %s%s (attempt %d, from %s): %s",
+        self.repeats.warning("%s: rolled back in place: %d survivor%s, replaced %s%s (attempt %d, from %s): %s",
                      job.id, len(new) - len(failed), "" if len(new) - len(failed) == 1 else "s",
                      ", ".join(self._name(key) for key in failed),
                      f" (by standby {record.standby})" if standbys else "",
-                     job.attempt + 1, f"checkpoint {restored_id}" if restored_id else "the start", cause)
+                     job.attempt + 1, f"checkpoint {restored_id}" if restored_id else "the start", cause,
+                     attempt=job.attempt + 1)
         for key, standby in standbys.items():
             self._send_rollback(standby, new[key])
         if standbys:
@@ -367,8 +371,8 @@ class Failover:
                                 [self._name(key) for key in failure.keys] if failure else [], why_full=why)
         with self.state.lock:
             self.job.failovers.append(record)
-        _log.warning("%s failed, restarting (attempt %d): full restart: %s: %s", self.job.id,
-                     self.job.attempt + 1, why, _first_line(error))
+        self.repeats.warning("%s failed, restarting (attempt %d): full restart: %s: %s", self.job.id,
+                             self.job.attempt + 1, why, _first_line(error), attempt=self.job.attempt + 1, error=error)
         return record, failure.seen if failure else self.clock.monotonic()
 
     def recovered(self, attempt: Attempt) -> None:
