@@ -24,9 +24,24 @@ def test_a_flat_map_result_that_is_not_iterable_names_the_operator_the_type_and_
         env.execute()
     assert isinstance(caught.value, JobError)
     message = str(caught.value)
-    assert "operator 'explode' (flat_map): its function returned int (1), which is not iterable" in message
+    assert "operator 'explode' (flat_map): its function returned int for the record (1), which is not iterable" in message
     assert "return [value] for one record" in message
     _no_frames(caught.value)
+
+
+def test_a_non_iterable_result_is_explained_with_ordered_collect_too() -> None:
+    env = Environment()
+    stream = env.from_collection([[1, 2], [3], 4]).flat_map(lambda x: x, name="spread")
+    with pytest.raises(TypeError, match=r"operator 'spread' \(flat_map\): its function returned int for the record \(4\)"):
+        stream.execute_and_collect(ordered=True)
+
+
+def test_a_type_error_of_a_builtin_flat_map_function_stays_its_own() -> None:
+    env = Environment()
+    stream = env.from_collection(["ab", 5]).flat_map(list, name="letters")
+    with pytest.raises(TypeError) as caught:
+        stream.execute_and_collect()
+    assert str(caught.value).endswith("TypeError: 'int' object is not iterable")  # list(5) raised it
 
 
 def test_a_type_error_inside_a_flat_map_generator_stays_the_users() -> None:

@@ -23,13 +23,17 @@ Example:
 
 from __future__ import annotations
 
+import dis
 import inspect
+import re
 from collections.abc import Callable, Iterable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from accelflow.dataflow import RichFunction
 from accelflow.runtime.subtask._keys import stable_hash
+
+_GET_ITER = dis.opmap["GET_ITER"]
 
 
 def function_object(fn: Any, *methods: str | None) -> Any:
@@ -66,17 +70,23 @@ def named(fn: Any) -> str:
     return f"{name} ({code.co_filename.rpartition('/')[2]}:{code.co_firstlineno})" if code is not None else name
 
 
-def not_iterable(operator: str, result: Any) -> TypeError | None:
-    """The error for a ``flat_map`` function that returned ``result``, or None where ``result``
-    is iterable (the ``TypeError`` came from iterating it: the user's generator raised it)."""
-    try:
-        iter(result)
-    except TypeError:
-        return TypeError(
-            f"operator {operator!r} (flat_map): its function returned {_type(result)} {_shown(result)}, "
-            "which is not iterable: a flat_map function returns an iterable of output records (a "
-            "list, tuple or generator); return [value] for one record, [] for none, or use map")
-    return None
+def not_iterable(operator: str, exc: TypeError, module: str) -> TypeError | None:
+    """The error for a ``flat_map`` function whose result was not iterable, where ``exc`` is
+    what iterating it raised in the operator's loop (a ``GET_ITER`` in a frame of ``module``);
+    None where ``exc`` came from elsewhere (the function itself, its generator)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_globals.get("__name__") != module or \
+            tb.tb_frame.f_code.co_code[tb.tb_lasti] != _GET_ITER:
+        return None
+    returned = re.match(r"'(.+)' object is not iterable", str(exc))
+    record = tb.tb_frame.f_locals.get("r")
+    return TypeError(
+        f"operator {operator!r} (flat_map): its function returned {returned[1] if returned else 'a value'} "
+        f"for the record {_shown(record)}, which is not iterable: a flat_map function returns an "
+        "iterable of output records (a list, tuple or generator); return [value] for one record, "
+        "[] for none, or use map")
 
 
 def unhashable_key(operator: str, key_fn: Any, records: Iterable[Any]) -> TypeError | None:

@@ -205,18 +205,15 @@ class MapOp(Operator):
 @runs(FlatMapSpec)
 class FlatMapOp(MapOp):
     def process(self, chunk: Any) -> Any:
-        fn, outs = self.fn, list[Any]()
-        annotated = isinstance(chunk, Annotated)  # each record's outputs apart: they take its position
-        add = outs.append if annotated else outs.extend
-        for r in iter_records(chunk):
-            result = fn(r)
-            try:
-                add(list(result) if annotated else result)
-            except TypeError:  # not iterable? (else its generator raised it)
-                if (error := not_iterable(self.node.name, result)) is None:
-                    raise
-                raise error from None
-        return chunk.expanded(outs) if annotated else outs
+        fn = self.fn
+        try:
+            if isinstance(chunk, Annotated):  # each record's outputs apart: they take its position
+                return chunk.expanded([[out for out in fn(r)] for r in iter_records(chunk)])
+            return [out for r in iter_records(chunk) for out in fn(r)]
+        except TypeError as exc:  # a result that is not iterable? (else fn's own error)
+            if (error := not_iterable(self.node.name, exc, __name__)) is None:
+                raise
+        raise error  # out of the except: not chained to the loop's error
 
 
 @runs(FilterSpec)
