@@ -33,7 +33,8 @@ from typing import Any
 from accelflow.dataflow import RichFunction
 from accelflow.runtime.subtask._keys import stable_hash
 
-_GET_ITER = dis.opmap["GET_ITER"]
+#: the instructions that iterate a value (``for``, ``[*value]``)
+_ITERATING = (dis.opmap["GET_ITER"], dis.opmap["LIST_EXTEND"])
 
 
 def function_object(fn: Any, *methods: str | None) -> Any:
@@ -72,18 +73,19 @@ def named(fn: Any) -> str:
 
 def not_iterable(operator: str, exc: TypeError, module: str) -> TypeError | None:
     """The error for a ``flat_map`` function whose result was not iterable, where ``exc`` is
-    what iterating it raised in the operator's loop (a ``GET_ITER`` in a frame of ``module``);
-    None where ``exc`` came from elsewhere (the function itself, its generator)."""
+    what iterating it raised in the operator's own loop (``for out in fn(r)`` or ``[*fn(r)]``,
+    in a frame of ``module``); None where ``exc`` came from elsewhere (the function itself,
+    its generator)."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is None or tb.tb_frame.f_globals.get("__name__") != module or \
-            tb.tb_frame.f_code.co_code[tb.tb_lasti] != _GET_ITER:
+            tb.tb_frame.f_code.co_code[tb.tb_lasti] not in _ITERATING:
         return None
-    returned = re.match(r"'(.+)' object is not iterable", str(exc))
+    returned = re.search(r"'(.+)' object is not iterable|must be an iterable, not (.+)", str(exc))
     record = tb.tb_frame.f_locals.get("r")
     return TypeError(
-        f"operator {operator!r} (flat_map): its function returned {returned[1] if returned else 'a value'} "
+        f"operator {operator!r} (flat_map): its function returned {returned[1] or returned[2] if returned else 'a value'} "
         f"for the record {_shown(record)}, which is not iterable: a flat_map function returns an "
         "iterable of output records (a list, tuple or generator); return [value] for one record, "
         "[] for none, or use map")

@@ -208,7 +208,7 @@ class FlatMapOp(MapOp):
         fn = self.fn
         try:
             if isinstance(chunk, Annotated):  # each record's outputs apart: they take its position
-                return chunk.expanded([[out for out in fn(r)] for r in iter_records(chunk)])
+                return chunk.expanded([[*fn(r)] for r in iter_records(chunk)])
             return [out for r in iter_records(chunk) for out in fn(r)]
         except TypeError as exc:  # a result that is not iterable? (else fn's own error)
             if (error := not_iterable(self.node.name, exc, __name__)) is None:
