@@ -29,7 +29,7 @@ def test_a_flat_map_result_that_is_not_iterable_names_the_operator_the_type_and_
         env.execute()
     assert isinstance(caught.value, JobError)
     message = str(caught.value)
-    assert "operator 'explode' (flat_map): its function returned int for the record (1), which is not iterable" in message
+    assert "operator 'explode' (flat_map): its function returned int for the record 1, which is not iterable" in message
     assert "return [value] for one record" in message
     _no_frames(caught.value)
 
@@ -37,7 +37,7 @@ def test_a_flat_map_result_that_is_not_iterable_names_the_operator_the_type_and_
 def test_a_non_iterable_result_is_explained_with_ordered_collect_too() -> None:
     env = Environment()
     stream = env.from_collection([[1, 2], [3], 4]).flat_map(lambda x: x, name="spread")
-    with pytest.raises(TypeError, match=r"operator 'spread' \(flat_map\): its function returned int for the record \(4\)"):
+    with pytest.raises(TypeError, match=r"operator 'spread' \(flat_map\): its function returned int for the record 4,"):
         stream.execute_and_collect(ordered=True)
 
 
@@ -67,7 +67,7 @@ def test_an_unhashable_key_names_the_key_selector_its_type_and_the_fix(paralleli
         env.execute()
     message = str(caught.value)
     assert "operator 'count': the key selector by_tags (calls_jobs.py:" in message
-    assert "returned list (['a'])" in message and "return a tuple (tuple(key)) or a str" in message
+    assert "returned the list ['a'] for the record (['a'], 1)" in message and "return a tuple (tuple(key)) or a str" in message
     _no_frames(caught.value)
 
 
@@ -88,7 +88,7 @@ def test_an_unpicklable_record_on_an_edge_names_both_operators_the_type_and_the_
         env.execute()
     message = str(caught.value)
     assert "a record from operator 'locks' to operator 'use' (rebalance) cannot be sent" in message
-    assert "it is a _thread.lock" in message and "cannot pickle '_thread.lock' object" in message
+    assert "it is a _thread.lock <unlocked" in message and "cannot pickle '_thread.lock' object" in message
     assert "in open() of the rich function" in message
     _no_frames(caught.value)
 

@@ -82,11 +82,11 @@ def not_iterable(operator: str, exc: TypeError, module: str) -> TypeError | None
     if tb is None or tb.tb_frame.f_globals.get("__name__") != module or \
             tb.tb_frame.f_code.co_code[tb.tb_lasti] not in _ITERATING:
         return None
-    returned = re.search(r"'(.+)' object is not iterable|must be an iterable, not (.+)", str(exc))
-    record = tb.tb_frame.f_locals.get("r")
+    found = re.search(r"'(.+)' object is not iterable|must be an iterable, not (.+)", str(exc))
+    returned = f"{found[1] or found[2]}" if found else "a value"
     return TypeError(
-        f"operator {operator!r} (flat_map): its function returned {returned[1] or returned[2] if returned else 'a value'} "
-        f"for the record {_shown(record)}, which is not iterable: a flat_map function returns an "
+        f"operator {operator!r} (flat_map): its function returned {returned} for the record "
+        f"{_shown(tb.tb_frame.f_locals.get('r'))}, which is not iterable: a flat_map function returns an "
         "iterable of output records (a list, tuple or generator); return [value] for one record, "
         "[] for none, or use map")
 
@@ -104,7 +104,7 @@ def unhashable_key(operator: str, key_fn: Any, records: Iterable[Any]) -> TypeEr
             hash(key)
         except TypeError:
             return TypeError(
-                f"operator {operator!r}: the key selector {named(key_fn)} of its key_by returned "
+                f"operator {operator!r}: the key selector {named(key_fn)} of its key_by returned the "
                 f"{_type(key)} {_shown(key)} for the record {_shown(record)}, which cannot be a key (it is "
                 "not hashable, as a dict key must be): return a tuple (tuple(key)) or a str instead")
     return None
@@ -138,7 +138,7 @@ def _shown(value: Any, limit: int = 60) -> str:
         text = repr(value)
     except Exception:
         return "(no repr)"
-    return f"({text})" if len(text) <= limit else f"({text[:limit]}...)"
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 __all__ = ["bind", "function_object", "is_function_class", "named", "not_iterable", "unhashable_key",

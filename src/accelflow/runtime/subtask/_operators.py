@@ -381,11 +381,11 @@ class ReduceOp(MapOp):
                 state[key] = value
                 if self.rolling:
                     out.append(value)
+            return out
         except TypeError:  # a key that is no key (a list)? else fn's own error
             if (error := unhashable_key(self.node.name, key_fn, iter_records(chunk))) is None:
                 raise
-            raise error from None
-        return out
+        raise error  # out of the except: not chained to the loop's error
 
     def finish(self) -> Any:
         return [] if self.rolling else list(self.state.values())

@@ -126,7 +126,7 @@ class Router:
             except TypeError:  # a key that is no key (a list)? else the key selector's own error
                 if (error := unhashable_key(self.edge.names[1], key_fn, iter_records(chunk))) is None:
                     raise
-                raise error from None
+            raise error  # out of the except: not chained to the loop's error
         out = []
         for r in iter_records(chunk):
             target = self.partitioner(key_fn(r), n)
