@@ -83,12 +83,13 @@ def not_iterable(operator: str, exc: TypeError, module: str) -> TypeError | None
             tb.tb_frame.f_code.co_code[tb.tb_lasti] not in _ITERATING:
         return None
     found = re.search(r"'(.+)' object is not iterable|must be an iterable, not (.+)", str(exc))
-    returned = f"{found[1] or found[2]}" if found else "a value"
+    returned = (found[1] or found[2]) if found else "a value"
+    loop = tb.tb_frame.f_locals  # the loop's record (where the comprehension's own frame keeps it)
+    record = f" for the record {_shown(loop['r'])}" if "r" in loop else ""
     return TypeError(
-        f"operator {operator!r} (flat_map): its function returned {returned} for the record "
-        f"{_shown(tb.tb_frame.f_locals.get('r'))}, which is not iterable: a flat_map function returns an "
-        "iterable of output records (a list, tuple or generator); return [value] for one record, "
-        "[] for none, or use map")
+        f"operator {operator!r} (flat_map): its function returned {returned}{record}, which is not "
+        "iterable: a flat_map function returns an iterable of output records (a list, tuple or "
+        "generator); return [value] for one record, [] for none, or use map")
 
 
 def unhashable_key(operator: str, key_fn: Any, records: Iterable[Any]) -> TypeError | None:
