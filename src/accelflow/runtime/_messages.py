@@ -66,7 +66,8 @@ class OutputEdge(_Message, frozen=True):
     (``addresses``), spread by ``partitioning`` (``key_fn`` for ``hash`` and ``custom``,
     ``partitioner`` for ``custom``, over ``max_parallelism`` key groups for ``hash``), into
     the consumer's input ``input_index``; the records of node ``node`` of the chain (-1: the
-    last), of its side output ``side`` (None: its main output)."""
+    last), of its side output ``side`` (None: its main output). ``names``: of that node and of
+    the consumer's first operator (errors name the edge by them)."""
 
     partitioning: Partitioning
     key_fn: Any
@@ -76,6 +77,7 @@ class OutputEdge(_Message, frozen=True):
     side: str | None = None
     partitioner: Any = None
     max_parallelism: int = 128
+    names: tuple[str, str] = ("", "")
 
 
 class ChainPlan(_Message, frozen=True):

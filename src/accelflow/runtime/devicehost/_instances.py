@@ -16,13 +16,11 @@ Each subtask gets its replies in the order of its requests.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,7 +30,7 @@ import cloudpickle
 from accelflow._errors import JobError, RemoteError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
 from accelflow.runtime import Attach, ResidentReply, device_memory, send_chunk
-from accelflow.runtime.subtask import DRAIN_AFTER_S, DeviceStage, PlainStage, open_stage
+from accelflow.runtime.subtask import DRAIN_AFTER_S, DeviceStage, PlainStage, bind, open_stage
 
 _log = logging.getLogger("accelflow.devicehost")
 
@@ -77,11 +75,7 @@ class Instance:
         self.since = time.time()
         self.users: set[int] = set()
         self.memory: int | None = None
-        obj: Any = cloudpickle.loads(attach.blob)
-        obj = self.obj = obj() if inspect.isclass(obj) else obj
-        method = self.options.method
-        fn: Any = getattr(self.obj, method, None) if method else None
-        self.fn: Callable[[Any], Any] = fn if fn is not None else obj
+        self.obj, self.fn = bind(cloudpickle.loads(attach.blob), self.options.method)
         self.stage: DeviceStage | PlainStage | None = None
         self.requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
         self.in_flight: deque[list[Request]] = deque()  # the requests of each batch in the stage

@@ -48,7 +48,7 @@ def chain_blob(job: Job, chain: Chain, address: Callable[[int, int], str]) -> by
         OutputEdge(
             i.edge.partitioning, i.edge.key_fn, tuple(address(c.id, n) for n in range(c.parallelism)),
             input_index=i.edge.input_index, node=i.node, side=i.edge.side, partitioner=i.edge.partitioner,
-            max_parallelism=max_parallelism_of(c, config),
+            max_parallelism=max_parallelism_of(c, config), names=(chain.nodes[i.node].name, c.head.name),
         )
         for c, i in graph.outputs_of(chain)
     )

@@ -3,6 +3,7 @@ for a device host (``runtime/devicehost``), the device stage of ``map_batches`` 
 joining of chunks, which its resident instances run too. ``python -m`` this package: a warm
 subtask process (``_warm``)."""
 
+from accelflow.runtime.subtask._calls import bind
 from accelflow.runtime.subtask._keys import stable_hash
 from accelflow.runtime.subtask._device import DRAIN_AFTER_S, DeviceStage, PlainStage, open_stage
 from accelflow.runtime.subtask._operators import join_chunks
@@ -12,6 +13,7 @@ __all__ = [
     "DRAIN_AFTER_S",
     "DeviceStage",
     "PlainStage",
+    "bind",
     "join_chunks",
     "open_stage",
     "run_subtask",

@@ -22,6 +22,7 @@ from accelflow.dataflow import AsyncFunction, AsyncSpec, RuntimeContext, Transfo
     timestamps_of
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, to_millis
 from accelflow.runtime import ChainPlan, Watermark
+from accelflow.runtime.subtask._calls import function_object
 from accelflow.runtime.subtask._operators import Operator, runs
 
 
@@ -74,7 +75,7 @@ class AsyncOp(Operator):
         super().__init__(node, plan)
         spec = node.spec
         assert isinstance(spec, AsyncSpec)
-        self.obj = spec.fn() if isinstance(spec.fn, type) else spec.fn
+        self.obj = function_object(spec.fn, spec.method)
         self.call = getattr(self.obj, "async_invoke", self.obj)
         self.timeout_s = to_millis(spec.timeout, what=f"operator {node.name!r}") / 1000
         self.capacity, self.ordered = spec.capacity, spec.ordered

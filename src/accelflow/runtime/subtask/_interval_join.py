@@ -16,11 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow.eventtime import MIN_TIMESTAMP, MapStateDescriptor, OutputTag, to_millis
+from accelflow.runtime.subtask._calls import function_object
 from accelflow.runtime.subtask._engine_base import KeyedEngine, Outputs
 from accelflow.runtime.subtask._timers import InternalTimer
 
@@ -73,7 +73,7 @@ class IntervalJoinEngine(KeyedEngine):
         if self.lower > self.upper:
             raise ConfigError(f"lowerBound <= upperBound must be fulfilled, got [{self.lower}, {self.upper}] ms "
                               "after making exclusive bounds inclusive", key=f"between(...) of operator {name!r}")
-        self.function: Any = function() if inspect.isclass(function) else function
+        self.function: Any = function_object(function, "process_element")
         self.call: Any = getattr(self.function, "process_element", self.function)
         self.late_tags = (left_late_data_output_tag, right_late_data_output_tag)
         assert self.backend is not None

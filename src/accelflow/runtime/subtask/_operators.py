@@ -8,7 +8,6 @@ runner finds it with :func:`operator_for`.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from accelflow.dataflow import (
 )
 from accelflow.dataflow.eventtime import MIN_TIMESTAMP
 from accelflow.runtime import ChainPlan
+from accelflow.runtime.subtask._calls import bind, not_iterable, unhashable_key
 from accelflow.runtime.subtask._keygroups import subtask_for_key
 from accelflow.runtime.subtask._keyed_functions import KeyedFunctionState
 from accelflow.runtime.subtask._keys import canonical_key
@@ -56,15 +56,6 @@ def operator_for(node: Transformation, plan: ChainPlan) -> Operator:
             return _RUNS[cls](node, plan)
     raise AccelflowInternalError(f"no runtime operator runs {type(node.spec).__name__} "
                                  f"(operator {node.name!r}): register one with @runs")
-
-
-def _bind(spec: FunctionSpec) -> tuple[Any, Callable[..., Any]]:
-    """Instantiate a class if given one; return (object, the callable to use)."""
-    obj = spec.fn() if inspect.isclass(spec.fn) else spec.fn
-    method = spec.method
-    if method and hasattr(obj, method):
-        return obj, getattr(obj, method)  # type: ignore[no-any-return]
-    return obj, obj  # type: ignore[return-value]
 
 
 class Operator:
@@ -183,7 +174,7 @@ class MapOp(Operator):
     def __init__(self, node: Transformation, plan: ChainPlan) -> None:
         super().__init__(node, plan)
         assert isinstance(node.spec, FunctionSpec)
-        self.obj, self.fn = _bind(node.spec)
+        self.obj, self.fn = bind(node.spec.fn, node.spec.method)  # see ._calls: which classes are built
         self.keyed: KeyedFunctionState | None = None
 
     def open(self, ctx: RuntimeContext) -> None:
@@ -215,9 +206,14 @@ class MapOp(Operator):
 class FlatMapOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
-        if isinstance(chunk, Annotated):
-            return chunk.expanded([list(fn(r)) for r in iter_records(chunk)])
-        return [out for r in iter_records(chunk) for out in fn(r)]
+        try:
+            if isinstance(chunk, Annotated):  # each record's outputs apart: they take its position
+                return chunk.expanded([[*fn(r)] for r in iter_records(chunk)])
+            return [out for r in iter_records(chunk) for out in fn(r)]
+        except TypeError as exc:  # a result that is not iterable? (else fn's own error)
+            if (error := not_iterable(self.node.name, exc, __name__)) is None:
+                raise
+        raise error  # out of the except: not chained to the loop's error
 
 
 @runs(FilterSpec)
@@ -378,13 +374,18 @@ class ReduceOp(MapOp):
     def process(self, chunk: Any) -> Any:
         state, key_fn, fn = self.state, self.key_fn, self.fn
         out = []
-        for r in iter_records(chunk):
-            key = canonical_key(key_fn(r))  # NaN keys are one key, as in Flink
-            value = fn(state[key], r) if key in state else r
-            state[key] = value
-            if self.rolling:
-                out.append(value)
-        return out
+        try:
+            for r in iter_records(chunk):
+                key = canonical_key(key_fn(r))  # NaN keys are one key, as in Flink
+                value = fn(state[key], r) if key in state else r
+                state[key] = value
+                if self.rolling:
+                    out.append(value)
+            return out
+        except TypeError:  # a key that is no key (a list)? else fn's own error
+            if (error := unhashable_key(self.node.name, key_fn, iter_records(chunk))) is None:
+                raise
+        raise error  # out of the except: not chained to the loop's error
 
     def finish(self) -> Any:
         return [] if self.rolling else list(self.state.values())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 from typing import Any
 
 from accelflow._errors import JobError
 from accelflow.dataflow import iter_records, rescale_targets, select, strided
 from accelflow.runtime import InputChannel, OutputEdge
+from accelflow.runtime.subtask._calls import unhashable_key, unpicklable_record
 from accelflow.runtime.subtask._channels import RelayedChannel, connect
 from accelflow.runtime.subtask._keygroups import subtask_for_key
 from accelflow.runtime.subtask._shm import ShmSender
@@ -78,6 +80,23 @@ class Router:
         self.subtask_of: SubtaskOfKey | None = None
 
     def send(self, chunk: Any) -> None:
+        """Send ``chunk``'s records to their subtasks.
+
+        Raises:
+            TypeError: a record cannot be pickled, or (``hash``) its key cannot be a key:
+                the message names the edge's operators, the culprit's type and the fix.
+        """
+        try:
+            self._send(chunk)
+            return
+        except (TypeError, AttributeError, pickle.PicklingError):  # as pickling fails
+            sender, receiver = self.edge.names
+            edge = f"from operator {sender!r} to operator {receiver!r} ({self.edge.partitioning})"
+            if (error := unpicklable_record(edge, iter_records(chunk))) is None:
+                raise
+        raise error  # out of the except: not chained to multiprocessing's frames
+
+    def _send(self, chunk: Any) -> None:
         n = len(self.conns)
         partitioning = self.edge.partitioning
         if n == 1:
@@ -102,7 +121,12 @@ class Router:
             if self.subtask_of is None or self.subtask_of.parallelism != n:
                 self.subtask_of = SubtaskOfKey(n, self.edge.max_parallelism)
             subtask_of = self.subtask_of
-            return [subtask_of(key_fn(r)) for r in iter_records(chunk)]
+            try:
+                return [subtask_of(key_fn(r)) for r in iter_records(chunk)]
+            except TypeError:  # a key that is no key (a list)? else the key selector's own error
+                if (error := unhashable_key(self.edge.names[1], key_fn, iter_records(chunk))) is None:
+                    raise
+            raise error  # out of the except: not chained to the loop's error
         out = []
         for r in iter_records(chunk):
             target = self.partitioner(key_fn(r), n)

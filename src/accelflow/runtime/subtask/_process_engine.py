@@ -20,11 +20,11 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from accelflow._errors import ConfigError
 from accelflow.dataflow.eventtime import CoFlatMapFunction, CoMapFunction, TimeDomain
+from accelflow.runtime.subtask._calls import function_object
 from accelflow.runtime.subtask._engine_base import KeyedEngine, Outputs
 from accelflow.runtime.subtask._timers import InternalTimer
 
@@ -59,14 +59,14 @@ class ProcessContext:
         return self._domain
 
 
-def _instance(fn: Any) -> Any:
-    return fn() if inspect.isclass(fn) else fn
+#: the methods a class defines to be built once per subtask (see ``._calls``)
+_METHODS = ("process_element", "process_element1", "map1", "flat_map1", "process_broadcast_element")
 
 
 class _FunctionEngine(KeyedEngine):
     def __init__(self, function: Any, name: str, **engine: Any) -> None:
         super().__init__(name, **engine)
-        self.function = _instance(function)
+        self.function = function_object(function, *_METHODS)
         self.ctx = ProcessContext(self)
 
     def open(self) -> None:

@@ -18,7 +18,6 @@ Example (a tumbling 5 s sum, fired by the watermark):
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow.eventtime import (
     MAX_TIMESTAMP, MIN_TIMESTAMP, AggregatingStateDescriptor, EventTimeTrigger, ListStateDescriptor, MapStateDescriptor,
     MergingWindowAssigner, OutputTag, ReducingStateDescriptor, TriggerResult, WindowAssigner, at_least, to_millis)
+from accelflow.runtime.subtask._calls import function_object
 from accelflow.runtime.subtask._engine_base import KeyedEngine, Outputs
 from accelflow.runtime.subtask._merging_windows import MergingWindowSet
 from accelflow.runtime.subtask._timers import InternalTimer
@@ -43,10 +43,6 @@ MERGING_WINDOW_SET = MapStateDescriptor("merging-window-set")
 #: without reading the enum's value: the engine asks at every element and timer)
 _FIRES = (TriggerResult.FIRE, TriggerResult.FIRE_AND_PURGE)
 _PURGES = (TriggerResult.PURGE, TriggerResult.FIRE_AND_PURGE)
-
-
-def _instance(fn: Any) -> Any:
-    return fn() if inspect.isclass(fn) else fn
 
 
 class WindowEngine(KeyedEngine):
@@ -88,9 +84,9 @@ class WindowEngine(KeyedEngine):
                               f"support merging ({type(self.trigger).__name__})", key=where)
         self.late_tag = late_data_output_tag
         self.all_window = all_window
-        self.reduce_function = _instance(reduce_function) if reduce_function is not None else None
-        self.aggregate_function = _instance(aggregate_function) if aggregate_function is not None else None
-        self.window_function = _instance(window_function) if window_function is not None else None
+        self.reduce_function = function_object(reduce_function, "reduce")
+        self.aggregate_function = function_object(aggregate_function, "create_accumulator", "add", "get_result")
+        self.window_function = function_object(window_function, "process", "apply")
         clear = getattr(self.window_function, "clear", None)
         self.clear_function = clear if callable(clear) else None
         #: the default event-time trigger (its timers' results are known without calling it)
