@@ -4,10 +4,6 @@ frames; a TypeError of the user's own code stays the user's."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -91,26 +87,3 @@ def test_an_unpicklable_record_on_an_edge_names_both_operators_the_type_and_the_
     assert "it is a _thread.lock <unlocked" in message and "cannot pickle '_thread.lock' object" in message
     assert "in open() of the rich function" in message
     _no_frames(caught.value)
-
-
-def test_a_record_of_a_class_of_the_job_script_says_to_define_it_in_a_module(tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent("""
-        from dataclasses import dataclass
-        from accelflow import Environment
-
-        @dataclass
-        class Reading:
-            value: int
-
-        env = Environment({"parallelism.default": 2})
-        env.from_sequence(1, 4).map(Reading, name="read").rebalance().map(lambda r: r.value, name="use").print()
-        env.execute()
-    """), encoding="utf-8")
-    accelflow = Path(sys.executable).parent / "accelflow"
-    done = subprocess.run([str(accelflow), "run", str(script)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1
-    assert "a record from operator 'read' to operator 'use' (rebalance) cannot be sent: it is a __main__.Reading" \
-        in done.stderr
-    assert "define its class in a module that the job script imports" in done.stderr
-    assert "multiprocessing" not in done.stderr

@@ -91,7 +91,7 @@ if TYPE_CHECKING:
         NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
     )
     from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
-    from accelflow.runtime._pickle import dumps
+    from accelflow.runtime._pickle import ByValue, dumps, send_pickled
     from accelflow.runtime._process import (
         PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, whole_lines,
     )
@@ -148,7 +148,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SYSTEM_CLOCK", "Clock", "ManualClock",
     ),
     "._pickle": (
-        "dumps",
+        "ByValue", "dumps", "send_pickled",
     ),
     "._process": (
         "PARENT_PID_ENV_VAR", "die_with_parent", "expected_parent", "parent_env", "whole_lines",
@@ -166,6 +166,7 @@ __all__ = [
     "Attach",
     "Attached",
     "Barrier",
+    "ByValue",
     "CONNECT_TIMEOUT_S",
     "CancelJob",
     "ChainPlan",
@@ -273,6 +274,7 @@ __all__ = [
     "resolve_framework",
     "same_process",
     "send_chunk",
+    "send_pickled",
     "serve_forever",
     "session_process",
     "share_arrays",

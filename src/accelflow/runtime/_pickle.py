@@ -10,6 +10,7 @@ the loading process imports from here).
 from __future__ import annotations
 
 import io
+import pickle
 import types
 from collections import ChainMap
 from collections.abc import Callable
@@ -40,3 +41,41 @@ def dumps(obj: Any) -> bytes:
     with io.BytesIO() as out:
         _Pickler(out, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
         return out.getvalue()
+
+
+class ByValue:
+    """``obj`` pickled by cloudpickle inside a plain pickle; loading it gives ``obj`` back.
+
+    A record whose class a job script defines (``__main__``) reaches a subtask only inside the
+    job's functions, rebuilt there by cloudpickle; plain pickle, which a channel uses, looks the
+    class up by name and fails (``attribute lookup Point on __main__ failed``). Such a chunk
+    travels wrapped: the receiving subtask rebuilds the class too, and the client gets its own
+    class back (cloudpickle tracks a class by an id given when the client first pickled it).
+
+    Example:
+        >>> import pickle
+        >>> pickle.loads(pickle.dumps(ByValue([1, 2])))
+        [1, 2]
+    """
+
+    __slots__ = ("payload",)
+
+    def __init__(self, obj: Any) -> None:
+        self.payload = dumps(obj)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return cloudpickle.loads, (self.payload,)
+
+
+def send_pickled(send: Callable[[Any], None], obj: Any, wrap: Callable[[Any], Any] = lambda o: o) -> bool:
+    """``send(wrap(obj))``, or where plain pickle cannot find a class of ``obj`` by name (a job
+    script's), ``send(wrap(ByValue(obj)))``; returns whether it had to (later chunks of the same
+    records then go by value at once). ``send`` pickles before it writes anything."""
+    try:
+        send(wrap(obj))
+        return False
+    except (pickle.PicklingError, AttributeError) as exc:
+        if "__main__" not in str(exc):
+            raise
+    send(wrap(ByValue(obj)))
+    return True

@@ -53,7 +53,7 @@ from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
     CancelJob, ConfigReply, ConfigRequest, JobAccepted, JobFailed, JobProgress, JobSucceeded,
     StatusReply, StatusRequest, Stopping, StopRequest, SubmitJob,
-    TriggerSavepoint,
+    TriggerSavepoint, send_pickled,
 )
 from accelflow.runtime.jobmanager import Job, JobManager
 from accelflow.runtime import SessionInfo, socket_dir, write_private
@@ -207,7 +207,8 @@ class SessionCluster:
                       "stopped_with_savepoint": job.stopped_with_savepoint}
         conn.send(JobProgress(dict(self._snapshot(job), **ending)))
         if "result" in outcome:
-            conn.send(JobSucceeded(outcome["result"]))
+            # its collected records may be of the job script's classes: by value where needed
+            send_pickled(conn.send, outcome["result"], JobSucceeded)
         else:
             conn.send(JobFailed(encode_error(outcome["error"], with_traceback=True)))  # for -v
 

@@ -118,10 +118,8 @@ def unpicklable_record(edge: str, records: Iterable[Any]) -> TypeError | None:
         try:
             ForkingPickler.dumps(record)  # as a channel's connection pickles it
         except Exception as exc:
-            fix = ("define its class in a module that the job script imports (the subtasks cannot "
-                   "import the script's own classes)") if "__main__" in str(exc) else (
-                   "emit plain data (numbers, str, tuples, dicts, NumPy arrays), and make locks, files, "
-                   "clients or models in open() of the rich function that uses them")
+            fix = ("emit plain data (numbers, str, tuples, dicts, NumPy arrays, your own classes), and make "
+                   "locks, files, clients or models in open() of the rich function that uses them")
             return TypeError(
                 f"a record {edge} cannot be sent: it is a {_type(record)} {_shown(record)}, which cannot be "
                 f"pickled ({type(exc).__name__}: {exc}). Records that go to another subtask (key_by, "

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP
-from accelflow.runtime import Collected, StreamStatus, SubtaskProgress, Watermark
+from accelflow.runtime import Collected, StreamStatus, SubtaskProgress, Watermark, send_pickled
 from accelflow.runtime.subtask._operators import Operator
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._sink_operators import CollectSink
@@ -134,7 +134,7 @@ class ChainIO:
 
     def _emit(self, chunk: Any) -> None:
         if self.ops and isinstance(self.ops[-1], CollectSink):
-            self.status.send(Collected(self.desc.key, chunk))
+            send_pickled(self.status.send, chunk, lambda c: Collected(self.desc.key, c))
         for router in self.routers:
             router.send(chunk)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from accelflow._errors import JobError
 from accelflow.dataflow import iter_records, rescale_targets, select, strided
-from accelflow.runtime import InputChannel, OutputEdge
+from accelflow.runtime import ByValue, InputChannel, OutputEdge, send_pickled
 from accelflow.runtime.subtask._calls import unhashable_key, unpicklable_record
 from accelflow.runtime.subtask._channels import RelayedChannel, connect
 from accelflow.runtime.subtask._keygroups import subtask_for_key
@@ -78,6 +78,8 @@ class Router:
         self.partitioner = _partitioner(edge.partitioner) if edge.partitioning == "custom" else None
         self.random = random.Random(index)
         self.subtask_of: SubtaskOfKey | None = None
+        #: records of a class that plain pickle cannot find by name go by value (``ByValue``)
+        self.by_value = False
 
     def send(self, chunk: Any) -> None:
         """Send ``chunk``'s records to their subtasks.
@@ -100,17 +102,24 @@ class Router:
         n = len(self.conns)
         partitioning = self.edge.partitioning
         if n == 1:
-            self.conns[0].send(chunk)
+            self._put(self.conns[0], chunk)
         elif partitioning == "broadcast":
             for conn in self.conns:
-                conn.send(chunk)
+                self._put(conn, chunk)
         elif partitioning in ("hash", "custom", "shuffle"):
             self._send_selected(chunk, self._targets(chunk, n))
         else:
             size = len(chunk)
             for i in range(min(n, size)):
-                self.conns[(self.next + i) % n].send(strided(chunk, i, n))
+                self._put(self.conns[(self.next + i) % n], strided(chunk, i, n))
             self.next = (self.next + size) % n
+
+    def _put(self, conn: ShmSender | RelayedChannel, part: Any) -> None:
+        """``part`` to ``conn``; by value once a record's class was not found by name."""
+        if self.by_value:
+            conn.send(ByValue(part))
+        else:
+            self.by_value = send_pickled(conn.send, part)
 
     def _targets(self, chunk: Any, n: int) -> list[int]:
         """The channel of each record of ``chunk``."""
@@ -142,9 +151,9 @@ class Router:
             buckets[target].append(i)
         for conn, bucket in zip(self.conns, buckets):
             if len(bucket) == len(targets):
-                conn.send(chunk)
+                self._put(conn, chunk)
             elif bucket:
-                conn.send(select(chunk, bucket))
+                self._put(conn, select(chunk, bucket))
 
     def broadcast(self, item: Any) -> None:
         """Send ``item`` (a checkpoint barrier, a watermark, a status) to every downstream
