@@ -48,7 +48,7 @@ class Cluster:
         self.coordinator = CheckpointCoordinator(
             self.job, lambda key, command: None, threading.RLock(), clock=self.clock,
             store=CheckpointStore(str(tmp_path / "checkpoints"), "uid", clock=self.clock))
-        self.job.in_place_off = in_place_off(self.job.config, self.coordinator.enabled, self.launcher)
+        self.job.in_place_off = in_place_off(self.job.config, restarts, self.launcher)
         self.failover = Failover(self.job, self.coordinator, self.state, self.deployer, self.pump,
                                  self.launcher, self.clock, RestartBudget(restarts))
         self.keys = self.deployer.deploy(self.job)
@@ -91,9 +91,10 @@ def test_what_is_confined_and_what_restarts_every_subtask(tmp_path: Path) -> Non
     assert why_not_in_place(job, attempt) == "other subtasks had finished or exited already"
     attempt.exited, attempt.recovery = set(), object()  # type: ignore[assignment]
     assert why_not_in_place(job, attempt) == "it failed while the job was still rolling back"
-    assert in_place_off(config_from(values={"execution.failover.in-place": False}), True, cluster.launcher) \
+    assert in_place_off(config_from(values={"execution.failover.in-place": False}), 3, cluster.launcher) \
         == "execution.failover.in-place is false"
-    assert in_place_off(config_from(values={}), False, cluster.launcher).startswith("checkpointing is off")
+    assert in_place_off(config_from(values={}), 0, cluster.launcher) == "the restart strategy allows no restart"
+    assert in_place_off(config_from(values={}), 3, cluster.launcher) is None  # checkpointing off too
 
 
 def test_a_rollback_rekeys_the_survivors_in_place_and_replaces_the_failed_one_after_the_delay(tmp_path: Path) -> None:

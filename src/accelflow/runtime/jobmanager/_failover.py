@@ -93,12 +93,18 @@ class Attempt:
         self.failed_at = failed_at
 
 
-def in_place_off(config: Configuration, checkpointing: bool, launcher: Launcher) -> str | None:
-    """Why no failure of a job is rolled back in place, or None."""
+def in_place_off(config: Configuration, restarts: int, launcher: Launcher) -> str | None:
+    """Why no failure of a job is rolled back in place, or None; ``restarts``: how many the
+    restart strategy allows (none: a failure fails the job, nothing is rolled back).
+
+    Without checkpointing a job rolls back in place too, to its start (no checkpoint has
+    completed, as when a checkpointed job fails before its first one): the survivors rewind
+    their sources and reset their operators, in their processes.
+    """
     if not config.get(k.FAILOVER_IN_PLACE):
         return "execution.failover.in-place is false"
-    if not checkpointing:
-        return "checkpointing is off: there is no checkpoint to roll back to"
+    if restarts <= 0:
+        return "the restart strategy allows no restart"
     if not getattr(launcher, "in_place_failover", True):
         return "the Ray target restarts every subtask"
     return None

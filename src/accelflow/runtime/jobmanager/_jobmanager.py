@@ -260,9 +260,10 @@ class JobManager:
 
     def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
         self.prepare_sources(job.graph)
-        job.in_place_off = in_place_off(job.config, coordinator.enabled, self.launcher)
+        restarts = _restarts(job.config, coordinator.enabled)
+        job.in_place_off = in_place_off(job.config, restarts, self.launcher)
         failover = Failover(job, coordinator, self.state, self.deployer, self.pump, self.launcher, self.clock,
-                            RestartBudget(_restarts(job.config, coordinator.enabled)))
+                            RestartBudget(restarts))
         restarting: tuple[FailoverRecord, float] | None = None  # what the next attempt recovers from
         while True:
             try:
