@@ -50,6 +50,9 @@ from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import SlotAssignment, SlotRequest, SubtaskRequest
 
 _log = logging.getLogger("accelflow.runtime")
+#: how long after the failed subtasks have exited (and their devices are free) a failure of
+#: another subtask still joins their rollback (one detection window), in seconds
+JOIN_S = 0.1
 
 
 class RestartBudget:
@@ -180,16 +183,27 @@ class Failover:
         """Wait (bounded) until the failed subtasks' processes are gone, and, for those whose
         replacement starts on their devices, what they left computing there too (their
         TaskExecutor's ``DevicesFree``, ``docs/gpu.md``); why not, or None. A subtask that fails
-        meanwhile joins ``failure`` (one detection window); other events of the attempt are
-        dropped: its epoch is over."""
+        meanwhile, or up to :data:`JOIN_S` after, joins ``failure`` (one detection window: two
+        processes killed together exit a few milliseconds apart); other events of the attempt
+        are dropped: its epoch is over."""
         deadline = self.clock.monotonic() + EXIT_WAIT_S
-        while waiting := self._unsettled(attempt, failure):
-            if self.clock.monotonic() >= deadline:
-                if waiting[0] in attempt.exited:
-                    return (f"the devices of subtask {self._name(waiting[0])} still held its processes' memory "
-                            f"{EXIT_WAIT_S:g} s after it exited")
-                return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
-            event = self.pump.next_event(self.job.events, POLL_S)
+        joined_until: float | None = None  # then the failed subtasks have all settled
+        while True:
+            now = self.clock.monotonic()
+            if waiting := self._unsettled(attempt, failure):
+                joined_until = None
+                if now >= deadline:
+                    if waiting[0] in attempt.exited:
+                        return (f"the devices of subtask {self._name(waiting[0])} still held its processes' "
+                                f"memory {EXIT_WAIT_S:g} s after it exited")
+                    return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
+            elif joined_until is None:
+                joined_until = now + JOIN_S
+            event = self.pump.next_event(self.job.events, POLL_S if joined_until is None else max(0.0, joined_until - now))
+            if event is None and joined_until is not None and self.clock.monotonic() >= joined_until:
+                event = self.pump.next_event(self.job.events, 0)  # one routed meanwhile joins too
+                if event is None:
+                    return None
             if event is None or self.pool.on_any(event):
                 continue
             te_id, msg = event

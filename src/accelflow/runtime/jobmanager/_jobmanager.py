@@ -374,8 +374,8 @@ class JobManager:
                 if st.state != "FINISHED":
                     st.state = "FAILED"
                     attempt.failure = Failure([key], None, self.clock.monotonic())
-                    raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
-                                   f"{msg.exitcode} without finishing")
+                    code = "" if msg.exitcode is None else f" with code {msg.exitcode}"  # None: before its rollback
+                    raise JobError(f"subtask {st.name} on {st.taskexecutor} exited{code} without finishing")
         if isinstance(msg, CheckpointAck):
             if msg.final:  # what its sinks prepared last: their job-level commit's input
                 attempt.finals[key] = (msg.checkpoint_id, msg.states)
