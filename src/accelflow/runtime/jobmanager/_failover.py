@@ -13,8 +13,10 @@ and deploying them all again (the full restart, as Flink's), it
    gets the new attempt number, with the slot and device shares moved over unchanged (nothing
    is placed again), so every per-attempt rule (events of old attempts ignored, channel names,
    checkpoints' acks) holds as after a full restart;
-4. sends every survivor one :class:`Rollback` to the latest completed checkpoint (they restore
-   it inside their processes, without ``open()``, see ``runtime/subtask/_epochs.py``);
+4. sends every survivor one :class:`Rollback` to the latest completed checkpoint, or to the
+   job's start when none completed (checkpointing off, or not yet: the sources rewind to their
+   first splits, the operators restore nothing); they restore it inside their processes,
+   without ``open()``, see ``runtime/subtask/_epochs.py``;
 5. hands the failed indexes to ready standby subtasks first (``_standby.py``), and deploys a
    replacement for each other failed subtask after the restart delay, on its TaskExecutor and
    devices, or where placement finds room (all of them or none) when that TaskExecutor was
