@@ -265,7 +265,9 @@ class _Runner(ChainIO):
             with self.beat.waiting():
                 msg = self.status.recv()
             self._command(msg)
-            if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
+            # a periodic checkpoint may have the id of its final state (triggered before it
+            # ended): only the job's final one means every subtask has ended
+            if isinstance(msg, NotifyCheckpointComplete) and msg.final:
                 return
 
     # -- records -------------------------------------------------------------------------------
