@@ -18,13 +18,17 @@ When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
   against the 2 s before the kill;
 * ``dup/lost``: duplicates and losses in the committed output (target 0/0).
 
-Runs alternate four paths, ``--repeat`` times each: ``in-place``
+Runs alternate five paths, ``--repeat`` times each: ``in-place``
 (``execution.failover.in-place: true``, the default), ``standby`` (the same with
 ``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index),
-``full restart`` (``in-place: false``: every subtask restarted, as Flink), and ``hung``
+``full restart`` (``in-place: false``: every subtask restarted, as Flink), ``hung``
 (in place, but the subtask hangs in ``time.sleep(10**6)`` instead of dying, with
 ``heartbeat.timeout: 2 s``: "flowing again" then counts from the hang and includes the
-timeout, the stack dump and the replacement's ``open()``). The summary gives
+timeout, the stack dump and the replacement's ``open()``), and ``lost te`` (in place, but the
+whole TaskExecutor holding that subtask is SIGKILLed instead, with the 2 subtask indexes it
+holds: on a cluster of 3 TaskExecutors with 2 GPUs each, so the lost subtasks fit on the
+third; "flowing again" counts from that kill, "survivor opens" counts the 2 other indexes).
+The summary gives
 the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
 ``accelflow.testing`` (6 GPUs, 3 per TaskExecutor: room for the standby), and ``open()``
 sleeps; ``--gpu`` uses the host's GPUs and fails at once when
@@ -45,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -61,7 +66,7 @@ from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
 N = 8000
 AT = 2500  # the record whose subtask kills itself
 #: in place; in place with one standby subtask; every subtask restarted (as Flink)
-PATHS = ("in-place", "standby", "full restart", "hung")
+PATHS = ("in-place", "standby", "full restart", "hung", "lost te")
 #: ``heartbeat.timeout`` of the ``hung`` runs (its subtask sleeps in a batch instead of dying)
 HUNG_TIMEOUT_S = 2.0
 PARALLELISM = 4
@@ -74,10 +79,11 @@ def _append(path: Path, line: str) -> None:
 
 class Model:
     """``open()`` costs ``open_s``; the subtask that meets record ``AT`` first SIGKILLs itself
-    (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung)."""
+    (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung;
+    with ``survive``: goes on, and :class:`TaskExecutorKiller` kills its TaskExecutor)."""
 
-    def __init__(self, directory: Path, open_s: float, hang: bool = False) -> None:
-        self.dir, self.open_s, self.hang = directory, open_s, hang
+    def __init__(self, directory: Path, open_s: float, hang: bool = False, survive: bool = False) -> None:
+        self.dir, self.open_s, self.hang, self.survive = directory, open_s, hang, survive
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.open_s)
@@ -96,7 +102,8 @@ class Model:
                 _append(self.dir / "kill.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask}")
                 if self.hang:
                     time.sleep(10**6)
-                os.kill(os.getpid(), signal.SIGKILL)
+                if not self.survive:
+                    os.kill(os.getpid(), signal.SIGKILL)
         _append(self.dir / "calls.log", f"{time.time():.6f} {self.ctx.index_of_this_subtask} {len(records)}")
         return batch
 
@@ -123,6 +130,30 @@ class Numbers(Source[int]):
         return (split[0] + records_read, split[1])
 
 
+class TaskExecutorKiller(threading.Thread):
+    """Once a ``Model`` wrote ``kill.log``, SIGKILLs the TaskExecutor that runs that subtask;
+    :attr:`killed` (when) and :attr:`victims` (the model's subtask indexes it held) say what."""
+
+    def __init__(self, client: Any, work: Path) -> None:
+        super().__init__(daemon=True)
+        self.client, self.work = client, work
+        self.killed, self.victims = float("nan"), set[int]()
+        self.start()
+
+    def run(self) -> None:
+        log = self.work / "kill.log"
+        while not log.exists() or not log.read_text().endswith("\n"):
+            time.sleep(0.002)
+        index = int(log.read_text().split()[1])
+        jm = self.client.jobmanager
+        with jm.state.lock:
+            models = [st for st in jm.state.subtasks.values() if st.name.startswith("model") and st.state == "RUNNING"]
+            te = next(st.taskexecutor for st in models if st.key.index == index)
+            self.victims = {st.key.index for st in models if st.taskexecutor == te}
+        os.kill(jm.taskexecutors[te].registration.pid, signal.SIGKILL)
+        self.killed = time.time()
+
+
 def _gpu_conf(work: Path, real_gpu: bool) -> dict[str, Any]:
     if not real_gpu:
         os.environ.update({k: v for k, v in fake_nvidia_smi_env(install_fake_nvidia_smi(work / "bin", 6)).items()
@@ -137,6 +168,8 @@ def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict
     """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
     module's description."""
     in_place, standbys = path != "full restart", int(path == "standby")
+    if path == "lost te":  # room for the 2 subtasks of the TaskExecutor killed
+        conf = {**conf, "local.number-taskmanager": 3, "external-resource.gpu.amount": 2}
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -145,23 +178,28 @@ def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict
                        "execution.failover.standby-subtasks": standbys,
                        "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
     (env.from_source(Numbers(N), name="numbers")
-        .map_batches(Model(work, open_s, hang=path == "hung"), batch_size=10, name="model", resources={"gpu": 1})
+        .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te"), batch_size=10,
+                     name="model", resources={"gpu": 1})
         .sink_to(FileSink(work / "out"), name="files"))
     client = env.execute_async("failover")
+    killer = TaskExecutorKiller(client, work) if path == "lost te" else None
     result = client.wait(300)
     [failover] = client.jobmanager.jobs[result.job_id].failovers
     killed_at, victim_index = (work / "kill.log").read_text().split()
-    killed, victim = float(killed_at), int(victim_index)
+    killed, victims = float(killed_at), {int(victim_index)}
+    if killer is not None:
+        killer.join()
+        killed, victims = killer.killed, killer.victims
     calls = [(float(t), int(i), int(n)) for t, i, n in
              (line.split() for line in (work / "calls.log").read_text().splitlines())]
     resumed = max(min(t for t, i, _ in calls if i == index and t > killed) for index in range(PARALLELISM))
-    survivors = [(t, n) for t, i, n in calls if i != victim]
+    survivors = [(t, n) for t, i, n in calls if i not in victims]
     before = sum(n for t, n in survivors if killed - 2.0 <= t < killed) / 2.0
     during = sum(n for t, n in survivors if killed <= t <= resumed) / max(resumed - killed, 1e-9)
     out = Counter(int(line) for p in (work / "out").glob("part-*") for line in p.read_text().splitlines())
     opens = [line.split() for line in (work / "opens.log").read_text().splitlines()]
     # after the kill, by the other indexes (a standby opens with an index past the last)
-    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) != victim and int(i) < PARALLELISM)
+    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) not in victims and int(i) < PARALLELISM)
     return {"survivor opens": reopened, "flowing again": resumed - killed,
             "recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
             "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}

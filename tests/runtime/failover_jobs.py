@@ -47,15 +47,16 @@ class Model:
     with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last).
     ``opens_first``: the failure at ``at`` waits (up to 30 s) until that many ``open()`` calls
     happened (e.g. a standby's replacement is open); ``opens_after``: once it failed, each batch
-    waits so (e.g. for the next standby): the order does not depend on timing."""
+    waits so (e.g. for the next standby): the order does not depend on timing. ``ended_first``:
+    the failure waits so until that many source splits ended (``Counted(ended=directory)``)."""
 
     def __init__(self, directory: str | Path, *, load_s: float = 0.0, batch_s: float = 0.0,
                  fail: str | None = None, at: int = -1, at2: int = -1, fail_open: int | str | None = None,
-                 opens_first: int = 0, opens_after: int = 0) -> None:
+                 opens_first: int = 0, opens_after: int = 0, ended_first: int = 0) -> None:
         self.dir = Path(directory)
         self.load_s, self.batch_s = load_s, batch_s
         self.fail, self.at, self.at2, self.fail_open = fail, at, at2, fail_open
-        self.opens_first, self.opens_after = opens_first, opens_after
+        self.opens_first, self.opens_after, self.ended_first = opens_first, opens_after, ended_first
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.load_s)
@@ -81,6 +82,7 @@ class Model:
 
     def _fail(self, record: int) -> None:
         _wait_for_opens(self.dir, self.opens_first)
+        _wait_for_lines(self.dir / "ended.log", self.ended_first)
         _append(self.dir / "failure.log", f"{time.time():.6f} {os.getpid()} {self.fail} {record}")
         if self.fail == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -91,8 +93,13 @@ class Model:
 
 def _wait_for_opens(directory: Path, n: int) -> None:
     """Until ``n`` ``open()`` calls happened (at most 30 s)."""
+    _wait_for_lines(directory / "opens.log", n)
+
+
+def _wait_for_lines(path: Path, n: int) -> None:
+    """Until ``path`` has ``n`` lines (at most 30 s)."""
     deadline = time.monotonic() + 30
-    while len(opens(directory)) < n and time.monotonic() < deadline:
+    while n and (not path.exists() or len(path.read_text().splitlines()) < n) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -120,11 +127,13 @@ class Counted(Source[int]):
     """``0..n-1`` in chunks of ``chunk``, ``delay`` seconds apart per split, with exact
     positions; ``bounded=False`` goes on idle after ``n`` (yielding ``[]``). With ``idle``,
     the source waits that long before each chunk, yielding ``[]`` every 50 ms (an idle
-    source, not a hung one)."""
+    source, not a hung one). With ``ended``, each split that ends appends ``<pid>`` to
+    ``<ended>/ended.log``."""
 
     def __init__(self, n: int, chunk: int = 20, delay: float = 0.0, bounded: bool = True,
-                 idle: float = 0.0) -> None:
+                 idle: float = 0.0, ended: str | Path | None = None) -> None:
         self.n, self.chunk, self.delay, self.bounded, self.idle = n, chunk, delay, bounded, idle
+        self.ended = ended
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
         return list(even_ranges(self.n, parallelism))
@@ -142,6 +151,8 @@ class Counted(Source[int]):
                 time.sleep(0.05)
                 yield []
             yield np.arange(start, min(start + self.chunk, stop), dtype=np.int64)
+        if self.ended is not None:
+            _append(Path(self.ended) / "ended.log", str(os.getpid()))
         while not self.bounded and not ctx.is_cancelled():
             time.sleep(0.05)
             yield []

@@ -265,19 +265,20 @@ class ProbeJson(Probe):
 
 
 class FailFirstAttempt(RichMapFunction[int, tuple[int, int]]):
-    """Raises on record ``bad`` in attempt 0; maps to (value, attempt) afterwards."""
+    """Raises on record ``bad`` in attempt 0; maps to (value, attempt) afterwards (the
+    attempt of the context now: a subtask rolled back in place keeps its instance)."""
 
     def __init__(self, bad: int) -> None:
         self.bad = bad
-        self.attempt = -1
 
     def open(self, ctx: RuntimeContext) -> None:
-        self.attempt = ctx.attempt_number
+        self.ctx = ctx
 
     def map(self, value: int) -> tuple[int, int]:
-        if self.attempt == 0 and value == self.bad:
+        attempt = self.ctx.attempt_number
+        if attempt == 0 and value == self.bad:
             raise RuntimeError(f"flaky on {value}")
-        return value, self.attempt
+        return value, attempt
 
 
 class FailInOpen(RichMapFunction[int, int]):

@@ -91,3 +91,20 @@ def test_a_hardware_xid_on_a_shared_gpu_replaces_both_of_its_subtasks(gpu_conf: 
     moved = [st for st in client.jobmanager.state.subtasks.values()
              if st.key.job_id == job.id and st.key.attempt == 1 and st.name in on_gpu]
     assert len(moved) == 2 and all((st.taskexecutor, st.devices["gpu"][0][0]) != (te, gpu) for st in moved)
+
+
+def test_a_survivor_that_ended_before_its_rollback_is_reported_gone_under_its_new_key() -> None:
+    # it ended (its exit went out under its old key) after the JobManager had decided: the new
+    # epoch must hear that it lacks it, or every other subtask waits for it for ever
+    import multiprocessing
+
+    from accelflow.resources import ExternalResourceInfoProvider
+    from accelflow.runtime import Rollback, SubtaskExited, SubtaskKey
+    from accelflow.runtime.taskexecutor import TaskExecutor
+
+    jm, te_end = multiprocessing.Pipe()
+    te = TaskExecutor("taskexecutor-1", te_end, ExternalResourceInfoProvider(), slots=1)
+    old, new = SubtaskKey("job-1", 0, 1, 0), SubtaskKey("job-1", 1, 1, 0)
+    jm.send(Rollback(old, new, 0, None, None, None, 0, ()))
+    assert te._command()
+    assert jm.poll(5) and jm.recv() == SubtaskExited(new, None)

@@ -1,9 +1,13 @@
 """Standby subtasks (issue 28.2): opened ahead on spare devices, one takes a failed subtask's
 index at once, a new one is deployed in the background, a failed standby is just replaced,
-and a job whose standbys do not fit runs without them and says so (real processes, fake GPUs)."""
+and a job whose standbys do not fit runs without them and says so; several subtasks failing at
+once take one standby each (real processes, fake GPUs)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -70,3 +74,91 @@ def test_a_job_whose_standbys_do_not_fit_runs_without_them_and_says_why(gpu_conf
     [(chain, why)] = job.standby_missing.items()
     assert chain == "model -> files" and why.startswith("cannot place")
     assert len(opens(tmp_path)) == 4
+
+
+def _xid_on_two(conf: dict[str, Any], tmp_path: Path, standbys: int) -> tuple[Any, Any, set[str], list[int]]:
+    """numbers -> model ({"gpu": 0.5}, 4 subtasks) -> files with ``standbys`` standbys; once
+    they are all open and a checkpoint completed, a hardware Xid fails the 2 models sharing
+    the GPU of model 1/4 at once. The job's client and record, the failed subtasks' names and
+    the pids that opened the model before the failure."""
+    env = Environment({**conf, "parallelism.default": 4, "execution.checkpointing.interval": "100 ms",
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.standby-subtasks": standbys})
+    (env.from_source(Counted(N, chunk=10, delay=0.03), name="numbers")
+        .map_batches(Model(tmp_path, batch_s=0.01), batch_size=10, name="model", resources={"gpu": 0.5})
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async(f"xid, {standbys} standbys")
+    deadline = time.monotonic() + 60
+    while (job := next(iter(client.jobmanager.jobs.values()), None)) is None or \
+            len(opens(tmp_path)) < 4 + standbys or job.checkpoints.completed < 1 or \
+            sum(st.state == "STANDBY" for st in client.jobmanager.state.subtasks.values()) < standbys:
+        assert time.monotonic() < deadline, "the job and its standbys did not run in time"
+        time.sleep(0.01)
+    held = {st.name: (st.taskexecutor, st.devices["gpu"][0][0]) for st in client.jobmanager.state.subtasks.values()
+            if st.key.job_id == job.id and st.devices.get("gpu") and "standby" not in st.name}
+    on_gpu = {name for name, where in held.items() if where == held["model -> files (1/4)"]}
+    assert len(on_gpu) == 2, held
+    before = [pid for pid, _, _ in opens(tmp_path)]
+    client.jobmanager.inject_fault(*held["model -> files (1/4)"], 79)
+    return client, job, on_gpu, before
+
+
+def _indexes(names: set[str]) -> set[int]:
+    """``{"model -> files (2/4)", ...}`` -> ``{1, ...}``."""
+    return {int(name.split("(")[-1].split("/")[0]) - 1 for name in names}
+
+
+def test_two_failures_at_once_move_to_two_standbys(gpu_conf: dict[str, Any], tmp_path: Path) -> None:
+    client, job, failed, before = _xid_on_two(gpu_conf, tmp_path, standbys=2)
+    result = client.wait(120)
+    assert published(tmp_path / "out") == list(range(N))  # none lost, none twice
+    [failover] = job.failovers
+    assert failover.path == "in-place" and sorted(failover.replaced) == sorted(failed)
+    assert failover.standby == "model -> files (standby), model -> files (standby)"
+    _opened(tmp_path)  # no process opened twice: the survivors were not opened again
+    standby_pids = {pid for pid, index, _ in opens(tmp_path) if index >= 4 and pid in before}
+    assert len(standby_pids) == 2  # opened before the failure
+    worked = {index for _, pid, index, _ in calls(tmp_path) if pid in standby_pids}
+    assert worked == _indexes(failed)  # each standby took one failed index
+    # no replacement was opened: every later open() is a new standby's (index past the last)
+    assert all(index >= 4 for pid, index, _ in opens(tmp_path) if pid not in before)
+    assert result.attempts == 2
+
+
+def test_two_failures_at_once_with_one_standby_move_one_and_replace_the_other(gpu_conf: dict[str, Any],
+                                                                                tmp_path: Path) -> None:
+    client, job, failed, before = _xid_on_two(gpu_conf, tmp_path, standbys=1)
+    result = client.wait(120)
+    assert published(tmp_path / "out") == list(range(N))
+    [failover] = job.failovers
+    assert failover.path == "in-place" and sorted(failover.replaced) == sorted(failed)
+    assert failover.standby == "model -> files (standby)"
+    _opened(tmp_path)
+    replacements = [index for pid, index, _ in opens(tmp_path) if pid not in before and index < 4]
+    assert len(replacements) == 1 and set(replacements) < _indexes(failed)  # of the index left
+    assert result.attempts == 2
+
+
+def test_two_subtasks_sigkilled_together_move_to_two_standbys(gpu_conf: dict[str, Any], tmp_path: Path) -> None:
+    env = Environment({**gpu_conf, "parallelism.default": 2, "execution.checkpointing.interval": "100 ms",
+                       "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.standby-subtasks": 2})
+    (env.from_source(Counted(N, chunk=10, delay=0.03), name="numbers")
+        .map_batches(Model(tmp_path, batch_s=0.01), batch_size=10, name="model", resources={"gpu": 1})
+        .sink_to(FileSink(tmp_path / "out"), name="files"))
+    client = env.execute_async("two killed")
+    deadline = time.monotonic() + 60
+    while (job := next(iter(client.jobmanager.jobs.values()), None)) is None or len(opens(tmp_path)) < 4 or \
+            job.checkpoints.completed < 1 or \
+            sum(st.state == "STANDBY" for st in client.jobmanager.state.subtasks.values()) < 2:
+        assert time.monotonic() < deadline, "the job and its standbys did not run in time"
+        time.sleep(0.01)
+    before = opens(tmp_path)
+    for pid in [pid for pid, index, _ in before if index < 2]:
+        os.kill(pid, signal.SIGKILL)
+    result = client.wait(120)
+    assert published(tmp_path / "out") == list(range(N))
+    [failover] = job.failovers
+    assert failover.path == "in-place" and sorted(failover.replaced) == ["model -> files (1/2)", "model -> files (2/2)"]
+    assert failover.standby == "model -> files (standby), model -> files (standby)"
+    _opened(tmp_path)
+    assert all(index >= 2 for _, index, _ in opens(tmp_path)[4:])  # no replacement: new standbys only
+    assert result.attempts == 2

@@ -249,11 +249,14 @@ class TriggerCheckpoint(_Message, frozen=True):
 
 class NotifyCheckpointComplete(_Message, frozen=True):
     """To every subtask: checkpoint ``checkpoint_id`` is complete, commit what it covers.
-    ``reply``: answer :class:`CheckpointCommitted` once committed (stop-with-savepoint)."""
+    ``reply``: answer :class:`CheckpointCommitted` once committed (stop-with-savepoint).
+    ``final``: it is the job's final checkpoint (every subtask has ended its input), the one
+    a subtask that ended waits for before it finishes."""
 
     key: SubtaskKey
     checkpoint_id: int
     reply: bool = False
+    final: bool = False
 
 
 class Rollback(_Message, frozen=True):

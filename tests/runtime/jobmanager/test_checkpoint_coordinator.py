@@ -235,5 +235,22 @@ def test_the_final_checkpoint_completes_when_every_subtask_ended_its_input(harne
         harness.coordinator.on_subtask_ended(set())
     assert harness.status(1) == "COMPLETED" and harness.retained() == [1]
     assert [c for c in harness.sent if isinstance(c, NotifyCheckpointComplete)] == [
-        NotifyCheckpointComplete(key, 1) for key in harness.keys]
+        NotifyCheckpointComplete(key, 1, final=True) for key in harness.keys]
     assert harness.tick_at(100) == []  # no source is live: nothing to trigger
+
+
+def test_a_periodic_checkpoint_with_the_id_of_a_final_state_is_not_the_final_one(harness: Harness) -> None:
+    # the source ends before checkpoint 1's trigger reaches it: its final state has id 1 too
+    source, count = harness.keys
+    assert harness.tick_at(10) == [1]
+    harness.coordinator.on_ack(CheckpointAck(source, 1, {"x": b"final"}, final=True))
+    harness.coordinator.on_subtask_ended(set())
+    harness.ack(1, [count])
+    assert harness.status(1) == "COMPLETED"
+    # the source must not finish on it (it would leave the job unable to roll back in place)
+    assert [c for c in harness.sent if isinstance(c, NotifyCheckpointComplete)] == [
+        NotifyCheckpointComplete(key, 1) for key in harness.keys]
+    harness.coordinator.on_ack(CheckpointAck(count, 2, {"x": b"final"}, final=True))
+    harness.coordinator.on_subtask_ended(set())
+    assert [c for c in harness.sent if isinstance(c, NotifyCheckpointComplete) and c.final] == [
+        NotifyCheckpointComplete(key, 2, final=True) for key in harness.keys]

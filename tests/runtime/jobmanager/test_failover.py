@@ -23,7 +23,7 @@ from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator
 from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer
 from accelflow.runtime.jobmanager._events import EventPump
 from accelflow.runtime.jobmanager._failover import (
-    Attempt, Failover, Failure, RestartBudget, in_place_off, why_not_in_place,
+    JOIN_S, Attempt, Failover, Failure, RestartBudget, in_place_off, why_not_in_place,
 )
 from accelflow.runtime.jobmanager._state import ClusterState
 from jm_parts import ScriptedLauncher, job
@@ -48,7 +48,7 @@ class Cluster:
         self.coordinator = CheckpointCoordinator(
             self.job, lambda key, command: None, threading.RLock(), clock=self.clock,
             store=CheckpointStore(str(tmp_path / "checkpoints"), "uid", clock=self.clock))
-        self.job.in_place_off = in_place_off(self.job.config, self.coordinator.enabled, self.launcher)
+        self.job.in_place_off = in_place_off(self.job.config, restarts)
         self.failover = Failover(self.job, self.coordinator, self.state, self.deployer, self.pump,
                                  self.launcher, self.clock, RestartBudget(restarts))
         self.keys = self.deployer.deploy(self.job)
@@ -91,9 +91,10 @@ def test_what_is_confined_and_what_restarts_every_subtask(tmp_path: Path) -> Non
     assert why_not_in_place(job, attempt) == "other subtasks had finished or exited already"
     attempt.exited, attempt.recovery = set(), object()  # type: ignore[assignment]
     assert why_not_in_place(job, attempt) == "it failed while the job was still rolling back"
-    assert in_place_off(config_from(values={"execution.failover.in-place": False}), True, cluster.launcher) \
+    assert in_place_off(config_from(values={"execution.failover.in-place": False}), 3) \
         == "execution.failover.in-place is false"
-    assert in_place_off(config_from(values={}), False, cluster.launcher).startswith("checkpointing is off")
+    assert in_place_off(config_from(values={}), 0) == "the restart strategy allows no restart"
+    assert in_place_off(config_from(values={}), 3) is None  # checkpointing off too
 
 
 def test_a_rollback_rekeys_the_survivors_in_place_and_replaces_the_failed_one_after_the_delay(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_a_rollback_rekeys_the_survivors_in_place_and_replaces_the_failed_one_af
     assert source.splits is not None and source.outputs and all("-a1-" in a for a in source.outputs[0])
     [(te, deploy)] = cluster.launcher.commands(Deploy)  # the replacement, where the failed one was
     assert (te, deploy.descriptor.key) == (before[failed], new[failed])
-    assert cluster.clock.monotonic() == 0.1 + 2.0  # its exit, then the restart delay
+    assert cluster.clock.monotonic() == pytest.approx(0.1 + JOIN_S + 2.0)  # its exit, the join window, the restart delay
     # nothing was placed again: every slot and share moved to the new keys
     assert cluster.state.subtasks[new[failed]].devices == devices
     assert cluster.holders() == {key for key in new.values() if key.chain == 1}  # count holds the GPUs
@@ -169,7 +170,7 @@ def test_a_ready_standby_takes_the_failed_subtasks_index(tmp_path: Path) -> None
 
     activation = next(c for _, c in cluster.launcher.commands(Rollback) if c.key == standby)
     assert activation.new_key == failed._replace(attempt=1) and activation.listen_address is not None
-    assert cluster.clock.monotonic() == 0.1  # no restart delay: nothing to deploy for it
+    assert cluster.clock.monotonic() == pytest.approx(0.1 + JOIN_S)  # no restart delay: nothing to deploy for it
     [(_, refill)] = cluster.launcher.commands(Deploy)  # only the next standby
     assert refill.descriptor.standby and refill.descriptor.key != standby
     assert cluster.state.subtasks[activation.new_key].recovery == "standby"
@@ -213,9 +214,23 @@ def test_a_subtask_failing_while_the_first_one_exits_joins_the_same_rollback(tmp
     deploys = cluster.launcher.commands(Deploy)  # both stay where they were
     assert sorted((t, d.descriptor.key) for t, d in deploys) == sorted(
         (cluster.state.subtasks[key._replace(attempt=1)].taskexecutor, key._replace(attempt=1)) for key in (first, second))
-    assert cluster.clock.monotonic() == 0.2 + 2.0  # both exits, then one restart delay
+    assert cluster.clock.monotonic() == pytest.approx(0.2 + JOIN_S + 2.0)  # both exits, then one restart delay
     [record] = cluster.job.failovers
     assert record.replaced == ["count -> print (1/2)", "count -> print (2/2)"] and len(record.rolled_back) == 2
+
+
+def test_a_subtask_exiting_just_after_the_first_one_joins_the_same_rollback(tmp_path: Path) -> None:
+    # two processes killed together: the second exit comes a little after the first one's
+    cluster = Cluster(tmp_path)
+    first, second, sources = cluster.key(1, 0), cluster.key(1, 1), [cluster.key(0, 0), cluster.key(0, 1)]
+    te = cluster.state.subtasks[second].taskexecutor
+    cluster.clock.call_later(0.1 + JOIN_S / 2, lambda: cluster.job.events.put((te, SubtaskExited(second, -9))))
+
+    assert cluster.fail(first) is not None  # its exit comes at 0.1
+
+    assert sorted(c.key for _, c in cluster.launcher.commands(Rollback)) == sources
+    [record] = cluster.job.failovers
+    assert record.replaced == ["count -> print (1/2)", "count -> print (2/2)"]
 
 
 def test_several_failed_subtasks_that_cannot_all_be_placed_restart_every_subtask(tmp_path: Path) -> None:
@@ -262,7 +277,7 @@ def test_a_replacement_on_its_devices_waits_until_its_predecessor_left_them(tmp_
     assert cluster.fail(failed) is not None
     [(where, deploy)] = cluster.launcher.commands(Deploy)
     assert (where, deploy.descriptor.key) == (te, failed._replace(attempt=1))
-    assert cluster.clock.monotonic() == pytest.approx(3.0 + 2.0)  # its devices free, then the restart delay
+    assert cluster.clock.monotonic() == pytest.approx(3.0 + JOIN_S + 2.0)  # its devices free, then the restart delay
     assert failed not in cluster.state.freed_early  # nothing left behind under the old key
 
 

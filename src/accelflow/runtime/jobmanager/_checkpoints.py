@@ -285,7 +285,7 @@ class CheckpointCoordinator:
             self._remember(record)
             self._complete(_Pending(record, self.clock.monotonic()), dict(self.finals), notify=False)
         for key in self.finals:
-            self.send(key, NotifyCheckpointComplete(key, n))
+            self.send(key, NotifyCheckpointComplete(key, n, final=True))
 
     # -- completion ----------------------------------------------------------------------------
     def _complete(self, pending: _Pending, acks: dict[SubtaskKey, dict[str, bytes]],

@@ -13,8 +13,10 @@ and deploying them all again (the full restart, as Flink's), it
    gets the new attempt number, with the slot and device shares moved over unchanged (nothing
    is placed again), so every per-attempt rule (events of old attempts ignored, channel names,
    checkpoints' acks) holds as after a full restart;
-4. sends every survivor one :class:`Rollback` to the latest completed checkpoint (they restore
-   it inside their processes, without ``open()``, see ``runtime/subtask/_epochs.py``);
+4. sends every survivor one :class:`Rollback` to the latest completed checkpoint, or to the
+   job's start when none completed (checkpointing off, or not yet: the sources rewind to their
+   first splits, the operators restore nothing); they restore it inside their processes,
+   without ``open()``, see ``runtime/subtask/_epochs.py``;
 5. hands the failed indexes to ready standby subtasks first (``_standby.py``), and deploys a
    replacement for each other failed subtask after the restart delay, on its TaskExecutor and
    devices, or where placement finds room (all of them or none) when that TaskExecutor was
@@ -51,6 +53,9 @@ from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import SlotAssignment, SlotRequest, SubtaskRequest
 
 _log = logging.getLogger("accelflow.runtime")
+#: how long after the failed subtasks have exited (and their devices are free) a failure of
+#: another subtask still joins their rollback (one detection window), in seconds
+JOIN_S = 0.1
 
 
 class RestartBudget:
@@ -94,12 +99,18 @@ class Attempt:
         self.failed_at = failed_at
 
 
-def in_place_off(config: Configuration, checkpointing: bool, launcher: Launcher) -> str | None:
-    """Why no failure of a job is rolled back in place, or None."""
+def in_place_off(config: Configuration, restarts: int) -> str | None:
+    """Why no failure of a job is rolled back in place, or None; ``restarts``: how many the
+    restart strategy allows (none: a failure fails the job, nothing is rolled back).
+
+    Without checkpointing a job rolls back in place too, to its start (no checkpoint has
+    completed, as when a checkpointed job fails before its first one): the survivors rewind
+    their sources and reset their operators, in their processes.
+    """
     if not config.get(k.FAILOVER_IN_PLACE):
         return "execution.failover.in-place is false"
-    if not checkpointing:
-        return "checkpointing is off: there is no checkpoint to roll back to"
+    if restarts <= 0:
+        return "the restart strategy allows no restart"
     return None
 
 
@@ -175,16 +186,27 @@ class Failover:
         """Wait (bounded) until the failed subtasks' processes are gone, and, for those whose
         replacement starts on their devices, what they left computing there too (their
         TaskExecutor's ``DevicesFree``, ``docs/gpu.md``); why not, or None. A subtask that fails
-        meanwhile joins ``failure`` (one detection window); other events of the attempt are
-        dropped: its epoch is over."""
+        meanwhile, or up to :data:`JOIN_S` after, joins ``failure`` (one detection window: two
+        processes killed together exit a few milliseconds apart); other events of the attempt
+        are dropped: its epoch is over."""
         deadline = self.clock.monotonic() + EXIT_WAIT_S
-        while waiting := self._unsettled(attempt, failure):
-            if self.clock.monotonic() >= deadline:
-                if waiting[0] in attempt.exited:
-                    return (f"the devices of subtask {self._name(waiting[0])} still held its processes' memory "
-                            f"{EXIT_WAIT_S:g} s after it exited")
-                return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
-            event = self.pump.next_event(self.job.events, POLL_S)
+        joined_until: float | None = None  # then the failed subtasks have all settled
+        while True:
+            now = self.clock.monotonic()
+            if waiting := self._unsettled(attempt, failure):
+                joined_until = None
+                if now >= deadline:
+                    if waiting[0] in attempt.exited:
+                        return (f"the devices of subtask {self._name(waiting[0])} still held its processes' "
+                                f"memory {EXIT_WAIT_S:g} s after it exited")
+                    return f"subtask {self._name(waiting[0])} did not exit within {EXIT_WAIT_S:g} s"
+            elif joined_until is None:
+                joined_until = now + JOIN_S
+            event = self.pump.next_event(self.job.events, POLL_S if joined_until is None else max(0.0, joined_until - now))
+            if event is None and joined_until is not None and self.clock.monotonic() >= joined_until:
+                event = self.pump.next_event(self.job.events, 0)  # one routed meanwhile joins too
+                if event is None:
+                    return None
             if event is None or self.pool.on_any(event):
                 continue
             te_id, msg = event

@@ -260,9 +260,10 @@ class JobManager:
 
     def _run_attempts(self, job: Job, coordinator: CheckpointCoordinator, sinks: JobSinks) -> JobResult:
         self.prepare_sources(job.graph)
-        job.in_place_off = in_place_off(job.config, coordinator.enabled, self.launcher)
+        restarts = _restarts(job.config, coordinator.enabled)
+        job.in_place_off = in_place_off(job.config, restarts)
         failover = Failover(job, coordinator, self.state, self.deployer, self.pump, self.launcher, self.clock,
-                            RestartBudget(_restarts(job.config, coordinator.enabled)))
+                            RestartBudget(restarts))
         restarting: tuple[FailoverRecord, float] | None = None  # what the next attempt recovers from
         while True:
             try:
@@ -373,8 +374,8 @@ class JobManager:
                 if st.state != "FINISHED":
                     st.state = "FAILED"
                     attempt.failure = Failure([key], None, self.clock.monotonic())
-                    raise JobError(f"subtask {st.name} on {st.taskexecutor} exited with code "
-                                   f"{msg.exitcode} without finishing")
+                    code = "" if msg.exitcode is None else f" with code {msg.exitcode}"  # None: before its rollback
+                    raise JobError(f"subtask {st.name} on {st.taskexecutor} exited{code} without finishing")
         if isinstance(msg, CheckpointAck):
             if msg.final:  # what its sinks prepared last: their job-level commit's input
                 attempt.finals[key] = (msg.checkpoint_id, msg.states)

@@ -249,20 +249,25 @@ class _Runner(ChainIO):
         checkpoint. With checkpointing on (or a chain that publishes on commit) it waits
         until that checkpoint is complete (every subtask of the job has ended its input),
         publishes then, and may still be rolled back meanwhile (as Flink's tasks wait for
-        the final checkpoint, FLIP-147)."""
+        the final checkpoint, FLIP-147). So does every subtask of a job that rolls back in
+        place without checkpointing (its ack then carries no state): a survivor that had
+        ended is rewound to the start too, instead of forcing a full restart."""
         committing = any(op.needs_commit for op in self.ops)
-        if not (committing or self.plan.checkpointing):
+        if not (committing or self.plan.checkpointing or self.plan.in_place):
             return
         final = self.last_checkpoint + 1
         self.splits = []
         self.ended = True
-        self.status.send(CheckpointAck(self.desc.key, final, self._snapshot(final), final=True))
+        states = self._snapshot(final) if committing or self.plan.checkpointing else {}
+        self.status.send(CheckpointAck(self.desc.key, final, states, final=True))
         self.last_checkpoint = final
         while True:
             with self.beat.waiting():
                 msg = self.status.recv()
             self._command(msg)
-            if isinstance(msg, NotifyCheckpointComplete) and msg.checkpoint_id >= final:
+            # a periodic checkpoint may have the id of its final state (triggered before it
+            # ended): only the job's final one means every subtask has ended
+            if isinstance(msg, NotifyCheckpointComplete) and msg.final:
                 return
 
     # -- records -------------------------------------------------------------------------------

@@ -141,6 +141,8 @@ class TaskExecutor:
                     child[1].send(msg)
                 except OSError:
                     pass  # it is exiting: its exit is reported as usual
+            elif isinstance(msg, Rollback):  # it ended before its rollback: the new epoch lacks it
+                self.jm.send(SubtaskExited(msg.new_key, None))
         elif isinstance(msg, InjectFault):
             self._inject(msg)
         elif isinstance(msg, Shutdown):
