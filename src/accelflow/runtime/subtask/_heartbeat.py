@@ -49,6 +49,8 @@ class Heartbeat:
     def __init__(self, cell: Any = None, dump_path: str | None = None, interval: float = 1.0) -> None:
         self.cell = cell
         self.interval = interval
+        #: seconds spent waiting so far (for input, commands or a downstream subtask)
+        self.waited = 0.0
         self._dump: TextIO | None = None
         self._stopped = threading.Event()
         if cell is None:
@@ -83,11 +85,14 @@ class Heartbeat:
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
-        """Idle while inside (a wait for input, commands or a downstream subtask), then busy."""
+        """Idle while inside (a wait for input, commands or a downstream subtask), then busy;
+        the time it took adds to :attr:`waited`."""
         self.idle()
+        began = time.monotonic()
         try:
             yield
         finally:
+            self.waited += time.monotonic() - began
             self.tick()
 
     def wait(self, connections: list[Any], timeout: float | None) -> list[Any]:
