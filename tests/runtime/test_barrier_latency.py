@@ -63,3 +63,23 @@ def test_the_first_checkpoint_passes_a_slow_chained_map_within_a_few_records(tmp
     _job(env, tmp_path)
     env.execute("resumed")
     assert published(tmp_path / "out") == list(range(1, N + 1))
+
+
+def test_a_stop_with_savepoint_passes_a_slow_chained_map_within_a_few_records(tmp_path: Path) -> None:
+    env = Environment(_conf(tmp_path, **{"execution.checkpointing.interval": "1 h"}))  # the savepoint only
+    _job(env, tmp_path)
+    client = env.execute_async("slow map")
+    calls = tmp_path / "calls.txt"
+    while not calls.exists() or not client.jobmanager.jobs:
+        assert client.status() not in ("FAILED", "FINISHED", "CANCELED"), "ended before it started"
+        time.sleep(0.01)
+    [job_id] = client.jobmanager.jobs
+    savepoint = client.jobmanager.trigger_savepoint(job_id, str(tmp_path / "savepoints"), stop=True).result(60)
+    processed = len(calls.read_text().splitlines())
+    client.wait(60)
+    assert processed < N // 2  # the stop came between slices, not after the whole chunk
+
+    env = Environment(_conf(tmp_path, **{"execution.state-recovery.path": savepoint}))
+    _job(env, tmp_path)
+    env.execute("resumed")
+    assert published(tmp_path / "out") == list(range(1, N + 1))

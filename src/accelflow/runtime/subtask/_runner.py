@@ -97,7 +97,8 @@ class _Runner(ChainIO):
         self.source: Any = None
         self.splits: list[Any] = []  # the source's splits not yet read (the current first)
         self.split_read = 0  # records of the current split read so far
-        self.slicer = Slicer()  # how many records of a source's chunk to push at once
+        #: how many records of a source's chunk to push at once (whole with buffer-timeout -1)
+        self.slicer = Slicer(enabled=self.plan.buffer_timeout_ms >= 0)
         #: between two slices of a source's chunk: (the chunk, the first record not pushed)
         self.unpushed: tuple[Any, int] | None = None
         self.ended = False  # the input has ended (the final state is acked)

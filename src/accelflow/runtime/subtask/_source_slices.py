@@ -4,9 +4,10 @@ barrier (a savepoint, a stop or a cancel) gets through between slices within abo
 :data:`~accelflow.dataflow.CHUNK_RECORDS` records (Flink injects barriers between a source's
 records; its buffer debloating sizes in-flight data by time, the same idea).
 
-A fast chain is unchanged: a slice grows (doubling) while pushing it takes under half the
-target, up to the whole chunk. A slow one shrinks it to what the target allows, down to one
-record. Time spent waiting for a downstream subtask (backpressure) does not count: smaller
+The first slice is one record; each next one is what fits in the target at the rate of the
+last: a fast chain gets the rest of the chunk whole (two pushes for its first chunk, one
+after), a slow one a few records, down to one. With ``execution.buffer-timeout: -1``
+(throughput first) chunks go whole, as before. Time spent waiting for a downstream subtask (backpressure) does not count: smaller
 slices would not let a barrier through sooner there, only send more, smaller messages. Example: a map sleeping 10 ms per record gets slices of about 10 records (100 ms), so a
 barrier waits at most about 110 ms behind it instead of 10 s behind a chunk of 1024.
 
@@ -17,6 +18,7 @@ chunk as read): a restore pushes them first, then reads on.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -44,10 +46,15 @@ class Slicer:
         >>> s.timed(8, 0.4)  # 8 records took 400 ms: 2 fit in the target of 100 ms
         >>> s.size
         2
+        >>> s.timed(2, 0.001)  # 2 records took 1 ms: 200 fit
+        >>> s.size
+        200
     """
 
-    def __init__(self) -> None:
-        self.size = 1  # the first slice: one record (a slow chain shows at once), then doubling
+    def __init__(self, enabled: bool = True) -> None:
+        #: the first slice: one record (a slow chain shows at once); then what the target allows
+        self.size = 1 if enabled else sys.maxsize
+        self.enabled = enabled
 
     def slices(self, chunk: Any) -> Any:
         """``(piece, rest_start)`` for each slice of ``chunk``; ``rest_start``: the position
@@ -59,11 +66,10 @@ class Slicer:
             start = stop
 
     def timed(self, records: int, seconds: float) -> None:
-        """Pushing ``records`` took ``seconds``: size the next slice."""
-        if seconds > SLICE_TARGET_S:
-            self.size = max(1, int(records * SLICE_TARGET_S / seconds))
-        elif seconds < SLICE_TARGET_S / 2 and records >= self.size:
-            self.size = records * 2
+        """Pushing ``records`` took ``seconds``: size the next slice (what fits in the target at
+        that rate)."""
+        if self.enabled:
+            self.size = max(1, int(records * SLICE_TARGET_S / seconds)) if seconds > 0 else sys.maxsize
 
 
 def cut(chunk: Any, start: int, stop: int | None = None) -> Any:
