@@ -7,9 +7,11 @@ records; its buffer debloating sizes in-flight data by time, the same idea).
 The first slice is one record; each next one is what fits in the target at the rate of the
 last: a fast chain gets the rest of the chunk whole (two pushes for its first chunk, one
 after), a slow one a few records, down to one. With ``execution.buffer-timeout: -1``
-(throughput first) chunks go whole, as before. Time spent waiting for a downstream subtask (backpressure) does not count: smaller
-slices would not let a barrier through sooner there, only send more, smaller messages. Example: a map sleeping 10 ms per record gets slices of about 10 records (100 ms), so a
-barrier waits at most about 110 ms behind it instead of 10 s behind a chunk of 1024.
+(throughput first) chunks go whole, as before. Time spent waiting for a downstream subtask
+(backpressure) does not count: smaller slices would not let a barrier through sooner there,
+only send more, smaller messages. Example: a map sleeping 10 ms per record gets slices of
+about 10 records (100 ms), so a barrier waits at most about 110 ms behind it instead of 10 s
+behind a chunk of 1024.
 
 A checkpoint taken between two slices keeps the chunk's records not yet pushed in the
 source's state (:class:`Unpushed`, wrapping the split's own snapshot, which counts the whole

@@ -1,16 +1,18 @@
 """The TaskExecutor's watchdog: finds its hung subtasks, dumps their stacks and kills them.
 
 Each subtask writes a heartbeat, a progress counter, when it entered the user or device
-code it is in now, and when it was last seen calling user code for another record, into four numbers shared with this process (``runtime/subtask/_heartbeat.py``;
-the layout is repeated here, as the TaskExecutor never imports the subtask runtime): a small
-file both map, so that a forked subtask and one started in a warm process (spawned, not
-forked: ``_warmpool.py``) are watched alike. Every
+code it is in now, and when it was last seen calling user code for another record, into four
+numbers shared with this process (``runtime/subtask/_heartbeat.py``; the layout is repeated
+here, as the TaskExecutor never imports the subtask runtime): a small file both map, so that a
+forked subtask and one started in a warm process (spawned, not forked: ``_warmpool.py``) are
+watched alike. Every
 ``heartbeat.interval`` the TaskExecutor checks them: a subtask in one call for longer than
 ``heartbeat.timeout``, or whose heartbeat is that old, is hung. The watchdog then has it write
 every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; plus
 ``py-spy dump`` with native frames where ``py-spy`` is installed), reports
 ``SubtaskFailed(SubtaskHung)`` with the stack to the JobManager, which fails it over, and
-SIGKILLs it; its exit is reported as every subtask's is.
+SIGKILLs it; its exit is reported as every subtask's is. The error's message shows only the
+user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log.
 """
 
 from __future__ import annotations
