@@ -4,6 +4,7 @@ waits for input, or is slow in ``open()``, is left alone (real processes)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,34 @@ def test_waiting_for_input_and_a_slow_open_are_not_hung(tmp_path: Path) -> None:
     result = env.execute("slow but alive")
     assert result.attempts == 1 and published(tmp_path / "out") == list(range(40))
     assert len(opens(tmp_path)) == 1
+
+
+def _sleepy(seconds: float, at: int | None = None) -> Any:
+    """A map function sleeping ``seconds`` per record (or only at record ``at``)."""
+    def call(x: int) -> int:
+        if at is None or x == at:
+            time.sleep(seconds)
+        return x
+    return call
+
+
+@pytest.mark.parametrize("operator", ["map", "flat_map", "filter"])
+def test_many_quick_calls_over_a_chunk_are_not_one_long_call(operator: str) -> None:
+    # 20 records of 0.3 s in one source chunk: 6 s in the chunk, each call far under 2 s
+    env = _env(**{"restart-strategy": "none", "heartbeat.timeout": "2 s", "parallelism.default": 1})
+    sleepy = _sleepy(0.3)
+    fn = {"map": sleepy, "flat_map": lambda x: [sleepy(x)], "filter": sleepy}[operator]
+    out = getattr(env.from_sequence(1, 20), operator)(fn, name="lookup").execute_and_collect()
+    assert sorted(out) == list(range(1, 21))
+
+
+def test_one_long_map_call_is_hung_and_its_error_leads_with_the_user_frames() -> None:
+    env = _env(**{"restart-strategy": "none", "parallelism.default": 1})
+    with pytest.raises(SubtaskHung) as info:
+        env.from_sequence(1, 20).map(_sleepy(60, at=5), name="lookup").execute_and_collect()
+    message, stack = str(info.value), info.value.stack
+    where = message.split("it was at (innermost first):\n", 1)[1].splitlines()
+    assert where[0].startswith('  File "') and "time.sleep" not in where[0]
+    assert __file__ in where[0] and where[0].endswith(" in call")  # the user's frame, first
+    assert "multiprocessing" not in message and "_runner.py" not in message  # short
+    assert "multiprocessing" in stack and "_runner.py" in stack and __file__ in stack  # the whole dump

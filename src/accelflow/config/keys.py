@@ -312,7 +312,8 @@ HEARTBEAT_INTERVAL = _key(
 )
 HEARTBEAT_TIMEOUT = _key(
     "heartbeat.timeout", p.seconds, 30.0,
-    "A subtask inside one call of user code (a record, a batch, a source's read) or with no "
+    "A subtask inside one call of user code (one record of a map, flat_map or filter, not their "
+    "whole chunk; a batch; a source's read) or with no "
     "heartbeat for this long is hung: its stack is dumped, it is killed and fails over. open() "
     "never counts.",
 )

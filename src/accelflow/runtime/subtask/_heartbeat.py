@@ -1,7 +1,7 @@
 """A subtask's heartbeat and progress, read by its TaskExecutor's watchdog
 (``runtime/taskexecutor/_watchdog.py``), which finds a subtask that is hung.
 
-Three numbers in memory shared with the TaskExecutor (a small file it made before starting
+Four numbers in memory shared with the TaskExecutor (a small file it made before starting
 this process, which both map), so watching costs neither process a message:
 
 - ``beat``: written every ``heartbeat.interval`` by a thread of this process. It stops when
@@ -10,9 +10,15 @@ this process, which both map), so watching costs neither process a message:
 - ``busy_since``: when the runner entered the user or device code it is in now (reading a
   source, a record, a batch), 0 while it waits for input or commands, while ``open()`` runs,
   and while it waits for a downstream subtask to take its output (backpressure is the
-  downstream's delay, not this subtask's).
+  downstream's delay, not this subtask's);
+- ``call_since``: when the heartbeat thread last saw the records of :data:`LOOP` move on.
+  ``map``, ``flat_map`` and ``filter`` call user code once per record over a whole chunk (up
+  to 1024 records): they put the chunk's iterator there, whose length hint (records left)
+  the heartbeat thread reads, so a chunk of many quick calls is not one long call, at no
+  cost per record (no write to the shared memory, no counter).
 
-A subtask is hung when ``busy_since`` or ``beat`` is older than ``heartbeat.timeout``. Before
+A subtask is hung when ``beat``, or the later of ``busy_since`` and ``call_since`` while busy,
+is older than ``heartbeat.timeout``. Before
 killing it, the watchdog sends it ``SIGUSR1``, on which ``faulthandler`` writes every thread's
 stack into a file the watchdog reads (it works even when the interpreter is stuck in C code).
 """
@@ -22,13 +28,17 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import mmap
+import operator
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-BEAT, PROGRESS, BUSY_SINCE = 0, 1, 2
+BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3
+#: the iterator over the records of the per-record loop running now (one slot, set once per
+#: chunk by :func:`watched`): its length hint falls by one per call of user code
+LOOP: list[Any] = [None]
 #: the signal on which a subtask writes its stacks (``faulthandler.register``)
 DUMP_SIGNAL = signal.SIGUSR1
 
@@ -39,6 +49,8 @@ class Heartbeat:
     def __init__(self, cell: Any = None, dump_path: str | None = None, interval: float = 1.0) -> None:
         self.cell = cell
         self.interval = interval
+        #: seconds spent waiting so far (for input, commands or a downstream subtask)
+        self.waited = 0.0
         self._dump: TextIO | None = None
         self._stopped = threading.Event()
         if cell is None:
@@ -50,8 +62,14 @@ class Heartbeat:
         threading.Thread(target=self._beat, name="accelflow-heartbeat", daemon=True).start()
 
     def _beat(self) -> None:
+        loop, left = None, -1  # held: its id is not reused while compared
         while not self._stopped.wait(self.interval):
-            self.cell[BEAT] = time.monotonic()
+            now = time.monotonic()
+            self.cell[BEAT] = now
+            seen = LOOP[0]
+            if seen is not loop or operator.length_hint(seen) != left:  # a new call since
+                loop, left = seen, operator.length_hint(seen)
+                self.cell[CALL_SINCE] = now  # never earlier than the call began (no false hang)
 
     def tick(self) -> None:
         """A step of the runner's loop: busy from now on (the next call of user code)."""
@@ -67,11 +85,14 @@ class Heartbeat:
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
-        """Idle while inside (a wait for input, commands or a downstream subtask), then busy."""
+        """Idle while inside (a wait for input, commands or a downstream subtask), then busy;
+        the time it took adds to :attr:`waited`."""
         self.idle()
+        began = time.monotonic()
         try:
             yield
         finally:
+            self.waited += time.monotonic() - began
             self.tick()
 
     def wait(self, connections: list[Any], timeout: float | None) -> list[Any]:
@@ -83,6 +104,20 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stopped.set()
+
+
+def watched(records: Iterator[Any]) -> Iterator[Any]:
+    """``records`` as the iterator of the per-record loop running now (see :data:`LOOP`); one
+    without a length hint (e.g. a ``zip`` over columns) is listed first.
+
+    Example:
+        >>> [r * 2 for r in watched(iter([1, 2, 3]))]
+        [2, 4, 6]
+    """
+    if operator.length_hint(records, -1) < 0:
+        records = iter(list(records))
+    LOOP[0] = records
+    return records
 
 
 #: this process's heartbeat (one subtask per process): the channels mark their waits on it

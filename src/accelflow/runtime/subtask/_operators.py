@@ -23,6 +23,7 @@ from accelflow.dataflow import (
 from accelflow.dataflow.eventtime import MIN_TIMESTAMP
 from accelflow.runtime import ChainPlan
 from accelflow.runtime.subtask._calls import bind, not_iterable, unhashable_key
+from accelflow.runtime.subtask._heartbeat import watched
 from accelflow.runtime.subtask._keygroups import subtask_for_key
 from accelflow.runtime.subtask._keyed_functions import KeyedFunctionState
 from accelflow.runtime.subtask._keys import canonical_key
@@ -198,8 +199,8 @@ class MapOp(Operator):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
         if isinstance(chunk, Annotated):  # one output per record: its record's position, timestamp
-            return chunk.with_data([fn(r) for r in iter_records(chunk)])
-        return [fn(r) for r in iter_records(chunk)]
+            return chunk.with_data([fn(r) for r in _calls(chunk)])
+        return [fn(r) for r in _calls(chunk)]
 
 
 @runs(FlatMapSpec)
@@ -208,8 +209,8 @@ class FlatMapOp(MapOp):
         fn = self.fn
         try:
             if isinstance(chunk, Annotated):  # each record's outputs apart: they take its position
-                return chunk.expanded([[*fn(r)] for r in iter_records(chunk)])
-            return [out for r in iter_records(chunk) for out in fn(r)]
+                return chunk.expanded([[*fn(r)] for r in _calls(chunk)])
+            return [out for r in _calls(chunk) for out in fn(r)]
         except TypeError as exc:  # a result that is not iterable? (else fn's own error)
             if (error := not_iterable(self.node.name, exc, __name__)) is None:
                 raise
@@ -221,10 +222,8 @@ class FilterOp(MapOp):
     def process(self, chunk: Any) -> Any:
         fn = self.fn
         if isinstance(chunk, Annotated):
-            return chunk.kept([bool(fn(r)) for r in iter_records(chunk)])
-        if isinstance(chunk, list):
-            return [r for r in chunk if fn(r)]
-        return [r for r in iter_records(chunk) if fn(r)]
+            return chunk.kept([bool(fn(r)) for r in _calls(chunk)])
+        return [r for r in _calls(chunk) if fn(r)]
 
 
 @runs(MapBatchesSpec)
@@ -405,6 +404,12 @@ class ReduceOp(MapOp):
             for key, value in (state or {}).items():
                 if subtask_for_key(key, parallelism, maxp) == index:
                     self.state[canonical_key(key)] = value  # an unpickled NaN is a new object
+
+
+def _calls(chunk: Any) -> Any:
+    """The records of ``chunk``, one call of user code each for the watchdog (not one long
+    call per chunk: see ``_heartbeat.LOOP``)."""
+    return watched(iter_records(chunk))
 
 
 def _slice(chunk: Any, start: int, stop: int) -> Any:

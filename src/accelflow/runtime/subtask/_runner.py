@@ -36,6 +36,7 @@ from accelflow.runtime.subtask import _async_operator, _event_operators, _reside
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._resume import read_split
+from accelflow.runtime.subtask._source_slices import Slicer, Unpushed, push_sliced, snapshot
 
 _log = logging.getLogger("accelflow.runtime")
 
@@ -95,7 +96,11 @@ class _Runner(ChainIO):
         self.last_checkpoint = desc.restored_checkpoint
         self.source: Any = None
         self.splits: list[Any] = []  # the source's splits not yet read (the current first)
-        self.split_read = 0  # records of the current split emitted so far
+        self.split_read = 0  # records of the current split read so far
+        #: how many records of a source's chunk to push at once (whole with buffer-timeout -1)
+        self.slicer = Slicer(enabled=self.plan.buffer_timeout_ms >= 0)
+        #: between two slices of a source's chunk: (the chunk, the first record not pushed)
+        self.unpushed: tuple[Any, int] | None = None
         self.ended = False  # the input has ended (the final state is acked)
         self.commands = select.poll()
         self.commands.register(status.fileno(), select.POLLIN)
@@ -202,7 +207,8 @@ class _Runner(ChainIO):
         if self.source is not None:
             rest = list(self.splits)
             if rest:
-                rest[0] = self.source.snapshot_split(rest[0], self.split_read, checkpoint_id)
+                rest[0] = snapshot(self.source.snapshot_split(rest[0], self.split_read, checkpoint_id),
+                                   self.unpushed)
             states[self.plan.nodes[0].state_name] = cloudpickle.dumps(rest)
         for op in self.ops:
             state = op.snapshot_state(checkpoint_id)
@@ -275,12 +281,17 @@ class _Runner(ChainIO):
         self.source = source
         while self.splits:
             self.split_read = 0
+            if isinstance(self.splits[0], Unpushed):  # restored: the records read, not yet pushed
+                unpushed, self.splits[0] = self.splits[0], self.splits[0].split
+                push_sliced(self, unpushed.records)
+                if self.cancelled.is_set():
+                    return
             for chunk in read_split(source, self.splits[0], ctx):
                 n = len(chunk)
                 if n:
                     self.source_out += n
                     self.split_read += n
-                    self._push(chunk, 0)
+                    push_sliced(self, chunk)
                 else:
                     self._idle()
                     self._progress()  # an idle source's gauges (e.g. Kafka lag) still go out

@@ -1,16 +1,18 @@
 """The TaskExecutor's watchdog: finds its hung subtasks, dumps their stacks and kills them.
 
-Each subtask writes a heartbeat, a progress counter and when it entered the user or device
-code it is in now into three numbers shared with this process (``runtime/subtask/_heartbeat.py``;
-the layout is repeated here, as the TaskExecutor never imports the subtask runtime): a small
-file both map, so that a forked subtask and one started in a warm process (spawned, not
-forked: ``_warmpool.py``) are watched alike. Every
+Each subtask writes a heartbeat, a progress counter, when it entered the user or device
+code it is in now, and when it was last seen calling user code for another record, into four
+numbers shared with this process (``runtime/subtask/_heartbeat.py``; the layout is repeated
+here, as the TaskExecutor never imports the subtask runtime): a small file both map, so that a
+forked subtask and one started in a warm process (spawned, not forked: ``_warmpool.py``) are
+watched alike. Every
 ``heartbeat.interval`` the TaskExecutor checks them: a subtask in one call for longer than
 ``heartbeat.timeout``, or whose heartbeat is that old, is hung. The watchdog then has it write
 every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; plus
 ``py-spy dump`` with native frames where ``py-spy`` is installed), reports
 ``SubtaskFailed(SubtaskHung)`` with the stack to the JobManager, which fails it over, and
-SIGKILLs it; its exit is reported as every subtask's is.
+SIGKILLs it; its exit is reported as every subtask's is. The error's message shows only the
+user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,21 +34,25 @@ from typing import Any
 from accelflow._errors import SubtaskHung, encode_error
 from accelflow.runtime import SubtaskFailed, SubtaskKey
 
-BEAT, PROGRESS, BUSY_SINCE = 0, 1, 2  # as runtime/subtask/_heartbeat.py
+BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3  # as runtime/subtask/_heartbeat.py
 DUMP_SIGNAL = signal.SIGUSR1
 #: how long the watchdog waits for a subtask to write its stacks
 DUMP_WAIT_S = 1.0
 _log = logging.getLogger("accelflow.runtime")
+#: a frame of a ``faulthandler`` dump: file, line, function
+_FRAME = re.compile(r'^\s*File "(.*)", line (\d+) in (.*)$', re.MULTILINE)
+#: how many of the user's frames the short stack shows
+USER_FRAMES = 6
 
 
-#: the shared numbers' size: three doubles
-CELL_BYTES = 24
+#: the shared numbers' size: four doubles
+CELL_BYTES = 32
 
 
 @dataclass
 class _Watched:
     name: str
-    cell: Any  # the three numbers (a ``memoryview`` of :attr:`shared`)
+    cell: Any  # the four numbers (a ``memoryview`` of :attr:`shared`)
     shared: mmap.mmap
     cell_path: str
     dump_path: str
@@ -119,6 +127,7 @@ class Watchdog:
 
     def _hung(self, w: _Watched, now: float) -> str | None:
         busy, beat = w.cell[BUSY_SINCE], w.cell[BEAT] or w.started
+        busy = busy and max(busy, w.cell[CALL_SINCE])  # a per-record call began later
         if busy and now - busy > self.timeout:
             return f"it has been inside one call of user or device code for {now - busy:.1f} s"
         if now - beat > self.timeout:
@@ -135,8 +144,8 @@ class Watchdog:
         except ProcessLookupError:
             pass
         message = (f"subtask {w.name} is hung and was killed: {why}, more than heartbeat.timeout "
-                   f"({self.timeout:g} s); its threads were at:\n{stack}")
-        _log.warning("%s", message)
+                   f"({self.timeout:g} s); {_where(stack)}")
+        _log.warning("%s\nits threads were at:\n%s", message, stack)
         error = SubtaskHung(message, subtask=w.name, timeout_s=self.timeout, stack=stack)
         return SubtaskFailed(key, encode_error(error))
 
@@ -170,3 +179,38 @@ def _stack(pid: int, dump_path: str) -> str:
         except (OSError, subprocess.SubprocessError):
             pass
     return text.strip() or "(the process wrote no stack)"
+
+
+def _where(stack: str) -> str:
+    """Where the hung subtask was, short: the innermost frames of user code (not accelflow's,
+    the standard library's or an installed package's) of the thread that runs it, innermost
+    first; the whole dump stays in the log and in ``SubtaskHung.stack``.
+
+    Example (a map sleeping in ``lookup``)::
+
+        it was at (innermost first):
+          File "/home/me/job.py", line 5 in lookup
+        (every thread's whole stack: SubtaskHung.stack, and the TaskExecutor's log)
+    """
+    blocks = re.split(r"\n\s*\n", stack.split("\npy-spy dump")[0])
+    blocks.sort(key=lambda block: "Current thread" not in block)  # the signalled (main) thread first
+    threads: list[list[tuple[str, str, str]]] = [t for block in blocks if (t := _FRAME.findall(block))]
+    frames = next((t for t in threads if any(_is_user(f[0]) for f in t)), [])
+    if not frames:
+        shown = threads[0][:USER_FRAMES] if threads else []
+    else:
+        shown = [f for f in frames if _is_user(f[0])][:USER_FRAMES]
+        if not _is_user(frames[0][0]):
+            shown.insert(0, frames[0])  # where it waits (e.g. a socket), then the user's calls
+    lines = "".join(f'\n  File "{file}", line {line} in {name}' for file, line, name in shown)
+    return (f"it was at (innermost first):{lines or ' (no stack was written)'}\n"
+            "(every thread's whole stack: SubtaskHung.stack, and the TaskExecutor's log)")
+
+
+def _is_user(filename: str) -> bool:
+    """Whether ``filename`` is user code: not accelflow's, the interpreter's or a package's."""
+    return not filename.startswith(("<", *_NOT_USER))
+
+
+_NOT_USER = tuple({os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep,
+                   *(sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib"))})
