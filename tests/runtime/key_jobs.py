@@ -1,7 +1,9 @@
-"""User functions of tests/runtime/test_key_errors.py, importable by the subtasks."""
+"""User functions of tests/runtime/test_key_errors.py and test_join_function_classes.py,
+importable by the subtasks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from accelflow import (
@@ -52,3 +54,11 @@ class Pair(ProcessJoinFunction):
 
     def process_element(self, left: Any, right: Any, ctx: Any) -> Any:
         yield left[1], right[1]
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A record class given as a join function: ``apply(Joined)`` builds one per pair."""
+
+    left: Any
+    right: Any
