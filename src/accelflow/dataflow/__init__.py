@@ -109,6 +109,7 @@ if TYPE_CHECKING:
         RichMapBatchesFunction,
         RichMapFunction,
         ResumeSplit,
+        is_function_class,
         RichReduceFunction,
         SinkFunction,
         Source,
@@ -172,7 +173,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._functions": (
         "RichFilterFunction", "RichFlatMapFunction", "RichFunction", "RichMapBatchesFunction",
-        "RichMapFunction", "RichReduceFunction", "SinkFunction", "Source", "ResumeSplit",
+        "RichMapFunction", "RichReduceFunction", "SinkFunction", "Source", "ResumeSplit", "is_function_class",
     ),
     "._sinks": (
         "Sink",
@@ -336,6 +337,7 @@ __all__ = [
     "from_batch",
     "group_records",
     "in_order",
+    "is_function_class",
     "iter_records",
     "rescale_targets",
     "select",

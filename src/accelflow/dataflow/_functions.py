@@ -167,3 +167,21 @@ class ResumeSplit:
         if isinstance(split, ResumeSplit):
             return ResumeSplit(split.split, split.skip + records_read)
         return ResumeSplit(split, records_read)
+
+
+def is_function_class(cls: type, methods: Iterable[str | None] = ()) -> bool:
+    """Whether ``cls``, given as a user function, is built once per subtask (its instance is
+    the function): an accelflow function class (a :class:`RichFunction`), or one that defines
+    one of ``methods`` (the operator's: ``map``, ``join``...) or ``__call__``. Any other class
+    (``str``, ``complex``, a dataclass of records) is called per record, as in PyFlink.
+
+    Example:
+        >>> class Pair:
+        ...     def join(self, a, b): return a, b
+        >>> is_function_class(Pair, ["join"]), is_function_class(complex, ["join"]), is_function_class(str)
+        (True, False, False)
+    """
+    if issubclass(cls, RichFunction):
+        return True
+    names = {m for m in methods if m} | {"__call__"}
+    return any(name in vars(k) for k in cls.__mro__ if k.__module__ != "builtins" for name in names)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from accelflow._errors import ConfigError
-from accelflow.dataflow._functions import RichFunction
+from accelflow.dataflow._functions import RichFunction, is_function_class
 from accelflow.dataflow._window_functions import WindowFunction
 
 __all__ = ["CoGroupFunction", "CoGroupWindow", "JoinCoGroup", "JoinFunction", "TaggedKey", "Tagger"]
@@ -87,7 +87,7 @@ class JoinCoGroup(CoGroupFunction):
         self.function = join_function
 
     def open(self, ctx: Any) -> None:
-        self.function = _open(self.function, ctx)
+        self.function = _open(self.function, ctx, "join")
 
     def close(self) -> None:
         _call(self.function, "close")
@@ -105,7 +105,7 @@ class CoGroupWindow(WindowFunction):
         self.function = co_group_function
 
     def open(self, ctx: Any) -> None:
-        self.function = _open(self.function, ctx)
+        self.function = _open(self.function, ctx, "co_group")
 
     def close(self) -> None:
         _call(self.function, "close")
@@ -132,15 +132,19 @@ class _Collector:
 
 
 def _method(fn: Any, method: str) -> Any:
-    """``fn.method`` of a function object, or ``fn`` itself (a plain function)."""
-    bound = getattr(fn, method, None)
+    """``fn.method`` of a function object, or ``fn`` itself (a plain function, or a class
+    called per call: ``str.join`` is not a join function)."""
+    bound = None if inspect.isclass(fn) else getattr(fn, method, None)
     return bound if callable(bound) else fn
 
 
-def _open(fn: Any, ctx: Any) -> Any:
-    """Opens a user function as the runtime opens a rich function (a class is built first, in
-    the subtask; ``get_runtime_context()`` works) and returns it."""
+def _open(fn: Any, ctx: Any, method: str) -> Any:
+    """Opens a user function as the runtime opens a rich function (a function class, see
+    :func:`is_function_class`, is built first, in the subtask; ``get_runtime_context()``
+    works) and returns it; any other class (a record class, ``complex``) is called per call."""
     if inspect.isclass(fn):
+        if not is_function_class(fn, [method]):
+            return fn
         fn = fn()
     if isinstance(fn, RichFunction):
         fn._runtime_context = ctx

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from accelflow.dataflow import RichFunction
+from accelflow.dataflow import is_function_class
 from accelflow.runtime.subtask._keys import stable_hash
 
 #: the instructions that iterate a value (``for``, ``[*value]``)
@@ -40,16 +40,6 @@ _ITERATING = (dis.opmap["GET_ITER"], dis.opmap["LIST_EXTEND"])
 def function_object(fn: Any, *methods: str | None) -> Any:
     """``fn``, or an instance of it where ``fn`` is a function class (see :func:`is_function_class`)."""
     return fn() if inspect.isclass(fn) and is_function_class(fn, methods) else fn
-
-
-def is_function_class(cls: type, methods: Iterable[str | None] = ()) -> bool:
-    """Whether ``cls`` is built once per subtask (its instance is the function): an accelflow
-    function class, or one that defines one of ``methods`` or ``__call__`` (Python's own
-    types, ``str``, ``list``..., never: they are called per record)."""
-    if issubclass(cls, RichFunction):
-        return True
-    names = {m for m in methods if m} | {"__call__"}
-    return any(name in vars(k) for k in cls.__mro__ if k.__module__ != "builtins" for name in names)
 
 
 def bind(fn: Any, method: str | None) -> tuple[Any, Callable[..., Any]]:
@@ -140,5 +130,5 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit]}..."
 
 
-__all__ = ["bind", "function_object", "is_function_class", "named", "not_iterable", "unhashable_key",
+__all__ = ["bind", "function_object", "named", "not_iterable", "unhashable_key",
            "unpicklable_record"]

@@ -25,6 +25,7 @@ from accelflow.dataflow import (
 )
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, EventTimeTrigger
 from accelflow.runtime import ChainPlan, StreamStatus, Watermark
+from accelflow.runtime.subtask._calls import unhashable_key
 from accelflow.runtime.subtask._engine_base import Outputs
 from accelflow.runtime.subtask._interval_join import IntervalJoinEngine
 from accelflow.runtime.subtask._keyed_functions import KeyedState
@@ -87,9 +88,21 @@ class EngineOp(Operator):
         key_fn = self.keys[input_index]
         stamps = timestamps_of(chunk) or [None] * len(chunk)
         element = self.element
-        for value, timestamp in zip(iter_records(chunk), stamps):
-            out.extend(element(value, timestamp, key_fn(value) if key_fn is not None else None, input_index))
-        return outputs_chunk(self, out)
+        try:
+            for value, timestamp in zip(iter_records(chunk), stamps):
+                out.extend(element(value, timestamp, key_fn(value) if key_fn is not None else None, input_index))
+            return outputs_chunk(self, out)
+        except TypeError:  # a key that is no key (a list)? else the function's own error
+            if (error := self.key_error(input_index, iter_records(chunk))) is None:
+                raise
+        raise error  # out of the except: not chained to the loop's error
+
+    def key_error(self, input_index: int, records: Any) -> TypeError | None:
+        """The error for the first of ``records`` (of input ``input_index``) whose key cannot be
+        a key (see :func:`~._calls.unhashable_key`), or None: called once a TypeError was raised,
+        so that the per-record loops check nothing."""
+        key_fn = self.keys[input_index]
+        return None if key_fn is None else unhashable_key(self.node.name, key_fn, records)
 
     def process_watermark(self, timestamp: int) -> Any:
         return outputs_chunk(self, self.engine.advance_watermark(timestamp))
@@ -162,7 +175,7 @@ class WindowOp(EngineOp):
         key_fn = self.keys[input_index]
         keys = [key_fn(v) for v in values] if key_fn is not None else [None] * n
         if not self.gathers:
-            return outputs_chunk(self, self.engine.process_chunk(values, stamps, keys))
+            return outputs_chunk(self, self._add([(values, stamps, keys)]))
         self.pending.append((values, stamps, keys))
         self.pending_records += n
         return self.flush() if self.pending_records >= WINDOW_BATCH_RECORDS else []
@@ -172,11 +185,21 @@ class WindowOp(EngineOp):
         if not self.pending:
             return Outputs()
         pending, self.pending, self.pending_records = self.pending, [], 0
-        if len(pending) == 1:
-            return self.engine.process_chunk(*pending[0])  # type: ignore[no-any-return]
-        return self.engine.process_chunk(  # type: ignore[no-any-return]
-            [v for values, _, _ in pending for v in values], np.concatenate([s for _, s, _ in pending]),
-            [k for _, _, keys in pending for k in keys])
+        return self._add(pending)
+
+    def _add(self, chunks: list[tuple[list[Any], Any, list[Any]]]) -> Outputs:
+        """Adds chunks of (values, timestamps, keys) to the engine, which hashes their keys
+        first: an unhashable one is explained here (a window's only input is input 0)."""
+        try:
+            if len(chunks) == 1:
+                return self.engine.process_chunk(*chunks[0])  # type: ignore[no-any-return]
+            return self.engine.process_chunk(  # type: ignore[no-any-return]
+                [v for values, _, _ in chunks for v in values], np.concatenate([s for _, s, _ in chunks]),
+                [k for _, _, keys in chunks for k in keys])
+        except TypeError:
+            if (error := self.key_error(0, (v for values, _, _ in chunks for v in values))) is None:
+                raise
+        raise error
 
     def holds(self) -> bool:
         return bool(self.pending)

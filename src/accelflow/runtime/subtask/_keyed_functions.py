@@ -23,6 +23,7 @@ from typing import Any
 
 from accelflow._errors import ConfigError
 from accelflow.dataflow import RuntimeContext, Transformation
+from accelflow.runtime.subtask._calls import unhashable_key
 from accelflow.runtime.subtask._engine_base import KeyedEngine
 from accelflow.runtime.subtask._keygroups import key_group_range
 
@@ -75,10 +76,15 @@ class KeyedFunctionState:
         assert backend is not None
 
         def keyed(record: Any) -> Any:
-            engine.set_current_key(key_fn(record))
-            result = fn(record)
-            backend.on_record()
-            return result
+            try:
+                engine.set_current_key(key_fn(record))
+                result = fn(record)
+                backend.on_record()
+                return result
+            except TypeError:  # its state hashed a key that is no key (a list)? else fn's own error
+                if (error := unhashable_key(engine.name, key_fn, [record])) is None:
+                    raise
+            raise error  # out of the except: not chained to the call's error
 
         return keyed
 
