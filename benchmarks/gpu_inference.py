@@ -34,7 +34,7 @@ Warm devices and resident models (issue 27, ``docs/gpu.md``), in the same run:
   output`` (``execute()`` to the first prediction at a sink), ``start-up`` and ``whole``;
 * ``recovery``: on that cluster, a job whose subtask is SIGKILLed once predictions come
   (``restart-strategy: fixed-delay``, no delay, no checkpoints): seconds from the kill to the
-  next prediction, resident and not, two ways: ``full restart`` (``execution.failover.in-place:
+  first prediction of a replacement process, resident and not, two ways: ``full restart`` (``execution.failover.in-place:
   false``, every subtask restarted) and ``in place from the start`` (the default: the killed
   subtask replaced, the survivor rewound to the start in place; docs/failover.md).
 """
