@@ -251,16 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--open-s", type=float, default=3.0, help="the cost of Model.open() (seconds)")
     parser.add_argument("--gpu", action="store_true", help="use the host's GPUs (fails without one)")
-    parser.add_argument("--fake-gpus", type=int, default=WHOLE_GPUS,
+    parser.add_argument("--fake-gpus", type=int, default=None,
                         help=f"without --gpu: how many fake GPUs (default {WHOLE_GPUS}; 1 runs --gpu's "
                              "one-GPU layout on a CPU)")
     parser.add_argument("--output", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
-    if args.fake_gpus < 1:
+    if args.gpu and args.fake_gpus is not None:
+        parser.error("--fake-gpus is for runs without --gpu (which uses the host's GPUs); give one of them")
+    if args.fake_gpus is not None and args.fake_gpus < 1:
         parser.error(f"--fake-gpus must be a positive integer, got {args.fake_gpus}")
     work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
     if not args.gpu:
-        fake = install_fake_nvidia_smi(work / "bin", args.fake_gpus)
+        fake = install_fake_nvidia_smi(work / "bin", args.fake_gpus or WHOLE_GPUS)
         os.environ.update({k: v for k, v in fake_nvidia_smi_env(fake).items() if v is not None})
     gpus = _gpu_count()
     if args.gpu and not gpus:
