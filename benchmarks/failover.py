@@ -1,6 +1,6 @@
 """Failover: what a SIGKILLed GPU subtask costs, rolled back in place vs a full restart (issue 28).
 
-    .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu] [--output PATH]
+    .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu | --fake-gpus N] [--output PATH]
 
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
@@ -30,9 +30,14 @@ holds: on a cluster of 3 TaskExecutors with 2 GPUs each, so the lost subtasks fi
 third; "flowing again" counts from that kill, "survivor opens" counts the 2 other indexes).
 The summary gives
 the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
-``accelflow.testing`` (6 GPUs, 3 per TaskExecutor: room for the standby), and ``open()``
-sleeps; ``--gpu`` uses the host's GPUs and fails at once when
-``nvidia-smi -L`` lists none. Not measured here (tests cover them): the embedded Kafka source
+``accelflow.testing`` (``--fake-gpus``, default 6), and ``open()`` sleeps; ``--gpu`` uses the
+host's GPUs and fails at once when ``nvidia-smi -L`` lists none. The job fits what there is
+(printed in the header): with 6 GPUs or more, whole GPUs (``{"gpu": 1}``, 3 per TaskExecutor:
+room for the standby; ``lost te``: 2 per TaskExecutor); with fewer (a one-GPU host, as
+``scripts/gpu-check``'s), fractional shares of one GPU (``{"gpu": 0.3}``, 3 per TaskExecutor;
+``lost te``: 0.5, 2 per TaskExecutor), each TaskExecutor allocating that GPU with
+``external-resource.gpu.param.coordination: false`` (with coordination TaskExecutors on one
+host never share a GPU). Not measured here (tests cover them): the embedded Kafka source
 (a bounded in-memory source stands for it) and checkpoints after
 the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 """
@@ -154,22 +159,49 @@ class TaskExecutorKiller(threading.Thread):
         self.killed = time.time()
 
 
-def _gpu_conf(work: Path, real_gpu: bool) -> dict[str, Any]:
-    if not real_gpu:
-        os.environ.update({k: v for k, v in fake_nvidia_smi_env(install_fake_nvidia_smi(work / "bin", 6)).items()
-                           if v is not None})
-    return {"external-resources": "gpu", "external-resource.gpu.amount": 3,  # room for a standby
-            "external-resource.gpu.driver-factory.class": "gpu",
-            "external-resource.gpu.param.coordination-file": str(work / "gpu-coordination.json"),
-            "local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 4}
+#: GPUs for whole-GPU subtasks: 2 TaskExecutors x 3 (4 subtasks + a standby), or 3 x 2 (``lost te``)
+WHOLE_GPUS = 6
 
 
-def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict[str, float]:
+class GpuLayout:
+    """How the job fits ``gpus`` GPUs: whole GPUs when there are :data:`WHOLE_GPUS`, else
+    fractional shares of one GPU that every TaskExecutor allocates (no host coordination).
+
+    Example:
+        >>> GpuLayout(Path("/tmp/w"), 1).describe()
+        '1 GPU: fractional shares of one GPU (gpu 0.3 per subtask, lost te 0.5)'
+    """
+
+    def __init__(self, work: Path, gpus: int) -> None:
+        self.gpus, self.whole = gpus, gpus >= WHOLE_GPUS
+        gpu: dict[str, Any] = {"external-resources": "gpu", "external-resource.gpu.driver-factory.class": "gpu"}
+        if self.whole:  # TaskExecutors on one host take different GPUs through the coordination file
+            gpu["external-resource.gpu.param.coordination-file"] = str(work / "gpu-coordination.json")
+        else:  # each TaskExecutor takes the same (first) GPU
+            gpu["external-resource.gpu.param.coordination"] = False
+        self.conf = {**gpu, "local.number-taskmanager": 2, "taskmanager.numberOfTaskSlots": 4,
+                     "external-resource.gpu.amount": 3 if self.whole else 1}
+
+    def for_path(self, path: str) -> tuple[dict[str, Any], float]:
+        """The configuration and a subtask's GPU share on ``path``; ``lost te`` runs 3
+        TaskExecutors holding 2 subtasks each, so the 2 lost subtasks fit on the third."""
+        if path != "lost te":
+            return self.conf, 1.0 if self.whole else 0.3
+        return {**self.conf, "local.number-taskmanager": 3, "external-resource.gpu.amount": 2 if self.whole else 1}, (
+            1.0 if self.whole else 0.5)
+
+    def describe(self) -> str:
+        if self.whole:
+            return f"{self.gpus} GPUs: whole GPUs (gpu 1 per subtask)"
+        return f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}: fractional shares of one GPU " \
+               "(gpu 0.3 per subtask, lost te 0.5)"
+
+
+def run_once(layout: GpuLayout, work: Path, path: str, open_s: float) -> dict[str, float]:
     """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
     module's description."""
     in_place, standbys = path != "full restart", int(path == "standby")
-    if path == "lost te":  # room for the 2 subtasks of the TaskExecutor killed
-        conf = {**conf, "local.number-taskmanager": 3, "external-resource.gpu.amount": 2}
+    conf, share = layout.for_path(path)
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -179,7 +211,7 @@ def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict
                        "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
     (env.from_source(Numbers(N), name="numbers")
         .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te"), batch_size=10,
-                     name="model", resources={"gpu": 1})
+                     name="model", resources={"gpu": share})
         .sink_to(FileSink(work / "out"), name="files"))
     client = env.execute_async("failover")
     killer = TaskExecutorKiller(client, work) if path == "lost te" else None
@@ -205,12 +237,13 @@ def run_once(conf: dict[str, Any], work: Path, path: str, open_s: float) -> dict
             "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}
 
 
-def _has_gpu() -> bool:
+def _gpu_count() -> int:
+    """The GPUs ``nvidia-smi -L`` lists (0 without ``nvidia-smi``)."""
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return listed.returncode == 0 and "GPU" in listed.stdout
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines()) if listed.returncode == 0 else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,22 +251,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--open-s", type=float, default=3.0, help="the cost of Model.open() (seconds)")
     parser.add_argument("--gpu", action="store_true", help="use the host's GPUs (fails without one)")
+    parser.add_argument("--fake-gpus", type=int, default=None,
+                        help=f"without --gpu: how many fake GPUs (default {WHOLE_GPUS}; 1 runs --gpu's "
+                             "one-GPU layout on a CPU)")
     parser.add_argument("--output", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
-    if args.gpu and not _has_gpu():
+    if args.gpu and args.fake_gpus is not None:
+        parser.error("--fake-gpus is for runs without --gpu (which uses the host's GPUs); give one of them")
+    if args.fake_gpus is not None and args.fake_gpus < 1:
+        parser.error(f"--fake-gpus must be a positive integer, got {args.fake_gpus}")
+    work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
+    if not args.gpu:
+        fake = install_fake_nvidia_smi(work / "bin", args.fake_gpus or WHOLE_GPUS)
+        os.environ.update({k: v for k, v in fake_nvidia_smi_env(fake).items() if v is not None})
+    gpus = _gpu_count()
+    if args.gpu and not gpus:
+        shutil.rmtree(work, ignore_errors=True)
         print("--gpu: no GPU here (`nvidia-smi -L` lists none); run without --gpu for the fake GPUs",
               file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="failover-bench-"))
-    conf = _gpu_conf(work, args.gpu)
+    layout = GpuLayout(work, gpus)
     runs: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
     lines = [f"# benchmarks/failover.py  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  "
-             f"{platform.node()} ({os.cpu_count()} CPUs), {'real GPUs' if args.gpu else 'fake GPUs (CPU proxy)'}, "
+             f"{platform.node()} ({os.cpu_count()} CPUs), {'real' if args.gpu else 'fake (CPU proxy)'} "
+             f"{layout.describe()}, "
              f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}"]
+    print(lines[0], flush=True)
     try:
         for r in range(args.repeat):
             for path in PATHS:  # interleaved
-                figures = run_once(conf, work / "job", path, args.open_s)
+                figures = run_once(layout, work / "job", path, args.open_s)
                 runs[path].append(figures)
                 lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
                 print(lines[-1], flush=True)

@@ -33,8 +33,10 @@ Warm devices and resident models (issue 27, ``docs/gpu.md``), in the same run:
   job finds the device warm (its host, or a warm subtask process); printed per job: ``first
   output`` (``execute()`` to the first prediction at a sink), ``start-up`` and ``whole``;
 * ``recovery``: on that cluster, a job whose subtask is SIGKILLed once predictions come
-  (``restart-strategy: fixed-delay``, no delay): seconds from the kill to the next prediction,
-  resident and not.
+  (``restart-strategy: fixed-delay``, no delay, no checkpoints): seconds from the kill to the
+  first prediction of a replacement process, resident and not, two ways: ``full restart`` (``execution.failover.in-place:
+  false``, every subtask restarted) and ``in place from the start`` (the default: the killed
+  subtask replaced, the survivor rewound to the start in place; docs/failover.md).
 """
 
 from __future__ import annotations

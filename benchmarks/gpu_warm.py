@@ -1,5 +1,7 @@
 """The warm-device figures of ``benchmarks/gpu_inference.py`` (issue 27): resident sharers at
-p=2, the second job on a session cluster, and the recovery from a SIGKILLed subtask. Run by
+p=2, the second job on a session cluster, and the recovery from a SIGKILLed subtask (without
+checkpoints: a full restart, ``execution.failover.in-place: false``, and the default, the
+killed subtask replaced and the survivor rewound in place to the start). Run by
 ``gpu_inference.py`` after its own figures (see its docstring); the cluster and the output
 sink are ``benchmarks/warm.py``'s."""
 
@@ -62,22 +64,26 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
                                     name=f"{job}-{resident}")
                     print(f"session, resident={resident}, {job} job: first output {f['first output']:.3f} s, "
                           f"start-up {f['start-up']:.3f} s, whole {bare_s / f['whole']:.2f}x of the bare loop")
-                f = session_job(cluster, tmp, model, args.batch_size, resident=resident, device=device,
-                                name=f"kill-{resident}", kill=True)
-                print(f"session, resident={resident}: a subtask SIGKILLed, its output again after "
-                      f"{f['recovery']:.3f} s")
+                for in_place, how in ((False, "full restart"), (True, "in place from the start")):
+                    f = session_job(cluster, tmp, model, args.batch_size, resident=resident, device=device,
+                                    name=f"kill-{resident}-{in_place}", kill=True, in_place=in_place)
+                    print(f"session, resident={resident}: a subtask SIGKILLed, {how}: a replacement's output after "
+                          f"{f['recovery']:.3f} s")
         finally:
             cluster.stop()
 
 
 def session_job(cluster: Cluster, tmp: Path, model: Any, batch: int, *, resident: bool, device: str | None,
-                name: str, kill: bool = False) -> dict[str, float]:
-    """One job of 2 subtasks at half the GPU on ``cluster``, submitted from this process."""
+                name: str, kill: bool = False, in_place: bool = True) -> dict[str, float]:
+    """One job of 2 subtasks at half the GPU on ``cluster``, submitted from this process; with
+    ``kill``, one subtask is SIGKILLed once both give outputs, and the job restarts without
+    checkpoints: in place (the default) or, ``in_place=False``, every subtask."""
     from accelflow import Environment
     from accelflow.runtime.client import ExecutionContext, use_context
 
     outputs = tmp / f"{name}.outputs"
-    conf: dict[str, Any] = {"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"}
+    conf: dict[str, Any] = {"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s",
+                            "execution.failover.in-place": in_place}
     images = np.load(tmp / "images.npy", mmap_mode="r")
     killed: list[float] = []
     with use_context(ExecutionContext(cluster_url=cluster.url)):
@@ -90,10 +96,13 @@ def session_job(cluster: Cluster, tmp: Path, model: Any, batch: int, *, resident
         t0 = time.time()
         env.execute(name)
         whole = time.time() - t0
-    times = [float(line.split()[1]) for line in outputs.read_text().splitlines()]
-    figures = {"first output": min(times) - t0, "start-up": env.last_result.startup_s, "whole": whole}
+    times = [(int(p), float(t)) for p, t in (line.split() for line in outputs.read_text().splitlines())]
+    figures = {"first output": min(t for _, t in times) - t0, "start-up": env.last_result.startup_s, "whole": whole}
     if killed:
-        figures["recovery"] = min(t for t in times if t > killed[0]) - killed[0]
+        # a replacement's first output (a process without outputs before the kill), not the
+        # survivor's, which goes on when it rolls back in place
+        before = {p for p, t in times if t <= killed[0]}
+        figures["recovery"] = min(t for p, t in times if t > killed[0] and p not in before) - killed[0]
     return figures
 
 

@@ -15,15 +15,21 @@ user's. Three ways, in turns (each round starts a fresh cluster per way):
   ``warm.preload`` the model's module), the model opened in the subtask;
 * ``resident``: ``resident=True``: one instance on the device, in its device host.
 
-Each way runs a first job on the fresh cluster, a second job (the same script), and a third
-job whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay;
-no checkpoints: every subtask restarts), and a fourth like the third with checkpoints every
-500 ms (the survivor rolls back in place, only the killed subtask is replaced: issue 28).
+Each way runs a first job on the fresh cluster, a second job (the same script), then three
+jobs whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay):
+
+* ``full restart after SIGKILL``: no checkpoints and ``execution.failover.in-place: false``:
+  every subtask is cancelled and restarts (Flink's full restart);
+* ``in place from the start``: no checkpoints, the default: only the killed subtask is
+  replaced, the survivor rewinds to the start in place (docs/failover.md "Without
+  checkpointing");
+* ``in place after SIGKILL``: checkpoints every 500 ms: the same, back to the last checkpoint.
+
 Printed per job: ``start-up`` (``JobResult.startup_s``), ``first output`` (seconds from
 ``execute()`` to the first output at the sink), the ``open()`` calls and the imports of the
 model's module during the job by the processes that opened it (a warm process imported it
-before the job: not counted), and for the third job ``recovery``
-(the kill to the first output of a replacement process) and the ``open()``/imports after the kill; the median of the
+before the job: not counted), and for the killed jobs ``recovery`` (the kill to the first
+output of a replacement process) and the ``open()``/imports after the kill; the median of the
 rounds and the spread (min - max). Also the round trip of a 4096x784 uint8 batch between two
 processes through ``conn.send`` and through the out-of-band frames a resident operator uses.
 """
@@ -185,9 +191,10 @@ def _pids(outputs: Path) -> list[int]:
     return found
 
 
-def run_job(cluster: Cluster, tmp: Path, name: str, resident: bool, *, n: int, delay: float,
+def run_job(cluster: Cluster, tmp: Path, name: str, resident: bool, *, n: int = 20_000, delay: float = 0.02,
             kill: bool = False, conf: dict[str, Any] | None = None) -> dict[str, float]:
-    """One job through ``accelflow run --cluster``; its figures (see the module)."""
+    """One job through ``accelflow run --cluster``; its figures (see the module). A killed
+    job runs long enough (``n`` records, ``delay`` between chunks) to be killed mid-way."""
     outputs, log = tmp / f"{name}.outputs", tmp / "model.log"
     args = {"conf": conf or {}, "resident": resident, "outputs": str(outputs), "n": n, "delay": delay}
     started = time.time()
@@ -239,13 +246,14 @@ def one_round(way: str, open_s: float, import_s: float) -> dict[str, dict[str, f
             return {
                 "first job": run_job(cluster, tmp, "first", resident, n=2_000, delay=0.005),
                 "second job": run_job(cluster, tmp, "second", resident, n=2_000, delay=0.005),
-                "restart after SIGKILL": run_job(cluster, tmp, "restart", resident, n=20_000, delay=0.02,
-                                                 kill=True, conf=restart),
-                # checkpointed: the survivor rolls back in place (docs/failover.md), only the
+                # every subtask restarts: both open (forked, warm) or reuse the instance again
+                "full restart after SIGKILL": run_job(cluster, tmp, "full", resident, kill=True,
+                                                      conf={**restart, "execution.failover.in-place": False}),
+                # the default: the survivor rolls back in place (docs/failover.md), only the
                 # killed subtask's replacement opens (forked, warm) or reuses the instance
-                "in place after SIGKILL": run_job(cluster, tmp, "in-place", resident, n=20_000, delay=0.02,
-                                                  kill=True, conf={**restart,
-                                                                   "execution.checkpointing.interval": "500 ms"}),
+                "in place from the start": run_job(cluster, tmp, "unchecked", resident, kill=True, conf=restart),
+                "in place after SIGKILL": run_job(cluster, tmp, "in-place", resident, kill=True,
+                                                  conf={**restart, "execution.checkpointing.interval": "500 ms"}),
             }
         finally:
             cluster.stop()
@@ -323,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                     cells.append(f"{figure} {median:g} ({min(values):g} - {max(values):g})")
                 else:
                     cells.append(f"{figure} {median:.3f} s ({min(values):.3f} - {max(values):.3f})")
-            print(f"  {job + ':':24}" + "; ".join(cells))
+            print(f"  {job + ':':28}" + "; ".join(cells))
     trip = round_trip()
     print("\n# a 4096x784 uint8 batch to another process and back (best of 20): "
           + ", ".join(f"{way} {seconds * 1e3:.2f} ms" for way, seconds in trip.items()))
