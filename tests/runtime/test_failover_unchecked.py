@@ -50,7 +50,7 @@ def test_keyed_state_is_reset_and_ended_sources_read_again(fpga_conf: dict[str, 
                                                           caplog: pytest.LogCaptureFixture) -> None:
     # the sources end (and wait for the others, as at a final checkpoint) before the model fails
     caplog.set_level(logging.INFO, logger="accelflow.runtime")
-    env = Environment({**fpga_conf, **UNCHECKED})
+    env = Environment({**fpga_conf, **UNCHECKED, "execution.runtime-mode": "batch"})  # final sums
     sums = (env.from_source(Counted(N, chunk=10, ended=tmp_path), name="numbers").rebalance()
             .map_batches(Model(tmp_path, batch_s=0.005, fail="raise", at=1500, ended_first=3), batch_size=10,
                          name="model")

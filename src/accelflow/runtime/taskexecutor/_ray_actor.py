@@ -18,7 +18,7 @@ fails is reported at once as the sender's ``failed`` message (the sender may be 
 another channel), and the end of a stream is acknowledged to the sender only when every chunk
 has arrived. A stream whose other end is gone is closed, as a direct connection would be: one
 whose sender died or closed it to roll back in place (``abandon``), one whose receiving subtask
-died or rolled back (its chunks are dropped; its own TaskExecutor reports it). A channel whose
+or actor died or rolled back (its chunks are dropped; its TaskExecutor or the launcher reports it). A channel whose
 both ends live in one actor is delivered in process, without Ray. So nothing of ours crosses
 machines: only Ray actor calls do; the Unix sockets stay inside one actor's machine.
 
@@ -73,6 +73,14 @@ from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_
 from accelflow.runtime.taskexecutor._warm import WarmSettings
 
 log = logging.getLogger("accelflow.runtime")
+
+
+def _receiver_died(exc: BaseException) -> bool:
+    """Whether a ``deliver`` call failed because the receiving actor died (``ray.kill``, its
+    node lost): that TaskExecutor is lost, not the sender, whose job rolls back in place. An
+    actor that is only unreachable for now (``ActorUnavailableError``) may come back: its
+    chunks are not dropped, the sender is failed as before."""
+    return isinstance(exc, ray.exceptions.ActorDiedError)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # NumPy is imported with the actor, not by the first chunk that carries an array: Ray unpickles
@@ -356,10 +364,15 @@ class TaskExecutorActor:
             return self.routes[name]
 
     def _report(self, sender_key: Any, name: str, te_id: str, exc: BaseException) -> str:
-        """Fail the sending subtask's job now (its TaskExecutor's events) and say why."""
+        """Fail the sending subtask's job now (its TaskExecutor's events) and say why; not when
+        the receiving actor died (:func:`_receiver_died`): the launcher reports that
+        TaskExecutor lost, and the sender, a survivor, rolls back in place."""
         cause = getattr(exc, "cause", None) or exc  # a RayTaskError wraps the receiver's error
         why = _ANSI.sub("", str(cause)).strip().splitlines()
         text = f"relaying to {te_id} failed: {type(cause).__name__}: {why[0] if why else ''}"
+        if _receiver_died(exc):
+            log.info("%s: data channel %s: %s (its chunks are dropped until the rollback)", self.id, name, text)
+            return text
         log.warning("%s: data channel %s: %s", self.id, name, text)
         if sender_key is not None:
             self.relay_failures.put(SubtaskFailed(
@@ -400,8 +413,11 @@ class TaskExecutorActor:
         except Exception as exc:  # Ray could not deliver: tell the sender, which then fails
             text = self._report(sender_key, name, te_id, exc)
             try:
+                if _receiver_died(exc):  # as for a receiving subtask that is gone: drop, wait
+                    while True:  # for the sender to close the stream (its rollback)
+                        conn.recv()
                 conn.send(ChannelFailed(text))
-            except OSError:
+            except (EOFError, OSError):
                 pass
         finally:
             conn.close()
