@@ -51,16 +51,19 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import cloudpickle
+import failover  # its Numbers source (pickled by value: subtasks cannot import the benchmarks)
+from failover import Numbers
 
-from accelflow import Environment, JobClient, RuntimeContext, Source
+from accelflow import Environment, JobClient, RuntimeContext
 from accelflow.connectors.files import FileSink
-from accelflow.dataflow import even_ranges, iter_records
+from accelflow.dataflow import iter_records
 from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
+
+cloudpickle.register_pickle_by_value(failover)
 
 N = 6000
 PARALLELISM = 2
@@ -88,28 +91,6 @@ class Model:
         with open(self.dir / "calls.log", "a", encoding="utf-8") as f:
             f.write(f"{time.time():.6f} {self.ctx.index_of_this_subtask} {os.getpid()} {self.gpu} {records}\n")
         return batch
-
-
-class Numbers(Source[int]):
-    """``0..n-1`` in chunks of 10, 20 ms apart per split, with exact positions."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def create_splits(self, parallelism: int) -> Sequence[Any]:
-        return list(even_ranges(self.n, parallelism))
-
-    def read(self, split: Any, ctx: RuntimeContext) -> Iterator[int]:
-        raise NotImplementedError
-
-    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
-        first, stop = split
-        for start in range(first, stop, 10):
-            time.sleep(0.02)
-            yield np.arange(start, min(start + 10, stop), dtype=np.int64)
-
-    def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
-        return (split[0] + records_read, split[1])
 
 
 def _use_fake_gpus(work: Path) -> dict[str, Any]:
