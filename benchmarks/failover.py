@@ -237,6 +237,23 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float) -> dict[st
             "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}
 
 
+def summary(runs: dict[str, list[dict[str, float]]], width: int, title: str = "median (min..max)") -> list[str]:
+    """``summary: <title>`` and one line per way of ``runs``: each figure's median (min..max)."""
+    lines = [f"summary: {title}"]
+    for way, figures in runs.items():
+        cells = [f"{name} {statistics.median(vals):.2f} ({min(vals):.2f}..{max(vals):.2f})"
+                 for name in figures[0] for vals in [[f[name] for f in figures]]]
+        lines.append(f"  {way:{width}s} " + "  ".join(cells))
+    return lines
+
+
+def write_report(output: Path | None, lines: list[str]) -> None:
+    """The report's ``lines`` into ``output`` (``--output``), if given."""
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("\n".join(lines) + "\n")
+
+
 def _gpu_count() -> int:
     """The GPUs ``nvidia-smi -L`` lists (0 without ``nvidia-smi``)."""
     try:
@@ -286,15 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(lines[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lines.append("summary: median (min..max)")
-    for path, figures in runs.items():
-        cells = [f"{name} {statistics.median(vals):.2f} ({min(vals):.2f}..{max(vals):.2f})"
-                 for name in figures[0] for vals in [[f[name] for f in figures]]]
-        lines.append(f"  {path:12s} " + "  ".join(cells))
+    lines += summary(runs, 12)
     print("\n".join(lines[-1 - len(PATHS):]))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text("\n".join(lines) + "\n")
+    write_report(args.output, lines)
     return 0
 
 

@@ -45,7 +45,6 @@ import datetime
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -55,15 +54,15 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
-import failover  # its Numbers source (pickled by value: subtasks cannot import the benchmarks)
-from failover import Numbers
+import failover as failover_benchmark  # its Numbers source (by value: subtasks cannot import it)
+from failover import Numbers, summary, write_report
 
 from accelflow import Environment, JobClient, RuntimeContext
 from accelflow.connectors.files import FileSink
 from accelflow.dataflow import iter_records
 from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
 
-cloudpickle.register_pickle_by_value(failover)
+cloudpickle.register_pickle_by_value(failover_benchmark)
 
 N = 6000
 PARALLELISM = 2
@@ -227,16 +226,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(lines[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lines.append("summary: median (min..max); moved and quarantined: 1 = yes")
-    for kind, all_figures in runs.items():
-        cells = [f"{name} {statistics.median(vals):.2f} ({min(vals):.2f}..{max(vals):.2f})"
-                 for name in all_figures[0] for vals in [[f[name] for f in all_figures]]]
-        lines.append(f"  {kind:11s} " + "  ".join(cells))
+    lines += summary(runs, 11, "median (min..max); moved and quarantined: 1 = yes")
     lines += _verdict(runs, args.open_s)
     print("\n".join(lines[-3 - len(XIDS):]))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text("\n".join(lines) + "\n")
+    write_report(args.output, lines)
     return 0
 
 
