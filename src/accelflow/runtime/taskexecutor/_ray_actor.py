@@ -65,10 +65,10 @@ from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
 from accelflow.runtime import close_listener, serve_forever, unix_listener
 from accelflow.runtime import (
-    ChannelDone, ChannelFailed, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
+    ByValue, ChannelDone, ChannelFailed, Collected, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
     Shutdown, SubtaskExited, SubtaskFailed, SubtaskKey, TaskExecutorEvent,
 )
-from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET
+from accelflow.runtime import CONNECT_TIMEOUT_S, RELAY_DIR_ENV_VAR, RELAY_SOCKET, send_pickled
 from accelflow.runtime.taskexecutor import TaskExecutor, process_started, start_forkserver, trace
 from accelflow.runtime.taskexecutor._warm import WarmSettings
 
@@ -240,9 +240,11 @@ class TaskExecutorActor:
         if self.jm.poll(0 if out else timeout):
             while len(out) < 256 and self.jm.poll():
                 out.append(self.jm.recv())
-        for message in out:
+        for i, message in enumerate(out):
             if isinstance(message, SubtaskExited):
                 self._arrays_unused_by(message.key)
+            elif isinstance(message, Collected):  # Ray's own cloudpickle knows none of the client's classes
+                out[i] = msgspec.structs.replace(message, chunk=ByValue(message.chunk))
         return out
 
     # -- NumPy source arrays from the object store -----------------------------------------
@@ -317,7 +319,7 @@ class TaskExecutorActor:
                     if state.conn is None and not self._connect_receiver(name, state):
                         return  # abandoned while it waited for the receiver
                     assert state.conn is not None
-                    state.conn.send(item)
+                    send_pickled(state.conn.send, item)  # a job script's classes by value
                     if item is None:
                         state.close()
                         with self.inbound_lock:
