@@ -4,6 +4,7 @@ frames; a TypeError of the user's own code stays the user's."""
 
 from __future__ import annotations
 
+import dataclasses
 
 import pytest
 
@@ -87,3 +88,16 @@ def test_an_unpicklable_record_on_an_edge_names_both_operators_the_type_and_the_
     assert "it is a _thread.lock <unlocked" in message and "cannot pickle '_thread.lock' object" in message
     assert "in open() of the rich function" in message
     _no_frames(caught.value)
+
+
+def test_records_of_a_local_class_cross_subtasks_and_come_back_as_that_class() -> None:
+    """A class defined in a function (plain pickle: ``Can't pickle local object``) travels by
+    value, as one of the job script's does (tests/cli/test_job_script_records.py)."""
+    @dataclasses.dataclass
+    class Reading:
+        value: int
+
+    env = Environment({"parallelism.default": 2})
+    out = (env.from_sequence(1, 6).map(Reading, name="read").rebalance()
+           .map(lambda r: Reading(r.value * 2), name="double").execute_and_collect())
+    assert all(type(r) is Reading for r in out) and sorted(r.value for r in out) == [2, 4, 6, 8, 10, 12]

@@ -69,13 +69,14 @@ class ByValue:
 
 def send_pickled(send: Callable[[Any], None], obj: Any, wrap: Callable[[Any], Any] = lambda o: o) -> bool:
     """``send(wrap(obj))``, or where plain pickle cannot find a class of ``obj`` by name (a job
-    script's), ``send(wrap(ByValue(obj)))``; returns whether it had to (later chunks of the same
-    records then go by value at once). ``send`` pickles before it writes anything."""
+    script's, or one defined in a function: ``Can't pickle local object``),
+    ``send(wrap(ByValue(obj)))``; returns whether it had to (later chunks of the same records
+    then go by value at once). ``send`` pickles before it writes anything; what cloudpickle
+    cannot pickle either raises cloudpickle's error."""
     try:
         send(wrap(obj))
         return False
-    except (pickle.PicklingError, AttributeError) as exc:
-        if "__main__" not in str(exc):
-            raise
+    except (pickle.PicklingError, AttributeError):
+        pass
     send(wrap(ByValue(obj)))
     return True
