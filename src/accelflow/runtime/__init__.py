@@ -97,8 +97,9 @@ if TYPE_CHECKING:
     )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
-        OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, socket_dir, write_private,
+        OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, write_private,
     )
+    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, socket_dir, sweep_work_dirs
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -157,9 +158,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "committables_at", "sink_state",
     ),
     "._statefile": (
-        "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "socket_dir",
-        "write_private",
+        "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "write_private",
     ),
+    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "socket_dir", "sweep_work_dirs"),
 }
 
 __all__ = [
@@ -253,6 +254,7 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WORK_DIR_PREFIX",
     "WarmReady",
     "channel_path",
     "close_listener",
@@ -264,6 +266,7 @@ __all__ = [
     "dumps",
     "expected_parent",
     "is_out_of_memory",
+    "make_work_dir",
     "memory_text",
     "object_handles",
     "parent_env",
@@ -282,6 +285,7 @@ __all__ = [
     "shared_view",
     "sink_state",
     "socket_dir",
+    "sweep_work_dirs",
     "unix_listener",
     "warm_device",
     "whole_lines",

@@ -1,0 +1,103 @@
+"""Nothing of accelflow's accumulates in ``$TMPDIR`` when a cluster dies: every process keeps
+its temporary files in its cluster's work directory (``accelflow-*``, with an ``owner`` file),
+and the next cluster started on the host removes the work directories whose owner died.
+Real processes, a ``$TMPDIR`` of the test's own (for the test and every process it starts)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from accelflow import Environment
+from accelflow.runtime import make_work_dir, sweep_work_dirs
+
+SLOW_JOB = """\
+import time
+from accelflow import Environment
+env = Environment({"local.number-taskmanager": 2, "parallelism.default": 2})
+env.from_sequence(1, 20000).map(lambda x: (time.sleep(0.01), x)[1]).add_sink(lambda x: None)
+env.execute("slow")
+"""
+
+
+@pytest.fixture
+def tmpdir_of_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private ``$TMPDIR`` for this process (``tempfile``) and the processes it starts."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads $TMPDIR again
+    return tmp
+
+
+def _wait_for_subtasks(tmp: Path, proc: subprocess.Popen[str]) -> Path:
+    """The cluster's work directory once its subtasks run (the watchdog watches them)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [d for d in tmp.glob("accelflow-*") if any(d.glob("beat-*"))]
+        if found:
+            return found[0]
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
+def test_a_cluster_killed_whole_leaves_its_work_dir_to_the_next_job_which_removes_it(
+        tmpdir_of_test: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The client, its TaskExecutors and subtasks SIGKILLed at once (the OOM killer, ``kill -9``
+    of the process group, a container stopped): nobody is left to clean up. Before, each such
+    death left an ``accelflow-*`` directory for ever."""
+    script = tmp_path / "job.py"
+    script.write_text(SLOW_JOB, encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workdir = _wait_for_subtasks(tmpdir_of_test, proc)
+        group = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        psutil.wait_procs(group, timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert [p.name for p in tmpdir_of_test.iterdir()] == [workdir.name]  # no pymp-*: all in there
+    assert (workdir / "owner").read_text(encoding="ascii").split()[0] == str(proc.pid)
+
+    caplog.set_level(logging.DEBUG, logger="accelflow.runtime")
+    env = Environment({"local.number-taskmanager": 1})
+    assert sorted(env.from_sequence(1, 10).map(lambda x: x * 2).execute_and_collect()) == list(range(2, 21, 2))
+    assert (f"removed {workdir}: the work directory of a cluster whose process (pid {proc.pid}) died"
+            in caplog.text)
+    assert list(tmpdir_of_test.iterdir()) == []  # the dead one swept, the job's own removed at its end
+
+
+def test_only_work_dirs_whose_owner_died_are_swept(tmpdir_of_test: Path) -> None:
+    """A live owner keeps its directory; a dead one's goes, also when its pid now names another
+    process (started later: its start time differs); directories without an owner file (being
+    made, or not ours) stay."""
+    owner = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        live = make_work_dir(sweep=False)
+        started = psutil.Process(owner.pid).create_time()
+        (live / "owner").write_text(f"{owner.pid} {started:.3f}\n", encoding="ascii")
+        reused = make_work_dir(sweep=False)  # this pid is alive, but not the process that made it
+        (reused / "owner").write_text(f"{owner.pid} {started - 100:.3f}\n", encoding="ascii")
+        unowned = tmpdir_of_test / "accelflow-1000"
+        unowned.mkdir()
+        other = tmpdir_of_test / "pymp-abc"
+        other.mkdir()
+        assert sweep_work_dirs() == [(reused, owner.pid)]
+        assert live.is_dir() and unowned.is_dir() and other.is_dir() and not reused.exists()
+    finally:
+        owner.communicate(b"")
+    assert sweep_work_dirs() == [(live, owner.pid)]
+    assert sorted(p.name for p in tmpdir_of_test.iterdir()) == ["accelflow-1000", "pymp-abc"]
