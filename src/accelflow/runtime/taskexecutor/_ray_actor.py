@@ -148,9 +148,8 @@ class TaskExecutorActor:
         trace(f"te imports started {te_id}", _IMPORT_STARTED)
         trace(f"te imports done {te_id}")
         _keep_worker_main_from_subtasks()
-        # the actor's work directory: the relay's sockets and every temporary file of the actor,
-        # its forkserver and subtasks; removed by stop(), or by the next start on this host
-        # when the actor is killed (ray.kill, node loss)
+        # the relay's sockets and every temporary file of the actor, its forkserver and subtasks;
+        # removed by stop(), or by the next start on this host when the actor is killed
         self.relay_dir = str(make_work_dir(f"accelflow-ray-{te_id}-"))
         start_forkserver(workdir=self.relay_dir)  # in the main thread: it dies with the actor
         trace(f"te forkserver started {te_id}")
