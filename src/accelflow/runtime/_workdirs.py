@@ -70,14 +70,16 @@ def sweep_work_dirs(base: Path | None = None) -> list[tuple[Path, int]]:
     """
     base = Path(tempfile.gettempdir()) if base is None else base
     try:
-        entries = [entry for entry in base.iterdir() if entry.name.startswith(WORK_DIR_PREFIX)]
+        with os.scandir(base) as scan:  # a few ms for thousands of entries: on every cluster's start
+            entries = [entry for entry in scan if entry.name.startswith(WORK_DIR_PREFIX)]
     except OSError:
         return []
     removed = []
-    for path in entries:
-        pid = _dead_owner(path)
+    for entry in entries:
+        pid = _dead_owner(entry)
         if pid is None:
             continue
+        path = Path(entry.path)
         shutil.rmtree(path, ignore_errors=True)
         if not path.exists():
             _log.debug("removed %s: the work directory of a cluster whose process (pid %d) died", path, pid)
@@ -85,14 +87,15 @@ def sweep_work_dirs(base: Path | None = None) -> list[tuple[Path, int]]:
     return removed
 
 
-def _dead_owner(path: Path) -> int | None:
-    """The pid of the owner of work directory ``path`` when that process has exited; None
-    when it runs, or ``path`` is not one of this user's work directories with an owner."""
+def _dead_owner(entry: os.DirEntry[str]) -> int | None:
+    """The pid of the owner of work directory ``entry`` when that process has exited; None
+    when it runs, or ``entry`` is not one of this user's work directories with an owner."""
     try:
-        st = path.lstat()
+        st = entry.stat(follow_symlinks=False)
         if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
             return None
-        match = OWNER.match((path / OWNER_FILE).read_text(encoding="ascii")[:64])
+        with open(os.path.join(entry.path, OWNER_FILE), encoding="ascii") as f:
+            match = OWNER.match(f.read(64))
     except (OSError, UnicodeDecodeError):
         return None
     if match is None or same_process(int(match["pid"]), float(match["start"]), None) is not None:
