@@ -65,7 +65,8 @@ def sweep_work_dirs(base: Path | None = None) -> list[tuple[Path, int]]:
     exited; each removed one with its owner's pid, logged at debug level.
 
     Example:
-        >>> sweep_work_dirs(Path(tempfile.mkdtemp()))  # nothing of ours there
+        >>> with tempfile.TemporaryDirectory() as empty:  # nothing of ours there
+        ...     sweep_work_dirs(Path(empty))
         []
     """
     base = Path(tempfile.gettempdir()) if base is None else base
