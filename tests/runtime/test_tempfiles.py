@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -78,6 +79,45 @@ def test_a_cluster_killed_whole_leaves_its_work_dir_to_the_next_job_which_remove
     assert (f"removed {workdir}: the work directory of a cluster whose process (pid {proc.pid}) died"
             in caplog.text)
     assert list(tmpdir_of_test.iterdir()) == []  # the dead one swept, the job's own removed at its end
+
+
+class Misbehaves:
+    """A map whose attempt 0 SIGKILLs its own subtask, attempt 1 hangs (the watchdog kills it)
+    and attempt 2 SIGKILLs its TaskExecutor, each at its first record; attempt 3 runs. Each
+    ``open()`` checks that the only entry in ``$TMPDIR`` is the cluster's work directory,
+    owned by the client."""
+
+    def __init__(self, tmp: str, client: int, log: str) -> None:
+        self.tmp, self.client, self.log = tmp, client, log
+
+    def open(self, ctx: Any) -> None:
+        [workdir] = os.listdir(self.tmp)
+        with open(os.path.join(self.tmp, workdir, "owner"), encoding="ascii") as f:
+            assert f.read().split()[0] == str(self.client)
+        self.attempt = ctx.attempt_number
+        with open(self.log, "a", encoding="ascii") as f:
+            f.write(f"{self.attempt}\n")
+
+    def map(self, record: int) -> int:
+        if self.attempt == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.attempt == 1:
+            time.sleep(10**6)
+        elif self.attempt == 2:
+            os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)  # the forkserver's parent
+        return record
+
+
+def test_a_sigkilled_subtask_a_hung_one_and_a_sigkilled_taskexecutor_leave_nothing(
+        tmpdir_of_test: Path, tmp_path: Path) -> None:
+    env = Environment({"parallelism.default": 1, "heartbeat.timeout": "1 s", "heartbeat.interval": "100 ms",
+                       "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": 3,
+                       "restart-strategy.fixed-delay.delay": "0 s"})
+    log = tmp_path / "attempts.log"
+    stream = env.from_sequence(1, 10).map(Misbehaves(str(tmpdir_of_test), os.getpid(), str(log)))
+    assert sorted(stream.execute_and_collect()) == list(range(1, 11))
+    assert log.read_text(encoding="ascii").split() == ["0", "1", "2", "3"]
+    assert list(tmpdir_of_test.iterdir()) == []
 
 
 def test_only_work_dirs_whose_owner_died_are_swept(tmpdir_of_test: Path) -> None:
