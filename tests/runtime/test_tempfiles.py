@@ -17,9 +17,11 @@ from typing import Any
 
 import psutil
 import pytest
+from warm_jobs import WhereAmI
 
 from accelflow import Environment
 from accelflow.runtime import make_work_dir, sweep_work_dirs
+from accelflow.testing import use_fake_nvidia_smi
 
 SLOW_JOB = """\
 import time
@@ -118,6 +120,57 @@ def test_a_sigkilled_subtask_a_hung_one_and_a_sigkilled_taskexecutor_leave_nothi
     assert sorted(stream.execute_and_collect()) == list(range(1, 11))
     assert log.read_text(encoding="ascii").split() == ["0", "1", "2", "3"]
     assert list(tmpdir_of_test.iterdir()) == []
+
+
+def tempdir_of(record: int) -> tuple[int, int, str]:
+    """The record, this process's pid and multiprocessing's temporary directory here."""
+    from multiprocessing import util
+
+    return record, os.getpid(), util.get_temp_dir()
+
+
+def _gpu_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Environment:
+    """One TaskExecutor with one fake GPU, whose warm processes import ``warm_marker``."""
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 1)
+    monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
+    return Environment({
+        "external-resources": "gpu", "external-resource.gpu.amount": 1,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        "external-resource.gpu.warm.framework": "none", "external-resource.gpu.warm.preload": "warm_marker",
+        "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": 1,
+        "restart-strategy.fixed-delay.delay": "0 s",
+    })
+
+
+def _only_the_work_dir(seen: list[tuple[int, int, str]], tmp: Path) -> set[int]:
+    """The pids that ran ``tempdir_of``, once every one had the work directory for its own."""
+    assert sorted(r for r, _, _ in seen) == [1, 2, 3, 4, 5]
+    [tempdir] = {Path(t) for _, _, t in seen}
+    assert tempdir.parent == tmp and tempdir.name.startswith("accelflow-"), tempdir
+    assert list(tmp.iterdir()) == []
+    return {pid for _, pid, _ in seen}
+
+
+def test_a_warm_subtask_process_keeps_its_temporary_files_in_the_work_dir(
+        tmpdir_of_test: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm process is a fresh interpreter (spawned, not forked): it is told the work
+    directory. Before, multiprocessing made it a ``pymp-*`` directory in ``$TMPDIR``, which a
+    SIGKILL (its TaskExecutor's death, the OOM killer) left there."""
+    env = _gpu_environment(tmp_path, monkeypatch)
+    stream = (env.from_sequence(1, 5).map(WhereAmI(str(tmp_path / "where.log")), resources={"gpu": 1})
+              .map(tempdir_of, resources={"gpu": 1}))
+    pids = _only_the_work_dir(stream.execute_and_collect(), tmpdir_of_test)
+    warm = {int(pid) for pid in (tmp_path / "marker.log").read_text(encoding="ascii").split()}
+    assert pids <= warm  # attempt 1 ran in a warm process
+
+
+def test_a_device_host_keeps_its_temporary_files_in_the_work_dir(
+        tmpdir_of_test: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device host (``resident=True``) is spawned too."""
+    env = _gpu_environment(tmp_path, monkeypatch)
+    stream = env.from_sequence(1, 5).map(tempdir_of, resources={"gpu": 1}, resident=True)
+    _only_the_work_dir(stream.execute_and_collect(), tmpdir_of_test)
 
 
 def test_only_work_dirs_whose_owner_died_are_swept(tmpdir_of_test: Path) -> None:

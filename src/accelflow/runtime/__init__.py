@@ -93,7 +93,8 @@ if TYPE_CHECKING:
     from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
     from accelflow.runtime._pickle import ByValue, dumps, send_pickled
     from accelflow.runtime._process import (
-        PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, whole_lines,
+        PARENT_PID_ENV_VAR, WORK_DIR_ENV_VAR, die_with_parent, expected_parent, keep_tempdir_in, parent_env,
+        whole_lines, work_dir_env,
     )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
@@ -152,7 +153,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ByValue", "dumps", "send_pickled",
     ),
     "._process": (
-        "PARENT_PID_ENV_VAR", "die_with_parent", "expected_parent", "parent_env", "whole_lines",
+        "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
+        "parent_env", "whole_lines", "work_dir_env",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
@@ -254,6 +256,7 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WORK_DIR_ENV_VAR",
     "WORK_DIR_PREFIX",
     "WarmReady",
     "channel_path",
@@ -266,6 +269,7 @@ __all__ = [
     "dumps",
     "expected_parent",
     "is_out_of_memory",
+    "keep_tempdir_in",
     "make_work_dir",
     "memory_text",
     "object_handles",
@@ -289,6 +293,7 @@ __all__ = [
     "unix_listener",
     "warm_device",
     "whole_lines",
+    "work_dir_env",
     "write_private",
     "InputChannel",
     "StreamStatus",

@@ -6,9 +6,11 @@ cluster's process (``accelflow-session-*``, its submission socket) and each Task
 that runs as a Ray actor (``accelflow-ray-*``, on the actor's host). Everything the
 cluster's processes write for themselves goes there: the JobManager's and the data
 channels' sockets, the configuration file, multiprocessing's temporary directory of each
-TaskExecutor (its forkserver's socket: :func:`accelflow.runtime.taskexecutor._early.keep_tempdir_in`),
-the watchdog's heartbeat and stack files, the device hosts' sockets and NumPy source arrays
-where there is no memfd. Nothing goes into a ``pymp-*`` directory of ``$TMPDIR``.
+TaskExecutor, its subtasks, warm processes and device hosts (the forkserver's socket, a
+user's ``multiprocessing.Manager``: :func:`accelflow.runtime.keep_tempdir_in`; spawned
+processes are told it in ``$ACCELFLOW_WORK_DIR``), the watchdog's heartbeat and stack files,
+the device hosts' sockets and NumPy source arrays where there is no memfd. Nothing goes into
+a ``pymp-*`` directory of ``$TMPDIR``.
 
 The owner removes its directory when the cluster stops. It cannot when it dies (SIGKILL, the
 OOM killer): its ``owner`` file records its pid and start time, and the next cluster started
