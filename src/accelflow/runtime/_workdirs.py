@@ -45,7 +45,7 @@ def make_work_dir(prefix: str = WORK_DIR_PREFIX, *, sweep: bool = True) -> Path:
     removing those of this user's clusters whose owner died (``sweep``).
 
     Example:
-        >>> path = make_work_dir()
+        >>> path = make_work_dir(sweep=False)
         >>> path.name.startswith("accelflow-"), (path / "owner").read_text().split()[0] == str(os.getpid())
         (True, True)
         >>> shutil.rmtree(path)
