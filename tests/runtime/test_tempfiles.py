@@ -184,7 +184,7 @@ def test_only_work_dirs_whose_owner_died_are_swept(tmpdir_of_test: Path) -> None
         (live / "owner").write_text(f"{owner.pid} {started:.3f}\n", encoding="ascii")
         reused = make_work_dir(sweep=False)  # this pid is alive, but not the process that made it
         (reused / "owner").write_text(f"{owner.pid} {started - 100:.3f}\n", encoding="ascii")
-        unowned = tmpdir_of_test / "accelflow-1000"
+        unowned = tmpdir_of_test / "accelflow-1000"  # as the GPU coordination file's accelflow-<uid>
         unowned.mkdir()
         other = tmpdir_of_test / "pymp-abc"
         other.mkdir()
