@@ -93,12 +93,14 @@ if TYPE_CHECKING:
     from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
     from accelflow.runtime._pickle import ByValue, dumps, send_pickled
     from accelflow.runtime._process import (
-        PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, whole_lines,
+        PARENT_PID_ENV_VAR, WORK_DIR_ENV_VAR, die_with_parent, expected_parent, keep_tempdir_in, parent_env,
+        whole_lines, work_dir_env,
     )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
-        OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, socket_dir, write_private,
+        OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, write_private,
     )
+    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, socket_dir, sweep_work_dirs
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -151,15 +153,16 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ByValue", "dumps", "send_pickled",
     ),
     "._process": (
-        "PARENT_PID_ENV_VAR", "die_with_parent", "expected_parent", "parent_env", "whole_lines",
+        "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
+        "parent_env", "whole_lines", "work_dir_env",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
     ),
     "._statefile": (
-        "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "socket_dir",
-        "write_private",
+        "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "write_private",
     ),
+    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "socket_dir", "sweep_work_dirs"),
 }
 
 __all__ = [
@@ -253,6 +256,8 @@ __all__ = [
     "ToSubtask",
     "TriggerCheckpoint",
     "TriggerSavepoint",
+    "WORK_DIR_ENV_VAR",
+    "WORK_DIR_PREFIX",
     "WarmReady",
     "channel_path",
     "close_listener",
@@ -264,6 +269,8 @@ __all__ = [
     "dumps",
     "expected_parent",
     "is_out_of_memory",
+    "keep_tempdir_in",
+    "make_work_dir",
     "memory_text",
     "object_handles",
     "parent_env",
@@ -282,9 +289,11 @@ __all__ = [
     "shared_view",
     "sink_state",
     "socket_dir",
+    "sweep_work_dirs",
     "unix_listener",
     "warm_device",
     "whole_lines",
+    "work_dir_env",
     "write_private",
     "InputChannel",
     "StreamStatus",

@@ -14,14 +14,14 @@ stale file whose pid was reused by another process is removed and nothing is sig
 (:func:`session_process`). The socket directory (``$TMPDIR/accelflow-session-*``) names its
 owner the same way in its ``owner`` file (pid and start time; the directory name stays short:
 Unix socket paths are limited to 107 bytes), so the directory of a SIGKILLed cluster is
-removed by the next ``accelflow cluster start|status|stop`` (:func:`sweep_stale`).
+removed by the next ``accelflow cluster start|status|stop`` (:func:`sweep_stale`) or the next
+start of any cluster (:mod:`._workdirs`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
@@ -92,13 +92,6 @@ def same_process(pid: int, create_time: float, cmdline: list[str] | None) -> psu
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
     return proc
-
-
-def socket_dir() -> Path:
-    """A private (0700) directory whose ``owner`` file records this process's pid and start time."""
-    path = Path(tempfile.mkdtemp(prefix=SOCKET_PREFIX))
-    write_private(path / "owner", f"{os.getpid()} {psutil.Process().create_time():.3f}\n")
-    return path
 
 
 def write_private(path: Path, text: str) -> None:

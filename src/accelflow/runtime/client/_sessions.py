@@ -5,12 +5,7 @@ config it runs with."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import stat
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +15,7 @@ from accelflow._errors import AccelflowError
 from accelflow.config import state_dir
 from accelflow.config.keys import STATE_DIR_ENV_VAR
 from accelflow.runtime import (
-    OWNER, SOCKET_PREFIX, ConfigReply, ConfigRequest, SessionInfo, same_process, session_process,
+    SOCKET_PREFIX, ConfigReply, ConfigRequest, SessionInfo, session_process, sweep_work_dirs,
 )
 
 
@@ -55,32 +50,13 @@ def running_sessions(report: Callable[[str], None] | None = None) -> list[Sessio
 
 
 def sweep_stale(report: Callable[[str], None]) -> None:
-    """Remove stale state files and the socket directories of clusters that died (SIGKILL),
-    saying so through ``report``; only this user's directories, only when their owner (pid and
-    start time in their ``owner`` file) is gone. A directory without that file (being created,
-    or from an older accelflow) is left alone."""
+    """Remove stale state files and the work directories of clusters that died (SIGKILL),
+    saying so through ``report`` for session clusters' socket directories (the others are
+    logged at debug level); see :func:`accelflow.runtime.sweep_work_dirs`."""
     running_sessions(report)
-    base = Path(tempfile.gettempdir())
-    try:
-        entries = list(base.iterdir())
-    except OSError:
-        return
-    for path in entries:
-        if not path.name.startswith(SOCKET_PREFIX):
-            continue
-        try:
-            st = path.lstat()
-            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
-                continue
-            match = OWNER.match((path / "owner").read_text(encoding="ascii")[:64])
-        except (OSError, UnicodeDecodeError):
-            continue
-        if match is None or same_process(int(match["pid"]), float(match["start"]), None) is not None:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            report(f"removed the socket directory {path} of a session cluster that died "
-                   f"(pid {match['pid']})")
+    for path, pid in sweep_work_dirs():
+        if path.name.startswith(SOCKET_PREFIX):
+            report(f"removed the socket directory {path} of a session cluster that died (pid {pid})")
 
 
 def refuse_taken_port(address: str, port: int) -> None:

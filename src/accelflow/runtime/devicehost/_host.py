@@ -29,9 +29,9 @@ from accelflow._errors import AllocationError, encode_error
 from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
-    HOSTS_KEY_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance, ResidentRequest,
-    die_with_parent, expected_parent, memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener,
-    warm_device, whole_lines,
+    HOSTS_KEY_ENV_VAR, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance,
+    ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in, memory_text, preload, recv_chunk,
+    serve_forever, share_for, unix_listener, warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()
+    keep_tempdir_in(os.environ.get(WORK_DIR_ENV_VAR))  # its TaskExecutor's: the cluster's work directory
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec: dict[str, Any] = json.loads(raw)
     key = bytes.fromhex(os.environ.pop(HOSTS_KEY_ENV_VAR))

@@ -13,13 +13,12 @@ import queue
 import secrets
 import shutil
 import sys
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelflow.runtime import Command, TaskExecutorEvent
+from accelflow.runtime import Command, TaskExecutorEvent, make_work_dir
 
 #: ``(taskexecutor_id, message)``
 Event = tuple[str, TaskExecutorEvent]
@@ -43,7 +42,9 @@ class Launcher(ABC):
     key and the event queue, with :meth:`stop` registered to run at exit.
     """
 
-    #: private working directory (sockets; arrays only where there is no memfd), removed by :meth:`stop`
+    #: private working directory (sockets, the TaskExecutors' temporary files; arrays only where
+    #: there is no memfd), removed by :meth:`stop`, or by the next cluster's start when this
+    #: process dies first (:func:`accelflow.runtime.make_work_dir`)
     workdir: Path
     #: the key of every connection between the JobManager, TaskExecutors and subtasks
     authkey: bytes
@@ -51,7 +52,7 @@ class Launcher(ABC):
     events: queue.Queue[Event]
 
     def _set_up(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="accelflow-"))
+        self.workdir = make_work_dir()  # after removing those of clusters whose client died
         self.authkey = secrets.token_bytes(32)
         self.events = queue.Queue()
         atexit.register(self.stop)

@@ -17,7 +17,9 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-from accelflow.runtime import StartSubtask, WarmReady, die_with_parent, expected_parent, whole_lines
+from accelflow.runtime import (
+    WORK_DIR_ENV_VAR, StartSubtask, WarmReady, die_with_parent, expected_parent, keep_tempdir_in, whole_lines,
+)
 from accelflow.runtime import preload, warm_device
 from accelflow.runtime.subtask._runner import run_subtask
 
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(parent=expected_parent())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the client's to handle
     whole_lines()
+    keep_tempdir_in(os.environ.get(WORK_DIR_ENV_VAR))  # its TaskExecutor's: the cluster's work directory
     conn = Connection(int(fd))
     used, note = warm_device(framework)
     preload(modules, key)

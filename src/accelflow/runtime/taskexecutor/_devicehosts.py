@@ -31,7 +31,7 @@ from accelflow._errors import ConfigError, JobError, encode_error
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
     HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, HostAddress, HostFailed, HostReady, HostReport, HostRequest,
-    ResidentInstance, close_listener, parent_env, serve_forever, unix_listener,
+    ResidentInstance, close_listener, parent_env, serve_forever, unix_listener, work_dir_env,
 )
 from accelflow.runtime.taskexecutor._warmpool import Device
 
@@ -72,7 +72,7 @@ class DeviceHosts:
                  changed: Callable[[], None]) -> None:
         self.taskexecutor_id, self.spawn, self.env, self.spec, self.changed = taskexecutor_id, spawn, env, spec, changed
         self.key = os.urandom(32)
-        self.dir = util.get_temp_dir()  # the cluster's working directory (see _early.keep_tempdir_in)
+        self.dir = util.get_temp_dir()  # the cluster's work directory (see runtime.keep_tempdir_in)
         self.names = itertools.count()
         self.address = os.path.join(self.dir, f"dh-{os.getpid()}.sock")
         self.hosts: dict[Device, _Host] = {}
@@ -144,7 +144,7 @@ class DeviceHosts:
         argv = [sys.executable, "-m", HOST_MODULE, str(theirs.fileno()), listen, spec]
         try:
             popen = self.spawn(lambda: subprocess.Popen(
-                argv, env=dict(os.environ, **env, **parent_env(), **{HOSTS_KEY_ENV_VAR: self.key.hex()}),
+                argv, env=dict(os.environ, **env, **parent_env(), **work_dir_env(), **{HOSTS_KEY_ENV_VAR: self.key.hex()}),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL))
         finally:
             theirs.close()

@@ -2,7 +2,8 @@
 forkserver's preloads (the subtask runtime, NumPy, cloudpickle) import while this process
 imports the rest (drivers, messages) instead of after it, on the way to the first subtask.
 
-Only the standard library here: ``__main__`` imports this module first.
+Only the standard library here (and ``runtime._process``, which ``__main__`` imported first):
+``__main__`` imports this module before the rest.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ import os
 import signal
 import socket
 import traceback
-from multiprocessing import connection, forkserver, process, resource_tracker, util
+from multiprocessing import connection, forkserver, resource_tracker, util
 from typing import Any, NoReturn
+
+from accelflow.runtime import keep_tempdir_in  # ``runtime._process``: light, imported already
 
 AUTHKEY_ENV_VAR = "ACCELFLOW_AUTHKEY"
 #: ``accelflow._parent.PARENT_PID_ENV_VAR`` (this module imports only the standard library)
 PARENT_PID_ENV_VAR = "ACCELFLOW_PARENT_PID"
 #: the subtask runtime, named, not imported: the forkserver imports it (with NumPy), not us
 SUBTASK_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".subtask"
-#: the longest path of a Unix socket (``sun_path`` holds 108 bytes with the final NUL)
-_MAX_SOCKET_PATH = 107
 
 
 class _Module:
@@ -74,28 +75,6 @@ def start_forkserver(*, fork: bool = False, workdir: str | None = None) -> None:
         os.environ.pop(PARENT_PID_ENV_VAR, None)
         if key is not None:
             os.environ[AUTHKEY_ENV_VAR] = key
-
-
-def keep_tempdir_in(workdir: str | None) -> None:
-    """Make ``workdir`` multiprocessing's temporary directory in this process, where the
-    forkserver's socket goes, instead of a ``pymp-*`` directory of its own in ``$TMPDIR``.
-
-    multiprocessing removes its ``pymp-*`` when the process exits, but a SIGKILLed
-    TaskExecutor cannot: ``$TMPDIR`` kept one per kill. The cluster's working directory goes
-    as a whole when the cluster stops (the launcher removes it; a TaskExecutor whose client
-    died removes it itself), and the socket with it. Nothing changes when ``workdir`` is None,
-    when the directory is chosen already (a second call), or when a socket path in
-    ``workdir`` would be too long for a Unix socket.
-
-    Example: the forkserver listens on ``/tmp/accelflow-k2j4x0ab/listener-7b6e5d4c`` instead
-    of ``/tmp/pymp-3f9a1c2d/listener-7b6e5d4c``.
-    """
-    config = process.current_process()._config  # type: ignore[attr-defined]
-    if workdir is None or config.get("tempdir") is not None:
-        return
-    workdir = os.path.abspath(workdir)
-    if len(workdir) + len("/listener-12345678") <= _MAX_SOCKET_PATH:
-        config["tempdir"] = workdir
 
 
 #: what ``_fork_forkserver`` sets on multiprocessing's forkserver (CPython 3.11-3.14)

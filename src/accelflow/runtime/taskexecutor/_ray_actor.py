@@ -48,7 +48,6 @@ import queue
 import re
 import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ from accelflow._errors import AccelflowError, JobError, TransportError, encode_e
 from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, ray_accelerator_env
-from accelflow.runtime import close_listener, serve_forever, unix_listener
+from accelflow.runtime import close_listener, make_work_dir, serve_forever, unix_listener
 from accelflow.runtime import (
     ByValue, ChannelDone, ChannelFailed, Collected, Command, Deploy, OpenChannel, Registration, RegistrationFailed,
     Shutdown, SubtaskExited, SubtaskFailed, SubtaskKey, TaskExecutorEvent,
@@ -149,9 +148,11 @@ class TaskExecutorActor:
         trace(f"te imports started {te_id}", _IMPORT_STARTED)
         trace(f"te imports done {te_id}")
         _keep_worker_main_from_subtasks()
-        start_forkserver()  # in the actor's main thread: the forkserver dies with the actor
+        # the relay's sockets and every temporary file of the actor, its forkserver and subtasks;
+        # removed by stop(), or by the next start on this host when the actor is killed
+        self.relay_dir = str(make_work_dir(f"accelflow-ray-{te_id}-"))
+        start_forkserver(workdir=self.relay_dir)  # in the main thread: it dies with the actor
         trace(f"te forkserver started {te_id}")
-        self.relay_dir = ""  # made by start(), removed by stop(): nothing left when killed before
         self.jm, self.te_end = multiprocessing.Pipe()
         self.send_lock = threading.Lock()
         self.routes: dict[str, tuple[str, Any]] = {}
@@ -185,7 +186,6 @@ class TaskExecutorActor:
         except AccelflowError as exc:
             return RegistrationFailed(self.id, encode_error(exc))
         trace(f"te drivers done {self.id}")
-        self.relay_dir = tempfile.mkdtemp(prefix=f"accelflow-ray-{self.id}-")
         te = TaskExecutor(self.id, self.te_end, provider, config.get(k.NUMBER_OF_TASK_SLOTS),
                           base_env={RELAY_DIR_ENV_VAR: self.relay_dir}, warm=warm,
                           heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))

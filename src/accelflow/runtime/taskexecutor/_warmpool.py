@@ -27,7 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accelflow.runtime import DevicePool, StartSubtask, WarmReady, parent_env
+from accelflow.runtime import DevicePool, StartSubtask, WarmReady, parent_env, work_dir_env
 
 _log = logging.getLogger("accelflow.runtime")
 #: the subtask runtime, named, not imported (a TaskExecutor never imports it)
@@ -145,7 +145,7 @@ class WarmPool:
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)],
-                env=dict(os.environ, **self.env(device), **parent_env()), pass_fds=(theirs.fileno(),),
+                env=dict(os.environ, **self.env(device), **parent_env(), **work_dir_env()), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL)
         except OSError as exc:
             _log.warning("cannot start a warm process for %s %s: %s", *device, exc)
