@@ -69,24 +69,26 @@ class FailFirstAttempt:
 
 class WhereAmI:
     """A GPU map: logs ``where <attempt> <parent pid> <CUDA_VISIBLE_DEVICES> <modules>``, with
-    ``modules`` whether ``warm_marker`` and cupy were imported before ``open()``; attempt 0
-    waits until a warm process of its device announced itself in ``$WARM_MARKER_LOG``, then
-    fails (so that attempt 1 finds it ready)."""
+    ``modules`` which of ``warm_marker``, ``slow_marker`` and cupy were imported before
+    ``open()``; attempt 0 waits until a warm process of its device announced itself in the
+    log named by ``$<marker>`` (``$WARM_MARKER_LOG``: it is ready; ``$SLOW_MARKER_LOG``: it
+    began importing ``slow_marker``), then fails (so that attempt 1 finds it)."""
 
-    def __init__(self, log: str, fail_first: bool = True) -> None:
-        self.log, self.fail_first = log, fail_first
+    def __init__(self, log: str, fail_first: bool = True, marker: str = "WARM_MARKER_LOG") -> None:
+        self.log, self.fail_first, self.marker = log, fail_first, marker
 
     def open(self, ctx: RuntimeContext) -> None:
         import sys
 
-        loaded = ",".join(m for m in ("warm_marker", "cupy") if m in sys.modules) or "-"
+        loaded = ",".join(m for m in ("warm_marker", "slow_marker", "cupy") if m in sys.modules) or "-"
         log_line(self.log, "where", ctx.attempt_number, os.getppid(), os.environ.get("CUDA_VISIBLE_DEVICES"), loaded)
         if self.fail_first and ctx.attempt_number == 0:
-            marker = os.environ.get("WARM_MARKER_LOG", "")
+            marker = os.environ.get(self.marker, "")
             deadline = time.monotonic() + 30
             while not (Path(marker).exists() and Path(marker).read_text()) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.3)  # its ready message follows its last import at once
+            if self.marker == "WARM_MARKER_LOG":
+                time.sleep(0.3)  # its ready message follows its last import at once
             raise RuntimeError("attempt 0 fails on purpose")
 
     def map(self, record: Any) -> Any:
