@@ -1,6 +1,7 @@
 """A subtask whose device has no warm process ready, but one still starting, waits for that one
 instead of forking and importing everything again (issue 27): it runs in it once it is ready,
-forks at once if it dies while starting, and a cancel while it waits starts nothing.
+forks at once if it dies while starting or when it is not ready within a bound, and a cancel
+while it waits starts nothing.
 
 One TaskExecutor with 1 fake GPU, a fake CuPy, ``warm.preload: slow_marker`` (whose import the
 test holds until the TaskExecutor chose how to start the restarted attempt), real processes. Attempt 0 is
@@ -131,3 +132,25 @@ def test_a_cancel_while_waiting_starts_nothing_and_leaves_no_process(
     started = {pid for pid, _ in lines_of(tmp_path / "slow.log")}
     assert started and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                                for pid in started)
+
+
+def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_forks(
+        conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first warm process gets ready (attempt 1 runs in it): the bound is then three times
+    its start-up, at least 5 s; its replacement hangs in its import, so attempt 2 waits for it
+    until the bound, then forks; the hung one is stopped (and replaced)."""
+    monkeypatch.delenv("SLOW_MARKER_UNTIL")
+    monkeypatch.setenv("SLOW_MARKER_S", "0.2")
+    monkeypatch.setenv("SLOW_MARKER_HANG", "2")
+    log = tmp_path / "where.log"
+    env = Environment(dict(conf, **{"restart-strategy.fixed-delay.attempts": 2}))
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", failures=2), resources={"gpu": 1},
+                                 name="where").add_sink(lambda x: None)
+    env.execute()
+    marker = _marker(tmp_path)
+    first_warm, hung = marker["start"][:2]
+    attempts = {w[2]: w for w in lines(log, "where")}
+    assert int(attempts["1"][0]) == first_warm and attempts["1"][5] == "slow_marker,cupy"
+    assert int(attempts["2"][0]) not in marker["start"] and attempts["2"][5] == "-"  # forked
+    assert _trace(tmp_path, 2) == ["subtask waits for warm", "subtask forked"]
+    assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped, never ready
