@@ -112,9 +112,10 @@ class Waiting:
 
 
 class WarmDevices:
-    """What the TaskExecutor's loop uses: :meth:`start_subtask`, :meth:`sources`,
-    :meth:`event`, :meth:`status` and :meth:`close`; :attr:`subtask_env` goes into every
-    subtask's environment."""
+    """What the TaskExecutor's loop uses: :meth:`start_subtask` (or, first,
+    :meth:`wait_for_warm`, then :meth:`hold`, :meth:`cancel`, :meth:`due` and :meth:`due_in`
+    for the subtasks that wait), :meth:`sources`, :meth:`event`, :meth:`status` and
+    :meth:`close`; :attr:`subtask_env` goes into every subtask's environment."""
 
     def __init__(self, taskexecutor_id: str, provider: ExternalResourceInfoProvider, settings: WarmSettings,
                  base_env: dict[str, str]) -> None:

@@ -133,8 +133,8 @@ class WarmPool:
             return None
         with self.lock:
             pool = self.pools.setdefault(device, [])
-            mine = [claimed] if claimed is not None and claimed in pool else []
-            ready = next((p for p in [*mine, *pool] if (p is claimed or not p.claimed) and p.poll_ready()), None)
+            candidates = ([claimed] if claimed in pool else []) + [p for p in pool if not p.claimed]
+            ready = next((p for p in candidates if p.poll_ready()), None)
             if ready is not None:
                 pool.remove(ready)
                 self._measured(ready)
