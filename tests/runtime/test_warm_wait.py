@@ -154,3 +154,20 @@ def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_f
     assert int(attempts["2"][0]) not in marker["start"] and attempts["2"][5] == "-"  # forked
     assert _trace(tmp_path, 2) == ["subtask waits for warm", "subtask forked"]
     assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped, never ready
+
+
+def test_a_device_whose_warm_processes_import_nothing_ahead_forks_at_once(conf: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """No framework, no ``warm.preload``: a warm process only imports what the forkserver has
+    imported already, so a fork is the sooner ready; attempt 1 (deployed right after attempt
+    0 failed, while the process spawned then is most likely still starting) never waits."""
+    log = tmp_path / "where.log"
+    bare = {key: value for key, value in conf.items() if key != "external-resource.gpu.warm.preload"}
+    env = Environment(dict(bare, **{"external-resource.gpu.warm.framework": "none",
+                                    "execution.failover.in-place": False}))  # the source restarts too
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker=None), resources={"gpu": 1}, name="where") \
+        .add_sink(lambda x: None)
+    env.execute()
+    assert [w[2] for w in lines(log, "where")] == ["0", "1"]
+    assert _trace(tmp_path, 0) == ["subtask forked"]
+    assert _trace(tmp_path, 1) in (["subtask forked"], ["subtask warm"])  # never "waits for warm"

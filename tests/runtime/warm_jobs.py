@@ -72,10 +72,11 @@ class WhereAmI:
     ``modules`` which of ``warm_marker``, ``slow_marker`` and cupy were imported before
     ``open()``. Attempt ``n`` < ``failures`` waits until ``n + 1`` warm processes announced
     themselves in the log named by ``$<marker>`` (``$WARM_MARKER_LOG``: they are ready;
-    ``$SLOW_MARKER_LOG``: they began importing ``slow_marker``), then fails (so that attempt
-    ``n + 1`` finds the last one)."""
+    ``$SLOW_MARKER_LOG``: they began importing ``slow_marker``; None: it fails at once), then
+    fails (so that attempt ``n + 1`` finds the last one)."""
 
-    def __init__(self, log: str, fail_first: bool = True, marker: str = "WARM_MARKER_LOG", failures: int = 1) -> None:
+    def __init__(self, log: str, fail_first: bool = True, marker: str | None = "WARM_MARKER_LOG",
+                 failures: int = 1) -> None:
         self.log, self.fail_first, self.marker, self.failures = log, fail_first, marker, failures
 
     def open(self, ctx: RuntimeContext) -> None:
@@ -84,9 +85,9 @@ class WhereAmI:
         loaded = ",".join(m for m in ("warm_marker", "slow_marker", "cupy") if m in sys.modules) or "-"
         log_line(self.log, "where", ctx.attempt_number, os.getppid(), os.environ.get("CUDA_VISIBLE_DEVICES"), loaded)
         if self.fail_first and ctx.attempt_number < self.failures:
-            marker = Path(os.environ.get(self.marker, ""))
+            marker = Path(os.environ.get(self.marker, "")) if self.marker else None
             deadline = time.monotonic() + 30
-            while self._announced(marker) <= ctx.attempt_number and time.monotonic() < deadline:
+            while marker and self._announced(marker) <= ctx.attempt_number and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.marker == "WARM_MARKER_LOG":
                 time.sleep(0.3)  # its ready message follows its last import at once

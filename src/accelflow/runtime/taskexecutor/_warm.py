@@ -27,6 +27,7 @@ from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, info_properties
 from accelflow.runtime import (
     DeviceStatus, NotifyCheckpointComplete, Rollback, StartSubtask, SubtaskDescriptor, SubtaskKey, TriggerCheckpoint,
+    resolve_framework,
 )
 from accelflow.runtime.taskexecutor._devicehosts import DeviceHosts
 from accelflow.runtime.taskexecutor._warmpool import Device, WarmPool, WarmProcess
@@ -129,6 +130,7 @@ class WarmDevices:
         self.last: DeviceStatus | None = None
         #: subtasks waiting for a warm process of their device that is still starting
         self.waiting: dict[SubtaskKey, Waiting] = {}
+        self.ahead: dict[Device, bool] = {}  # whether its warm processes import anything ahead
 
     # -- one device --------------------------------------------------------------------------
     def _env(self, device: Device) -> dict[str, str]:
@@ -185,12 +187,21 @@ class WarmDevices:
         that is still starting (none is ready, and no other subtask waits for that one):
         :meth:`due` gives it back once the process is ready, exited, or past its bound."""
         device = self._device(desc)
-        process = None if device is None else self.pool.claim(device)
+        process = None if device is None or not self._imports_ahead(device) else self.pool.claim(device)
         if device is None or process is None:
             return False
         self.waiting[desc.key] = Waiting(desc.key, desc, env, process, process.spawned + self.pool.bound(device))
         _log.debug("subtask %s waits for warm process %d of %s %s, still starting", desc.key, process.pid, *device)
         return True
+
+    def _imports_ahead(self, device: Device) -> bool:
+        """Whether a warm process of ``device`` imports what a fork would import again (a device
+        framework, ``warm.preload``): else a fork, of a forkserver that imported accelflow's
+        runtime and NumPy already, is the sooner ready."""
+        if device not in self.ahead:
+            framework, _, modules = self._framework(device)
+            self.ahead[device] = bool(modules) or resolve_framework(framework) != "none"
+        return self.ahead[device]
 
     def hold(self, msg: TriggerCheckpoint | NotifyCheckpointComplete | Rollback) -> bool:
         """Keep ``msg`` for its subtask if that one is waiting (a :class:`Rollback` renames
