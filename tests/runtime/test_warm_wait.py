@@ -3,10 +3,11 @@ instead of forking and importing everything again (issue 27): it runs in it once
 forks at once if it dies while starting or when it is not ready within a bound, and a cancel
 while it waits starts nothing.
 
-One TaskExecutor with 1 fake GPU, a fake CuPy, ``warm.preload: slow_marker`` (whose import the
-test holds until the TaskExecutor chose how to start the restarted attempt), real processes. Attempt 0 is
-forked (no warm process yet) and fails as soon as the warm process spawned for its device
-begins importing ``slow_marker``; attempt 1 is deployed while that process is still starting.
+One TaskExecutor with 1 fake GPU, a fake CuPy, ``warm.preload: slow_marker`` (whose import
+the test holds until the TaskExecutor chose how to start the restarted attempt), real
+processes. Attempt 0 is forked (no warm process yet) and fails as soon as the warm process
+spawned for its device begins importing ``slow_marker``; attempt 1 is deployed while that
+process is still starting.
 The TaskExecutor's trace (``$ACCELFLOW_STARTUP_TRACE``) says how each subtask started.
 """
 
@@ -63,12 +64,13 @@ def _job(conf: dict[str, Any], log: Path) -> Environment:
 def _marker(tmp: Path) -> dict[str, list[int]]:
     """``slow_marker``'s log: event (start, done, died) → the processes, in order."""
     found: dict[str, list[int]] = {}
-    for pid, event in lines_of(tmp / "slow.log"):
+    for pid, event in _lines_of(tmp / "slow.log"):
         found.setdefault(event, []).append(pid)
     return found
 
 
-def lines_of(path: Path) -> list[tuple[int, str]]:
+def _lines_of(path: Path) -> list[tuple[int, str]]:
+    """``(pid, event)`` per line of ``slow_marker``'s log."""
     return [(int(p), e) for p, e in (line.split() for line in path.read_text().splitlines())] if path.exists() else []
 
 
@@ -129,7 +131,7 @@ def test_a_cancel_while_waiting_starts_nothing_and_leaves_no_process(
         client.wait(60)
     assert [w[2] for w in lines(log, "where")] == ["0"]  # attempt 1 never ran
     assert _trace(tmp_path, 1) == ["subtask waits for warm"]  # neither warm nor forked
-    started = {pid for pid, _ in lines_of(tmp_path / "slow.log")}
+    started = {pid for pid, _ in _lines_of(tmp_path / "slow.log")}
     assert started and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                                for pid in started)
 
