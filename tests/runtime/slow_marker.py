@@ -4,9 +4,9 @@ starting (``warm.preload``): its import takes a while, as a framework's does, an
 
 It ends after ``$SLOW_MARKER_S`` seconds (default 1), or, with ``$SLOW_MARKER_UNTIL`` set to
 ``FILE<TAB>REGEX[<TAB>N]``, once N lines (default 1) of FILE match REGEX (at most 60 s): a test
-keeps the process "still starting" until the TaskExecutor did what the test waits for. With ``$SLOW_MARKER_DIE``
-set, the first process to get that far exits with code 3 instead (``<pid> died``): a warm
-process that dies while starting. With ``$SLOW_MARKER_HANG`` set to N, the N-th process to
+keeps the process "still starting" until the TaskExecutor did what the test waits for. With
+``$SLOW_MARKER_DIE`` set, the first process to get that far exits with code 3 instead
+(``<pid> died``): a warm process that dies while starting. With ``$SLOW_MARKER_HANG`` set to N, the N-th process to
 import it hangs there (60 s): a warm process that never gets ready.
 """
 
