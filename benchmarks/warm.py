@@ -27,10 +27,12 @@ jobs whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-del
 
 Printed per job: ``start-up`` (``JobResult.startup_s``), ``first output`` (seconds from
 ``execute()`` to the first output at the sink), the ``open()`` calls and the imports of the
-model's module during the job by the processes that opened it (a warm process imported it
-before the job: not counted), and for the killed jobs ``recovery`` (the kill to the first
-output of a replacement process) and the ``open()``/imports after the kill; the median of the
-rounds and the spread (min - max). Also the round trip of a 4096x784 uint8 batch between two
+model's module on the job's way during the job (by the processes that opened it: a forked
+subtask, a device host; not a warm process's ``warm.preload`` import ahead of its subtask,
+even one the subtask waited for), and for the killed jobs ``recovery`` (the kill to the first
+output of a replacement process) and the ``open()`` calls and imports on the way after the
+kill; times: the median of the rounds and the spread (min - max); counts: the median and each
+round's. Also the round trip of a 4096x784 uint8 batch between two
 processes through ``conn.send`` and through the out-of-band frames a resident operator uses.
 """
 
@@ -62,8 +64,11 @@ SLOW_MODEL = '''
 """The model. Importing this module takes IMPORT_S of real CPU work (matrix products, as a
 framework's import initialising itself), open() loads the model's weights from a file
 (WEIGHTS, written by the benchmark) and then works the CPU until OPEN_S have passed (as a
-model's load and warm-up). Neither sleeps: both take a core, as the real ones do."""
-import os, time
+model's load and warm-up). Neither sleeps: both take a core, as the real ones do. The log
+says whether a warm process imported it ahead of its subtask (``warm.preload``) or the
+process that uses it did on its way (a forked subtask unpickling its operator, a device host
+making a resident instance, the client)."""
+import os, sys, time
 import numpy as np
 IMPORT_S, OPEN_S = {import_s}, {open_s}
 LOG, WEIGHTS = {log!r}, {weights!r}
@@ -75,9 +80,19 @@ def _work(seconds, started):
         a = a @ a / 128.0
 
 
+def _ahead():
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "preload" and frame.f_code.co_filename.endswith("_warmup.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_BEGAN = time.time()
 _work(IMPORT_S, time.perf_counter())
 with open(LOG, "a") as f:
-    f.write(f"import {{os.getpid()}} {{time.time()}}\\n")
+    f.write(f"import {{os.getpid()}} {{time.time()}} {{'ahead' if _ahead() else 'on-the-way'}}\\n")
 
 
 class SlowModel:
@@ -172,14 +187,14 @@ class Cluster:
 
 
 def _events(log: Path, event: str, since: float) -> int:
-    """``event`` lines of the model's log since ``since`` by processes that opened the model
-    (a subtask, or a device host): a warm process's import ahead of its subtask is not on the
-    job's way, nor are the client's and the JobManager's imports of the job's modules."""
+    """``event`` lines of the model's log since ``since`` on the job's way: by processes that
+    opened the model (a subtask, or a device host; not the client's and the JobManager's
+    imports of the job's modules), and not a warm process's import ahead of its subtask."""
     if not log.exists():
         return 0
     words = [line.split() for line in log.read_text().splitlines()]
     opened = {w[1] for w in words if w[0] == "open"}
-    return sum(1 for w in words if w[0] == event and float(w[2]) >= since and w[1] in opened)
+    return sum(1 for w in words if w[0] == event and float(w[2]) >= since and w[1] in opened and w[-1] != "ahead")
 
 
 def _pids(outputs: Path) -> list[int]:
@@ -315,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--repeat must be a positive integer, got {args.repeat}")
     print(f"# benchmarks/warm.py: {platform.platform()}, Python {platform.python_version()}, "
           f"{os.cpu_count()} cores; open() {args.open_s:g} s, import {args.import_s:g} s, 2 subtasks at "
-          f"gpu 0.5 on 1 fake GPU; median of {args.repeat} rounds (min - max), ways in turns")
+          f"gpu 0.5 on 1 fake GPU; median of {args.repeat} rounds (min - max; counts: each round), ways in turns")
     runs: dict[str, list[dict[str, dict[str, float]]]] = {way: [] for way in args.ways}
     for _ in range(args.repeat):
         for way in args.ways:
@@ -328,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 values = [r[job][figure] for r in rounds]
                 median = statistics.median(values)
                 if figure.startswith(("open()", "imports")):
-                    cells.append(f"{figure} {median:g} ({min(values):g} - {max(values):g})")
+                    cells.append(f"{figure} {median:g} ({', '.join(f'{v:g}' for v in values)})")
                 else:
                     cells.append(f"{figure} {median:.3f} s ({min(values):.3f} - {max(values):.3f})")
             print(f"  {job + ':':28}" + "; ".join(cells))

@@ -69,25 +69,34 @@ class FailFirstAttempt:
 
 class WhereAmI:
     """A GPU map: logs ``where <attempt> <parent pid> <CUDA_VISIBLE_DEVICES> <modules>``, with
-    ``modules`` whether ``warm_marker`` and cupy were imported before ``open()``; attempt 0
-    waits until a warm process of its device announced itself in ``$WARM_MARKER_LOG``, then
-    fails (so that attempt 1 finds it ready)."""
+    ``modules`` which of ``warm_marker``, ``slow_marker`` and cupy were imported before
+    ``open()``. Attempt ``n`` < ``failures`` waits until ``n + 1`` warm processes announced
+    themselves in the log named by ``$<marker>`` (``$WARM_MARKER_LOG``: they are ready;
+    ``$SLOW_MARKER_LOG``: they began importing ``slow_marker``; None: it fails at once), then
+    fails (so that attempt ``n + 1`` finds the last one)."""
 
-    def __init__(self, log: str, fail_first: bool = True) -> None:
-        self.log, self.fail_first = log, fail_first
+    def __init__(self, log: str, fail_first: bool = True, marker: str | None = "WARM_MARKER_LOG",
+                 failures: int = 1) -> None:
+        self.log, self.fail_first, self.marker, self.failures = log, fail_first, marker, failures
 
     def open(self, ctx: RuntimeContext) -> None:
         import sys
 
-        loaded = ",".join(m for m in ("warm_marker", "cupy") if m in sys.modules) or "-"
+        loaded = ",".join(m for m in ("warm_marker", "slow_marker", "cupy") if m in sys.modules) or "-"
         log_line(self.log, "where", ctx.attempt_number, os.getppid(), os.environ.get("CUDA_VISIBLE_DEVICES"), loaded)
-        if self.fail_first and ctx.attempt_number == 0:
-            marker = os.environ.get("WARM_MARKER_LOG", "")
+        if self.fail_first and ctx.attempt_number < self.failures:
+            marker = Path(os.environ.get(self.marker, "")) if self.marker else None
             deadline = time.monotonic() + 30
-            while not (Path(marker).exists() and Path(marker).read_text()) and time.monotonic() < deadline:
+            while marker and self._announced(marker) <= ctx.attempt_number and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.3)  # its ready message follows its last import at once
-            raise RuntimeError("attempt 0 fails on purpose")
+            if self.marker == "WARM_MARKER_LOG":
+                time.sleep(0.3)  # its ready message follows its last import at once
+            raise RuntimeError(f"attempt {ctx.attempt_number} fails on purpose")
+
+    @staticmethod
+    def _announced(marker: Path) -> int:
+        text = marker.read_text() if marker.exists() else ""
+        return sum(1 for line in text.splitlines() if not line.endswith((" done", " died")))
 
     def map(self, record: Any) -> Any:
         return record

@@ -89,7 +89,7 @@ class TaskExecutor:
                 sources.append(self.monitor.wakeup)
             for proc, conn in self.children.values():
                 sources += [proc.sentinel, conn]
-            for ready in wait(sources, self.watchdog.due_in()):
+            for ready in wait(sources, _soonest(self.watchdog.due_in(), self.devices.due_in())):
                 if ready is self.jm:
                     if not self._command():
                         return
@@ -99,6 +99,8 @@ class TaskExecutor:
                     self._device_status()
                 else:
                     self._child_event(ready)
+            for waited in self.devices.due():  # its warm process is ready, exited or too slow
+                self._launch(waited.key, waited.desc, waited.env, waited.process, waited.held)
             for failed in self.watchdog.check():  # hung subtasks: dumped, reported, killed
                 self.jm.send(failed)
 
@@ -109,8 +111,9 @@ class TaskExecutor:
             if not isinstance(notice, FailDevice):
                 self.jm.send(notice)
                 continue
-            keys = [key for key, desc in self.descriptors.items() if key in self.children and any(
-                d.info().address == notice.address for d in desc.assigned.get(notice.resource, ()))]
+            running = {key: desc for key, desc in self.descriptors.items() if key in self.children}
+            keys = [key for key, desc in {**running, **{k: w.desc for k, w in self.devices.waiting.items()}}.items()
+                    if any(d.info().address == notice.address for d in desc.assigned.get(notice.resource, ()))]
             for key in keys:  # before they are stopped: the failure, not the exit, is the news
                 self.jm.send(SubtaskFailed(key, encode_error(notice.error)))
             self._terminate(keys)
@@ -131,7 +134,10 @@ class TaskExecutor:
             trace(f"deploy received {msg.descriptor.key}")
             self._deploy(msg.descriptor)
         elif isinstance(msg, CancelJob):
-            self._terminate([key for key in self.children if key.job_id == msg.job_id])
+            trace(f"cancel received {msg.job_id}")
+            self._terminate([key for key in [*self.children, *self.devices.waiting] if key.job_id == msg.job_id])
+        elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete | Rollback) and self.devices.hold(msg):
+            pass  # its subtask waits for a warm process: sent on once it runs
         elif isinstance(msg, TriggerCheckpoint | NotifyCheckpointComplete | Rollback):
             child = self.children.get(msg.key)
             if child is not None and isinstance(msg, Rollback):  # it goes on under its new key
@@ -170,32 +176,45 @@ class TaskExecutor:
         if desc.isolate:
             assigned = {name: [d.info() for d in shares] for name, shares in desc.assigned.items()}
             env.update(self.provider.isolation_env(assigned))
-        key = desc.key
-        watch = self.watchdog.watch(key, f"{key.index + 1}/{desc.parallelism} of chain {key.chain} of {key.job_id}")
-        warm = self.devices.start_subtask(desc, env, watch)  # a process of its device, ready ahead
-        if warm is not None:
-            trace(f"subtask warm {desc.key}")
-            self.children[desc.key] = (warm, warm.conn)
-            self._started(desc, warm.pid)
+        if self.devices.wait_for_warm(desc, env):  # its device's warm process is starting: see serve
+            trace(f"subtask waits for warm {desc.key}")
             return
-        parent, child = self.ctx.Pipe()  # events up, checkpoint commands down
-        proc = self.ctx.Process(
-            target=SubtaskEntry(), args=(desc, child, env, watch), name=f"accelflow-subtask-{desc.key}",
-            daemon=False,
-        )
-        proc.start()
-        trace(f"subtask forked {desc.key}")
-        child.close()
-        self.children[desc.key] = (proc, parent)
-        self._started(desc, proc.pid or -1)
+        self._launch(desc.key, desc, env)
 
-    def _started(self, desc: SubtaskDescriptor, pid: int) -> None:
+    def _launch(self, key: SubtaskKey, desc: SubtaskDescriptor, env: dict[str, str], claimed: Any = None,
+                held: list[Any] | None = None) -> None:
+        """Start subtask ``key`` in a warm process of its device (``claimed``: the one it waited
+        for) or fork it; then send it the commands ``held`` for it while it waited."""
+        watch = self.watchdog.watch(key, f"{key.index + 1}/{desc.parallelism} of chain {key.chain} of {key.job_id}")
+        warm = self.devices.start_subtask(desc, env, watch, claimed)  # a process of its device, ready ahead
+        proc: Any = warm
+        if warm is not None:
+            trace(f"subtask warm {key}")
+            conn = warm.conn
+        else:
+            conn, child = self.ctx.Pipe()  # events up, checkpoint commands down
+            proc = self.ctx.Process(
+                target=SubtaskEntry(), args=(desc, child, env, watch), name=f"accelflow-subtask-{key}",
+                daemon=False,
+            )
+            proc.start()
+            trace(f"subtask forked {key}")
+            child.close()
+        self.children[key] = (proc, conn)
+        self._started(key, desc, proc.pid or -1)
+        try:
+            for msg in held or ():
+                conn.send(msg)
+        except OSError:
+            pass  # it exited already: its exit is reported as usual
+
+    def _started(self, key: SubtaskKey, desc: SubtaskDescriptor, pid: int) -> None:
         """A subtask's process runs (forked, or in a warm process): the watchdog watches it, its
         devices are watched for its leftovers, and what is warm changed."""
-        self.watchdog.started(desc.key, pid)
-        self.descriptors[desc.key] = desc
+        self.watchdog.started(key, pid)
+        self.descriptors[key] = desc
         if self.monitor is not None:
-            self.monitor.subtask_started(desc.key, pid, {
+            self.monitor.subtask_started(key, pid, {
                 r: [d.info().address for d in shares] for r, shares in desc.assigned.items()})
         self._device_status()
 
@@ -224,6 +243,8 @@ class TaskExecutor:
                 return
 
     def _terminate(self, keys: list[SubtaskKey]) -> None:
+        for key in self.devices.cancel(keys):  # waiting for a warm process: never started
+            self.jm.send(SubtaskExited(key, None))
         procs = [self.children[key][0] for key in keys if key in self.children]
         for proc in procs:
             if proc.is_alive():
@@ -248,6 +269,11 @@ class TaskExecutor:
             if self.monitor is not None:
                 self.monitor.close()
             self.provider.close()
+
+
+def _soonest(*delays: float | None) -> float | None:
+    """The shortest of ``delays`` that are set (None: none is)."""
+    return min((d for d in delays if d is not None), default=None)
 
 
 _terminated = False

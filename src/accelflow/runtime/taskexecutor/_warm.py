@@ -11,21 +11,28 @@ child's parent-death signal when the *thread* that started it ends.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accelflow._errors import ConfigError, ConfigProblem
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 from accelflow.resources import ExternalResourceInfoProvider, info_properties
-from accelflow.runtime import DeviceStatus, StartSubtask, SubtaskDescriptor
+from accelflow.runtime import (
+    DeviceStatus, NotifyCheckpointComplete, Rollback, StartSubtask, SubtaskDescriptor, SubtaskKey, TriggerCheckpoint,
+    resolve_framework,
+)
 from accelflow.runtime.taskexecutor._devicehosts import DeviceHosts
 from accelflow.runtime.taskexecutor._warmpool import Device, WarmPool, WarmProcess
+
+_log = logging.getLogger("accelflow.runtime")
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,27 @@ class Spawner:
         self.jobs.put(None)
 
 
+@dataclass
+class Waiting:
+    """A subtask whose start waits for a warm process of its device that is still starting
+    (:meth:`WarmDevices.wait_for_warm`): what it is started with, the process, when the wait
+    ends (``time.monotonic()``; then it forks), and the commands the JobManager sent it
+    meanwhile (``held``: sent on once it runs, as a forked subtask finds them in its pipe).
+    ``key`` is its key now (a rollback in place renames it)."""
+
+    key: SubtaskKey
+    desc: SubtaskDescriptor
+    env: dict[str, str]
+    process: WarmProcess
+    deadline: float
+    held: list[TriggerCheckpoint | NotifyCheckpointComplete | Rollback] = field(default_factory=list)
+
+
 class WarmDevices:
-    """What the TaskExecutor's loop uses: :meth:`start_subtask`, :meth:`sources`,
-    :meth:`event`, :meth:`status` and :meth:`close`; :attr:`subtask_env` goes into every
-    subtask's environment."""
+    """What the TaskExecutor's loop uses: :meth:`start_subtask` (or, first,
+    :meth:`wait_for_warm`, then :meth:`hold`, :meth:`cancel`, :meth:`due` and :meth:`due_in`
+    for the subtasks that wait), :meth:`sources`, :meth:`event`, :meth:`status` and
+    :meth:`close`; :attr:`subtask_env` goes into every subtask's environment."""
 
     def __init__(self, taskexecutor_id: str, provider: ExternalResourceInfoProvider, settings: WarmSettings,
                  base_env: dict[str, str]) -> None:
@@ -104,6 +128,9 @@ class WarmDevices:
         self.max_instances = settings.max_instances
         self.subtask_env = self.hosts.subtask_env
         self.last: DeviceStatus | None = None
+        #: subtasks waiting for a warm process of their device that is still starting
+        self.waiting: dict[SubtaskKey, Waiting] = {}
+        self.ahead: dict[Device, bool] = {}  # whether its warm processes import anything ahead
 
     # -- one device --------------------------------------------------------------------------
     def _env(self, device: Device) -> dict[str, str]:
@@ -141,15 +168,80 @@ class WarmDevices:
             pass  # full (a wake-up is pending already) or closed
 
     # -- the TaskExecutor's loop -------------------------------------------------------------
-    def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str],
-                      watch: tuple[str, str, float] | None = None) -> WarmProcess | None:
-        """A warm process running ``desc`` (it holds exactly one device that has an isolation
-        environment, and one was ready), or None: fork it. ``watch``: the watchdog's
-        (``run_subtask``'s argument)."""
+    def _device(self, desc: SubtaskDescriptor) -> Device | None:
+        """The device of a subtask that may run in a warm process: it holds exactly one device,
+        which has an isolation environment."""
         held = [(resource, d.info().address) for resource, shares in desc.assigned.items() for d in shares]
-        if not desc.isolate or len(held) != 1 or not self._env(held[0]):
-            return None
-        return self.pool.take(held[0], StartSubtask(desc, env, watch))
+        return held[0] if desc.isolate and len(held) == 1 and self._env(held[0]) else None
+
+    def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str], watch: tuple[str, str, float] | None = None,
+                      claimed: WarmProcess | None = None) -> WarmProcess | None:
+        """A warm process running ``desc`` (one of its device was ready: ``claimed``, the one
+        it waited for, first), or None: fork it. ``watch``: the watchdog's (``run_subtask``'s
+        argument)."""
+        device = self._device(desc)
+        return None if device is None else self.pool.take(device, StartSubtask(desc, env, watch), claimed)
+
+    def wait_for_warm(self, desc: SubtaskDescriptor, env: dict[str, str]) -> bool:
+        """Whether ``desc``'s start waits, without blocking, for a warm process of its device
+        that is still starting (none is ready, and no other subtask waits for that one):
+        :meth:`due` gives it back once the process is ready, exited, or past its bound."""
+        device = self._device(desc)
+        process = None if device is None or not self._imports_ahead(device) else self.pool.claim(device)
+        if device is None or process is None:
+            return False
+        self.waiting[desc.key] = Waiting(desc.key, desc, env, process, process.spawned + self.pool.bound(device))
+        _log.debug("subtask %s waits for warm process %d of %s %s, still starting", desc.key, process.pid, *device)
+        return True
+
+    def _imports_ahead(self, device: Device) -> bool:
+        """Whether a warm process of ``device`` imports what a fork would import again (a device
+        framework, ``warm.preload``): else a fork, of a forkserver that imported accelflow's
+        runtime and NumPy already, is the sooner ready."""
+        if device not in self.ahead:
+            framework, _, modules = self._framework(device)
+            self.ahead[device] = bool(modules) or resolve_framework(framework) != "none"
+        return self.ahead[device]
+
+    def hold(self, msg: TriggerCheckpoint | NotifyCheckpointComplete | Rollback) -> bool:
+        """Keep ``msg`` for its subtask if that one is waiting (a :class:`Rollback` renames
+        it to ``new_key``); whether it was."""
+        waiting = self.waiting.pop(msg.key, None)
+        if waiting is None:
+            return False
+        waiting.held.append(msg)
+        if isinstance(msg, Rollback):
+            waiting.key = msg.new_key
+        self.waiting[waiting.key] = waiting
+        return True
+
+    def cancel(self, keys: Iterable[SubtaskKey]) -> list[SubtaskKey]:
+        """Stop the waits of ``keys`` (their subtasks never started; the processes they waited
+        for stay in the pool, for the next subtask); the keys that were waiting."""
+        dropped = [self.waiting.pop(key) for key in keys if key in self.waiting]
+        for waiting in dropped:
+            self.pool.unclaim(waiting.process)
+        return [waiting.key for waiting in dropped]
+
+    def due(self) -> list[Waiting]:
+        """The waiting subtasks to start now (``start_subtask`` with their ``process`` as
+        ``claimed``): their process is ready, or it exited while starting (they fork), or it
+        was not ready by the deadline (they fork; it is stopped and replaced)."""
+        now, due = time.monotonic(), []
+        for key, waiting in list(self.waiting.items()):
+            process = waiting.process
+            if process.ready is None and process.is_alive() and now < waiting.deadline:
+                continue
+            if process.ready is None and process.is_alive():
+                self.pool.give_up(process)
+            elif process.ready is None:
+                _log.info("subtask %s forks: the warm process it waited for exited while starting", key)
+            due.append(self.waiting.pop(key))
+        return due
+
+    def due_in(self) -> float | None:
+        """Seconds until the first wait ends (None: none waits)."""
+        return max(0.0, min(w.deadline for w in self.waiting.values()) - time.monotonic()) if self.waiting else None
 
     def sources(self) -> list[Any]:
         return [self.wake_r, *self.pool.waiting(), *self.hosts.controls()]
@@ -173,6 +265,7 @@ class WarmDevices:
         return now
 
     def close(self) -> None:
+        self.waiting.clear()
         self.pool.close()
         self.hosts.close()
         self.spawner.close()

@@ -5,9 +5,11 @@ ahead for that device (``python -m accelflow.runtime.subtask``, ``runtime/subtas
 started with the device's isolation environment, its device framework imported and its CUDA
 context made, the subtask runtime and NumPy imported, and ``warm.preload`` too. Taking one
 starts a replacement in the background, so the next subtask on the device (a restart, or the
-next job of a session cluster) finds one ready. Without one ready the subtask is forked as
-any other (logged at debug). A process runs one subtask only: a subtask never inherits
-another's state.
+next job of a session cluster) finds one ready. Without one ready but with one still starting
+(importing, making its CUDA context) the subtask waits for that one (:meth:`WarmPool.claim`:
+it is closer to ready than a fork, which would start the same imports from zero), at most
+until :meth:`WarmPool.bound` after its spawn; without either it is forked as any other
+(logged at debug). A process runs one subtask only: a subtask never inherits another's state.
 
 To the TaskExecutor a taken process is what a forked subtask is (:class:`WarmProcess` has the
 parts of ``multiprocessing.Process`` it uses: ``sentinel``, ``exitcode``, ``join``...), and
@@ -22,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -34,6 +37,14 @@ _log = logging.getLogger("accelflow.runtime")
 SUBTASK_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".subtask"
 
 Device = tuple[str, str]  # (resource, address)
+#: how long a subtask waits for a starting warm process of a device none of whose warm
+#: processes was ready yet (nothing measured): as long as the JobManager waits for a
+#: TaskExecutor to start and register (``taskmanager.registration.timeout``'s default)
+FIRST_WAIT_S = 60.0
+#: with readiness measured: the wait ends this many times the slowest start-up of the
+#: device's warm processes after the spawn (load makes start-ups vary 2x), and never sooner
+#: than :data:`MIN_WAIT_S` after it
+SLOWEST_FACTOR, MIN_WAIT_S = 3.0, 5.0
 
 
 class WarmProcess:
@@ -44,6 +55,9 @@ class WarmProcess:
         self.sentinel = os.pidfd_open(popen.pid)  # readable once it exited; closed with this object
         weakref.finalize(self, os.close, self.sentinel)
         self.ready: WarmReady | None = None
+        self.spawned = time.monotonic()
+        self.ready_after: float | None = None  # seconds from the spawn to its WarmReady
+        self.claimed = False  # a subtask waits for it (``WarmPool.claim``)
 
     @property
     def pid(self) -> int:
@@ -59,6 +73,7 @@ class WarmProcess:
             try:
                 if self.conn.poll(0):
                     self.ready = self.conn.recv()
+                    self.ready_after = time.monotonic() - self.spawned
             except (EOFError, OSError):
                 pass
         return self.ready is not None and self.popen.poll() is None
@@ -106,19 +121,23 @@ class WarmPool:
                  changed: Callable[[], None]) -> None:
         self.size, self.spawn_in, self.command, self.env, self.changed = size, spawn_in, command, env, changed
         self.pools: dict[Device, list[WarmProcess]] = {}
+        self.slowest: dict[Device, float] = {}  # the longest start-up seen per device (``bound``)
         self.lock = threading.Lock()
         self.closed = False
 
-    def take(self, device: Device, start: StartSubtask) -> WarmProcess | None:
-        """A ready process of ``device`` running ``start``'s subtask, or None (fork it); the
-        pool is refilled in the background either way."""
+    def take(self, device: Device, start: StartSubtask, claimed: WarmProcess | None = None) -> WarmProcess | None:
+        """A ready process of ``device`` running ``start``'s subtask (``claimed``: the one it
+        waited for, when that one is ready), or None (fork it); the pool is refilled in the
+        background either way."""
         if self.size < 1:
             return None
         with self.lock:
             pool = self.pools.setdefault(device, [])
-            ready = next((p for p in pool if p.poll_ready()), None)
+            candidates = ([claimed] if claimed in pool else []) + [p for p in pool if not p.claimed]
+            ready = next((p for p in candidates if p.poll_ready()), None)
             if ready is not None:
                 pool.remove(ready)
+                self._measured(ready)
         self._refill(device)
         if ready is None:
             _log.debug("no warm process ready for %s %s: forking the subtask", *device)
@@ -129,6 +148,53 @@ class WarmPool:
             ready.stop()
             return None
         return ready
+
+    def claim(self, device: Device) -> WarmProcess | None:
+        """The oldest process of ``device`` still starting that no other subtask waits for and
+        that is not past :meth:`bound`, now waited for; None when there is none, or when one
+        is ready (take that one)."""
+        if self.size < 1:
+            return None
+        with self.lock:
+            pool = self.pools.get(device, [])
+            if any(not p.claimed and p.poll_ready() for p in pool):
+                return None
+            deadline = time.monotonic() - self.bound(device)
+            found = next((p for p in pool if not p.claimed and p.ready is None and p.is_alive()
+                          and p.spawned > deadline), None)
+            if found is not None:
+                found.claimed = True
+        return found
+
+    def unclaim(self, process: WarmProcess) -> None:
+        """Nobody waits for ``process`` any more: the next subtask of its device may take it."""
+        with self.lock:
+            process.claimed = False
+
+    def give_up(self, process: WarmProcess) -> None:
+        """``process`` was not ready within :meth:`bound` for the subtask waiting for it (which
+        forks): it is stopped (on the spawning thread: that may take 2 s) and replaced."""
+        with self.lock:
+            pool = self.pools.setdefault(process.device, [])
+            if process in pool:
+                pool.remove(process)
+        _log.warning("warm process %d for %s %s was not ready %.1f s after its start: stopped, and the "
+                     "subtask waiting for it forked", process.pid, *process.device, time.monotonic() - process.spawned)
+        self.spawn_in(process.stop)
+        self._refill(process.device)
+
+    def bound(self, device: Device) -> float:
+        """How long after its spawn a subtask waits for a warm process of ``device`` (then
+        forks): :data:`SLOWEST_FACTOR` times the slowest start-up of the device's warm
+        processes so far, at least :data:`MIN_WAIT_S`; :data:`FIRST_WAIT_S` before any got
+        ready. E.g. processes ready after 1.2 s and 2.1 s: 6.3 s."""
+        slowest = self.slowest.get(device)
+        return FIRST_WAIT_S if slowest is None else max(MIN_WAIT_S, SLOWEST_FACTOR * slowest)
+
+    def _measured(self, process: WarmProcess) -> None:
+        """Note how long ``process`` took to get ready (under the lock)."""
+        if process.ready_after is not None:
+            self.slowest[process.device] = max(self.slowest.get(process.device, 0.0), process.ready_after)
 
     def _refill(self, device: Device) -> None:
         with self.lock:
@@ -181,6 +247,8 @@ class WarmPool:
                 self.pools[found.device].remove(found)
             found.stop()
         elif found.ready is not None:
+            with self.lock:
+                self._measured(found)
             _log.debug("warm process %d for %s %s ready: %s", found.pid, *found.device, found.ready.note)
         return True
 

@@ -1,0 +1,175 @@
+"""A subtask whose device has no warm process ready, but one still starting, waits for that one
+instead of forking and importing everything again (issue 27): it runs in it once it is ready,
+forks at once if it dies while starting or when it is not ready within a bound, and a cancel
+while it waits starts nothing.
+
+One TaskExecutor with 1 fake GPU, a fake CuPy, ``warm.preload: slow_marker`` (whose import
+the test holds until the TaskExecutor chose how to start the restarted attempt), real
+processes. Attempt 0 is forked (no warm process yet) and fails as soon as the warm process
+spawned for its device begins importing ``slow_marker``; attempt 1 is deployed while that
+process is still starting.
+The TaskExecutor's trace (``$ACCELFLOW_STARTUP_TRACE``) says how each subtask started.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from warm_jobs import WhereAmI, install_fake_cupy, lines
+
+from accelflow import Environment, JobCancelledError
+from accelflow.testing import use_fake_nvidia_smi
+
+#: the trace line of the TaskExecutor's choice for attempt 1's GPU subtask (wait or fork),
+#: which ends the warm process's import (``slow_marker``)
+ATTEMPT_1_DEPLOYED = r"subtask (waits for warm|forked) .*attempt=1, chain=1,"
+
+
+@pytest.fixture
+def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 1)
+    site = install_fake_cupy(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
+    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setenv("SLOW_MARKER_LOG", str(tmp_path / "slow.log"))
+    monkeypatch.setenv("ACCELFLOW_STARTUP_TRACE", str(tmp_path / "trace.log"))
+    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\t{ATTEMPT_1_DEPLOYED}")
+    return {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": 1,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        "external-resource.gpu.warm.framework": "cupy",
+        "external-resource.gpu.warm.preload": "slow_marker",
+        "taskmanager.numberOfTaskSlots": 2,
+        "restart-strategy": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": 1,
+        "restart-strategy.fixed-delay.delay": "0 s",
+    }
+
+
+def _job(conf: dict[str, Any], log: Path) -> Environment:
+    env = Environment(conf)
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG"), resources={"gpu": 1}, name="where") \
+        .add_sink(lambda x: None)
+    return env
+
+
+def _marker(tmp: Path) -> dict[str, list[int]]:
+    """``slow_marker``'s log: event (start, done, died) → the processes, in order."""
+    found: dict[str, list[int]] = {}
+    for pid, event in _lines_of(tmp / "slow.log"):
+        found.setdefault(event, []).append(pid)
+    return found
+
+
+def _lines_of(path: Path) -> list[tuple[int, str]]:
+    """``(pid, event)`` per line of ``slow_marker``'s log."""
+    return [(int(p), e) for p, e in (line.split() for line in path.read_text().splitlines())] if path.exists() else []
+
+
+def _trace(tmp: Path, attempt: int) -> list[str]:
+    """How the TaskExecutor started the GPU subtask (chain 1: ``where``, after the source's
+    chain 0) of attempt ``attempt``: its trace events."""
+    path = tmp / "trace.log"
+    words = [line.split(maxsplit=2)[2] for line in path.read_text().splitlines()] if path.exists() else []
+    return [w.split(" SubtaskKey")[0] for w in words
+            if w.startswith("subtask ") and w.endswith(f"attempt={attempt}, chain=1, index=0)")]
+
+
+def test_a_subtask_waits_for_its_devices_warm_process_still_starting(conf: dict[str, Any], tmp_path: Path) -> None:
+    log = tmp_path / "where.log"
+    _job(conf, log).execute()
+    first, second = lines(log, "where")
+    marker = _marker(tmp_path)
+    warm = marker["start"][0]  # spawned for the device when attempt 0 was forked
+    assert first[2] == "0" and int(first[0]) != warm and first[5] == "-"
+    # attempt 1 was deployed while that process was still importing slow_marker (the import
+    # waited for the TaskExecutor's choice): it waited for it and ran in it, with nothing to
+    # import again
+    assert second[2] == "1" and int(second[0]) == warm and second[5] == "slow_marker,cupy"
+    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask warm"]
+    assert marker["start"].count(warm) == 1 and marker["done"][0] == warm  # imported once, in that process
+
+
+def test_a_warm_process_that_dies_while_starting_makes_the_waiting_subtask_fork(
+        conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait would last 60 s (no warm process of the device was ever ready: nothing
+    measured); the job's timeout is shorter, so only forking at the death lets it pass."""
+    monkeypatch.setenv("SLOW_MARKER_DIE", "1")
+    log = tmp_path / "where.log"
+    client = _job(conf, log).execute_async("dies")
+    client.wait(40)
+    first, second = lines(log, "where")
+    marker = _marker(tmp_path)
+    assert marker["died"] == marker["start"][:1]  # the process attempt 1 waited for
+    assert second[2] == "1" and int(second[0]) not in marker["start"] and second[5] == "-"  # forked
+    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask forked"]
+
+
+def test_a_cancel_while_waiting_starts_nothing_and_leaves_no_process(
+        conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm process is held starting until the TaskExecutor got the cancel (its second:
+    the first one stopped attempt 0 for the restart); had the pending start been kept, it
+    would run the cancelled subtask once ready (the JobManager waits up to 15 s for a
+    subtask it cancelled to exit)."""
+    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\tcancel received job-\t2")
+    log = tmp_path / "where.log"
+    client = _job(conf, log).execute_async("cancelled")
+    deadline = time.monotonic() + 60
+    while "subtask waits for warm" not in _trace(tmp_path, 1):
+        assert time.monotonic() < deadline and client.status() in ("STARTING", "RUNNING"), "attempt 1 did not wait"
+        time.sleep(0.02)
+    client.cancel()  # the warm process gets ready once the TaskExecutor got it
+    with pytest.raises(JobCancelledError):
+        client.wait(60)
+    assert [w[2] for w in lines(log, "where")] == ["0"]  # attempt 1 never ran
+    assert _trace(tmp_path, 1) == ["subtask waits for warm"]  # neither warm nor forked
+    started = {pid for pid, _ in _lines_of(tmp_path / "slow.log")}
+    assert started and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                               for pid in started)
+
+
+def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_forks(
+        conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first warm process gets ready (attempt 1 runs in it): the bound is then three times
+    its start-up, at least 5 s; its replacement hangs in its import, so attempt 2 waits for it
+    until the bound, then forks; the hung one is stopped (and replaced)."""
+    monkeypatch.delenv("SLOW_MARKER_UNTIL")
+    monkeypatch.setenv("SLOW_MARKER_S", "0.2")
+    monkeypatch.setenv("SLOW_MARKER_HANG", "2")
+    log = tmp_path / "where.log"
+    env = Environment(dict(conf, **{"restart-strategy.fixed-delay.attempts": 2}))
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", failures=2), resources={"gpu": 1},
+                                 name="where").add_sink(lambda x: None)
+    env.execute()
+    marker = _marker(tmp_path)
+    first_warm, hung = marker["start"][:2]
+    attempts = {w[2]: w for w in lines(log, "where")}
+    assert int(attempts["1"][0]) == first_warm and attempts["1"][5] == "slow_marker,cupy"
+    assert int(attempts["2"][0]) not in marker["start"] and attempts["2"][5] == "-"  # forked
+    assert _trace(tmp_path, 2) == ["subtask waits for warm", "subtask forked"]
+    assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped, never ready
+
+
+def test_a_device_whose_warm_processes_import_nothing_ahead_forks_at_once(conf: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """No framework, no ``warm.preload``: a warm process only imports what the forkserver has
+    imported already, so a fork is the sooner ready; attempt 1 (deployed right after attempt
+    0 failed, while the process spawned then is most likely still starting) never waits."""
+    log = tmp_path / "where.log"
+    bare = {key: value for key, value in conf.items() if key != "external-resource.gpu.warm.preload"}
+    env = Environment(dict(bare, **{"external-resource.gpu.warm.framework": "none",
+                                    "execution.failover.in-place": False}))  # the source restarts too
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker=None), resources={"gpu": 1}, name="where") \
+        .add_sink(lambda x: None)
+    env.execute()
+    assert [w[2] for w in lines(log, "where")] == ["0", "1"]
+    assert _trace(tmp_path, 0) == ["subtask forked"]
+    assert _trace(tmp_path, 1) in (["subtask forked"], ["subtask warm"])  # never "waits for warm"
