@@ -72,7 +72,7 @@ if TYPE_CHECKING:
         SavepointFailed, StatusReply, StatusRequest, StopRequest, Stopping, SubmitJob, TriggerSavepoint,
     )
     from accelflow.runtime._device_messages import (
-        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, DeviceChange, DeviceEvent, DevicePool, DeviceReport,
+        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_STACK_SUFFIX, Attach, Attached, DeviceChange, DeviceEvent, DevicePool, DeviceReport,
         DevicesFree, DeviceStatus, HostAddress, HostFailed, HostReady, HostReport, HostRequest, InjectFault,
         MemoryReport, ResidentInstance, ResidentOptions, ResidentReply, ResidentRequest, StartSubtask,
         SubtaskMemory, WarmReady,
@@ -121,7 +121,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SubmitJob", "TriggerSavepoint",
     ),
     "._device_messages": (
-        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "Attach", "Attached", "DeviceChange", "DeviceEvent", "DevicePool",
+        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "RESIDENT_STACK_SUFFIX", "Attach", "Attached", "DeviceChange", "DeviceEvent", "DevicePool",
         "DeviceReport", "DevicesFree", "DeviceStatus", "HostAddress", "HostFailed", "HostReady", "HostReport",
         "HostRequest", "InjectFault", "MemoryReport", "ResidentInstance", "ResidentOptions", "ResidentReply",
         "ResidentRequest", "StartSubtask", "SubtaskMemory", "WarmReady",
@@ -220,6 +220,7 @@ __all__ = [
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "RESIDENT_STACK_SUFFIX",
     "ResidentInstance",
     "ResidentOptions",
     "ResidentReply",

@@ -12,7 +12,10 @@ every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; 
 ``py-spy dump`` with native frames where ``py-spy`` is installed), reports
 ``SubtaskFailed(SubtaskHung)`` with the stack to the JobManager, which fails it over, and
 SIGKILLs it; its exit is reported as every subtask's is. The error's message shows only the
-user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log.
+user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log. A
+subtask waiting for a resident operator's call runs no user code itself: its device host
+writes the stack of the thread running that call next to the dump file
+(``RESIDENT_STACK_SUFFIX``), which the dump then ends with.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from multiprocessing import util
 from typing import Any
 
 from accelflow._errors import SubtaskHung, encode_error
-from accelflow.runtime import SubtaskFailed, SubtaskKey
+from accelflow.runtime import RESIDENT_STACK_SUFFIX, SubtaskFailed, SubtaskKey
 
 BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3  # as runtime/subtask/_heartbeat.py
 DUMP_SIGNAL = signal.SIGUSR1
@@ -62,7 +65,7 @@ class _Watched:
     def close(self) -> None:
         self.cell.release()
         self.shared.close()
-        for path in (self.cell_path, self.dump_path):
+        for path in (self.cell_path, self.dump_path, self.dump_path + RESIDENT_STACK_SUFFIX):
             try:
                 os.unlink(path)
             except OSError:
@@ -169,6 +172,11 @@ def _stack(pid: int, dump_path: str) -> str:
         os.unlink(dump_path)
     except OSError:
         pass
+    try:  # a resident operator's call this subtask waits for, as its device host wrote it
+        with open(dump_path + RESIDENT_STACK_SUFFIX, encoding="utf-8", errors="replace") as f:
+            text = text.rstrip("\n") + "\n\n" + f.read()
+    except OSError:
+        pass
     spy = shutil.which("py-spy")
     if spy is not None:
         try:
@@ -196,6 +204,8 @@ def _where(stack: str) -> str:
     blocks.sort(key=lambda block: "Current thread" not in block)  # the signalled (main) thread first
     threads: list[list[tuple[str, str, str]]] = [t for block in blocks if (t := _FRAME.findall(block))]
     frames = next((t for t in threads if any(_is_user(f[0]) for f in t)), [])
+    header = next((b.lstrip().splitlines()[0] for b in blocks if frames and _FRAME.findall(b) == frames), "")
+    where = f", in r{header[1:].rsplit(', the thread', 1)[0]}" if header.startswith("Resident operator") else ""
     if not frames:
         shown = threads[0][:USER_FRAMES] if threads else []
     else:
@@ -203,7 +213,7 @@ def _where(stack: str) -> str:
         if not _is_user(frames[0][0]):
             shown.insert(0, frames[0])  # where it waits (e.g. a socket), then the user's calls
     lines = "".join(f'\n  File "{file}", line {line} in {name}' for file, line, name in shown)
-    return (f"it was at (innermost first):{lines or ' (no stack was written)'}\n"
+    return (f"it was at (innermost first){where}:{lines or ' (no stack was written)'}\n"
             "(every thread's whole stack: SubtaskHung.stack, and the TaskExecutor's log)")
 
 
