@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from rest_support import Session, cli, start_session, stop_and_check

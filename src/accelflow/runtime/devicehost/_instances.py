@@ -191,7 +191,7 @@ class Instance:
     def _run(self, batch: list[Request]) -> None:
         members = [r for r in batch if r.records]
         self.batches += bool(members)
-        self.running = (members, time.monotonic())
+        self.running = ([*(r for b in self.in_flight for r in b), *members], time.monotonic())
         try:
             if self.options.kind == "map":
                 for r in members:
@@ -222,8 +222,12 @@ class Instance:
     def _drain(self) -> None:
         if self.stage is None or not self.in_flight:
             return
-        for result in self.stage.drain():
-            self._split(self.in_flight.popleft(), result)
+        self.running = ([r for b in self.in_flight for r in b], time.monotonic())
+        try:
+            for result in self.stage.drain():
+                self._split(self.in_flight.popleft(), result)
+        finally:
+            self.running = None
 
     def _split(self, members: list[Request], result: Any) -> None:
         """Send each request its part of ``result`` (what ``fn`` returned for their batch)."""
