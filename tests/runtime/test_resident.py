@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,25 @@ def test_a_resident_operators_traceback_names_the_users_file_and_line(gpus: dict
     with pytest.raises(ValueError, match="negative input") as caught:
         env.execute()
     assert f'File "{__file__}", line {line}, in map_batch' in str(caught.value), caught.value
+
+
+@dataclass(frozen=True)
+class _Point:
+    x: int
+
+
+class _ToPoints:
+    """Returns records of a class of this module, which the host runs by value."""
+
+    def map(self, x: Any) -> Any:
+        return _Point(int(x))
+
+
+def test_records_of_the_users_classes_come_back_from_the_host(gpus: dict[str, Any]) -> None:
+    """The host's copy of ``_Point`` (by value) is not the one its import finds: its outputs
+    travel by value too, rather than failing to pickle."""
+    out = Environment(gpus).from_sequence(0, 9).map(_ToPoints(), resident=True, resources={"gpu": 0.5})
+    assert sorted(p.x for p in out.execute_and_collect()) == list(range(10))
 
 
 def test_without_resident_nothing_changes() -> None:

@@ -74,8 +74,10 @@ class Request:
     answered: bool = False
 
     def answer(self, chunk: Any, error: RemoteError | None = None) -> None:
-        self.answered = True
+        """Reply; where ``chunk`` cannot be pickled the error propagates, the request still
+        unanswered (the caller answers it with the error)."""
         self.client.reply(self.seq, chunk, error)
+        self.answered = True
 
 
 class Instance:
