@@ -190,8 +190,9 @@ class ResidentOptions(_Message, frozen=True):
 
 
 #: the file next to a subtask's watchdog stack file where its device host writes the stack of a
-#: resident call of it that runs long (``Attach.stack_path``)
-RESIDENT_STACK_SUFFIX = ".resident"
+#: resident call of it that runs long (``Attach.stack_path``); with :data:`RESIDENT_KILLED_SUFFIX`
+#: added, the watchdog's mark that it killed the subtask as hung in that call
+RESIDENT_STACK_SUFFIX, RESIDENT_KILLED_SUFFIX = ".resident", ".killed"
 
 
 class Attach(_Message, frozen=True):

@@ -13,10 +13,10 @@ TaskExecutor (:class:`~accelflow.runtime.HostReport`), which tells the JobManage
 
 A hung call: every :data:`WATCH_S`, a batch running for longer has its thread's stack written
 next to the watchdog's stack file of each subtask waiting for it (``Attach.stack_path``), so
-the watchdog that kills such a subtask reports the user's frames. A subtask whose connection
-ends while a batch of its requests has run that long leaves the instance hung: it is dropped
-at once (the next attach opens a fresh one), reported ``hung`` until its call returns, then
-closed.
+the watchdog that kills such a subtask reports the user's frames, and leaves a mark next to
+that file. A subtask that leaves so marked while a batch of its requests runs leaves the
+instance hung: it is dropped at once (the next attach opens a fresh one), reported ``hung``
+until its call returns, then closed.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow.scheduling import format_amount
 from accelflow.runtime import (
-    HOSTS_KEY_ENV_VAR, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance,
-    ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in, memory_text, preload, recv_chunk,
-    serve_forever, share_for, unix_listener, warm_device, whole_lines,
+    HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady,
+    HostReport, ResidentInstance, ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in,
+    memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener, warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
@@ -171,18 +171,20 @@ class DeviceHost:
                 self.report()
 
     def _hang_if_stuck(self, instance: Instance, client: Client) -> None:
-        """``client`` left while a batch with its requests has run for :data:`WATCH_S`: the
-        instance is hung (its watchdog killed the subtask); drop it. Holds :attr:`lock`."""
-        running = instance.running
-        if (running is None or time.monotonic() - running[1] < WATCH_S
-                or all(r.client is not client for r in running[0]) or instance.hung):
+        """``client`` left, killed by its watchdog while a call of ``instance`` ran for it (the
+        watchdog's mark next to its stack file): the instance is hung; drop it. Holds :attr:`lock`."""
+        running, mark = instance.running, f"{client.stack_path}{RESIDENT_KILLED_SUFFIX}"
+        if client.stack_path is None or not os.path.exists(mark):
+            return
+        os.unlink(mark)
+        if running is None or instance.hung or all(r.client is not client for r in running[0]):
             return
         instance.hung = True
         if self.instances.get(instance.key) is instance:
             del self.instances[instance.key]
         self.hung.append(instance)
-        _log.warning("%s: resident operator %r (key %s) is hung: a subtask waiting for it went away "
-                     "while its call ran for %.1f s; dropped (a later attach opens a fresh instance)\n%s",
+        _log.warning("%s: resident operator %r (key %s) is hung: its call has run for %.1f s and the watchdog "
+                     "killed a subtask waiting for it; dropped (a later attach opens a fresh instance)\n%s",
                      self.device, instance.operator, instance.key, time.monotonic() - running[1], instance.where())
 
     def report(self) -> None:

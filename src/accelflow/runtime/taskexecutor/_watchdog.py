@@ -15,7 +15,8 @@ SIGKILLs it; its exit is reported as every subtask's is. The error's message sho
 user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log. A
 subtask waiting for a resident operator's call runs no user code itself: its device host
 writes the stack of the thread running that call next to the dump file
-(``RESIDENT_STACK_SUFFIX``), which the dump then ends with.
+(``RESIDENT_STACK_SUFFIX``), which the dump then ends with; killing such a subtask, the
+watchdog leaves a mark (``RESIDENT_KILLED_SUFFIX``) by which the host knows that call hung.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from multiprocessing import util
 from typing import Any
 
 from accelflow._errors import SubtaskHung, encode_error
-from accelflow.runtime import RESIDENT_STACK_SUFFIX, SubtaskFailed, SubtaskKey
+from accelflow.runtime import RESIDENT_KILLED_SUFFIX, RESIDENT_STACK_SUFFIX, SubtaskFailed, SubtaskKey
 
 BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3  # as runtime/subtask/_heartbeat.py
 DUMP_SIGNAL = signal.SIGUSR1
@@ -141,6 +142,9 @@ class Watchdog:
         w = self.watched.pop(key)
         assert w.pid is not None
         stack = _stack(w.pid, w.dump_path)
+        resident = w.dump_path + RESIDENT_STACK_SUFFIX
+        if os.path.exists(resident):  # hung in a resident call: its device host drops the instance
+            open(resident + RESIDENT_KILLED_SUFFIX, "w").close()
         w.close()
         try:
             os.kill(w.pid, signal.SIGKILL)
