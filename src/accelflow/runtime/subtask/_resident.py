@@ -27,8 +27,8 @@ from accelflow.dataflow import (
 )
 from accelflow.resources import info_properties
 from accelflow.runtime import (
-    HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_STACK_SUFFIX, Attach, Attached, ChainPlan, HostAddress, HostFailed, HostRequest,
-    ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
+    HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_STACK_SUFFIX, Attach, Attached, ChainPlan, HostAddress,
+    HostFailed, HostRequest, ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
 )
 from accelflow.runtime.subtask import _heartbeat as heartbeat
 from accelflow.runtime.subtask._operators import Operator, join_chunks, runs

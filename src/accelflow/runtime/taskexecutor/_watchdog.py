@@ -209,7 +209,9 @@ def _where(stack: str) -> str:
     threads: list[list[tuple[str, str, str]]] = [t for block in blocks if (t := _FRAME.findall(block))]
     frames = next((t for t in threads if any(_is_user(f[0]) for f in t)), [])
     header = next((b.lstrip().splitlines()[0] for b in blocks if frames and _FRAME.findall(b) == frames), "")
-    where = f", in r{header[1:].rsplit(', the thread', 1)[0]}" if header.startswith("Resident operator") else ""
+    where = ""
+    if header.startswith("Resident operator"):  # "Resident operator 'x' in its device host (pid 7), the thread..."
+        where = ", in " + header.split(", the thread")[0].replace("Resident", "resident", 1)
     if not frames:
         shown = threads[0][:USER_FRAMES] if threads else []
     else:
