@@ -111,8 +111,10 @@ class DataStream:
         device's host process, opened once and kept for the job's later attempts and, on a
         session cluster, later jobs with the same operator (its pickled bytes); every subtask on
         the device (e.g. two at ``{"gpu": 0.5}``) sends its records there, and batches of
-        several subtasks run together up to ``batch_size``. The operator must ask for (a share
-        of) one device. See ``docs/gpu.md``, "Warm devices and resident models".
+        several subtasks run together up to ``batch_size`` (such a batch needs one output per
+        record). The operator must ask for (a share of) one device, and cannot follow
+        ``key_by()`` (the instance has no keyed state). See ``docs/gpu.md``, "Warm devices and
+        resident models".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
         cls = ResidentMapBatchesSpec if self._resident(resident, name or "map_batches") else MapBatchesSpec
