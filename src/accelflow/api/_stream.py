@@ -63,6 +63,9 @@ class DataStream:
         return self._env._add(spec, spec.kind if name is None else name, parallelism, [self._edge()],
                               resources=resources)
 
+    def _resident(self, resident: Any, name: str) -> bool:
+        return _check_resident(resident, name, keyed=self._partitioning == "hash")
+
     def _view(self, partitioning: Partitioning, key_fn: Any = None, partitioner: Any = None) -> DataStream:
         return DataStream(self._env, self._id, partitioning, key_fn, partitioner=partitioner, side=self._side)
 
@@ -72,7 +75,7 @@ class DataStream:
         """One output per record: ``fn(x)`` or a ``RichMapFunction`` (after ``key_by``, its
         ``open(ctx)`` gets keyed state: ``ctx.get_state(ValueStateDescriptor(...))``).
         ``resident=True``: one instance per device, opened once and kept (see :meth:`map_batches`)."""
-        spec = (ResidentMapSpec if _resident(resident, name or "map") else MapSpec)(fn)
+        spec = (ResidentMapSpec if self._resident(resident, name or "map") else MapSpec)(fn)
         return self._then(spec, name, parallelism, resources)
 
     def flat_map(self, fn: Any, output_type: Any = None, *, name: str | None = None,
@@ -108,11 +111,13 @@ class DataStream:
         device's host process, opened once and kept for the job's later attempts and, on a
         session cluster, later jobs with the same operator (its pickled bytes); every subtask on
         the device (e.g. two at ``{"gpu": 0.5}``) sends its records there, and batches of
-        several subtasks run together up to ``batch_size``. The operator must ask for (a share
-        of) one device. See ``docs/gpu.md``, "Warm devices and resident models".
+        several subtasks run together up to ``batch_size`` (such a batch needs one output per
+        record). The operator must ask for (a share of) one device, and cannot follow
+        ``key_by()`` (the instance has no keyed state). See ``docs/gpu.md``, "Warm devices and
+        resident models".
         """
         size = batch_size if batch_size is not None else self._env.config.get(k.BATCH_SIZE)
-        cls = ResidentMapBatchesSpec if _resident(resident, name or "map_batches") else MapBatchesSpec
+        cls = ResidentMapBatchesSpec if self._resident(resident, name or "map_batches") else MapBatchesSpec
         spec = cls(fn, batch_size=size, max_wait=max_wait, device=device, prefetch=prefetch,
                    device_backend=device_backend)
         return self._then(spec, name, parallelism, resources)
@@ -385,7 +390,18 @@ def _no_key(record: Any) -> int:
     return 0
 
 
-def _resident(resident: Any, name: str) -> bool:
+def _check_resident(resident: Any, name: str, keyed: bool) -> bool:
+    """Whether the operator is resident (``resident`` checked).
+
+    Raises:
+        ConfigError: ``resident`` is not a bool, or True after ``key_by`` (a resident instance
+            is shared by the subtasks of a device, so it has no keyed state).
+    """
     if not isinstance(resident, bool):
         raise ConfigError(f"resident must be True or False, got {shown(resident)}", key=f"operator {name!r}")
+    if resident and keyed:
+        raise ConfigError(
+            "resident=True cannot follow key_by(): a resident instance is one per device, shared by "
+            "the subtasks of every key there, so it has no keyed state (ctx.get_state); keep the "
+            "state in a keyed operator after it, or drop resident=True", key=f"operator {name!r}")
     return resident

@@ -205,9 +205,10 @@ def _warm_lines(overview: dict[str, Any]) -> list[str]:
     lines = []
     for i in overview.get("resident", []):
         memory = "memory unmeasured" if i["memory"] is None else f"{i['memory'] / 2**20:.1f} MiB"
+        hung = "HUNG (a call never returned; dropped, closed once it returns), " if i.get("hung") else ""
         lines.append(f"resident: {i['operator']} on {i['taskexecutor']} {i['resource']} {i['address']} "
-                     f"(key {i['key']}, {memory}, {i['users']} subtask(s), since "
-                     f"{time.strftime('%H:%M:%S', time.localtime(i['since']))})")
+                     f"({hung}key {i['key']}, {memory}, {i['users']} subtask(s), {i.get('batches', 0)} "
+                     f"batch(es), since {time.strftime('%H:%M:%S', time.localtime(i['since']))})")
     for p in overview.get("device_pools", []):
         lines.append(f"warm processes: {p['ready']} ready of {p['size']} on {p['taskexecutor']} "
                      f"{p['resource']} {p['address']}")

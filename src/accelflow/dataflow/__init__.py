@@ -129,6 +129,7 @@ if TYPE_CHECKING:
         SourceSpec, UserSinkSpec,
     )
     from accelflow.dataflow._resident import ResidentFunction
+    from accelflow.dataflow._pickling import dumps
     from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
     from accelflow.dataflow._broadcast import (
         BroadcastProcessSpec, KeyedBroadcastProcessSpec, check_broadcast_descriptors,
@@ -199,6 +200,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._resident": (
         "ResidentFunction",
+    ),
+    "._pickling": (
+        "dumps",
     ),
     "._sources": (
         "SharedRows", "even_ranges",
@@ -333,6 +337,7 @@ __all__ = [
     "check_broadcast_descriptors",
     "chunk_len",
     "default_max_parallelism",
+    "dumps",
     "even_ranges",
     "from_batch",
     "group_records",

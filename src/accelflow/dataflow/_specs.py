@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from accelflow._errors import ConfigError
 from accelflow.dataflow._functions import Source
-from accelflow.dataflow._resident import ResidentFunction
+from accelflow.dataflow._resident import ResidentFunction, check_one_device
 from accelflow.dataflow._sinks import Sink
 
 
@@ -196,11 +196,7 @@ class _Resident:
             object.__setattr__(self, "fn", ResidentFunction.of(fn, options, where))
 
     def check_resources(self, resources: Mapping[str, Any], where: str) -> None:
-        if len(resources) != 1 or any(amount > 1 for amount in resources.values()):
-            asked = dict(resources) or "nothing"
-            raise ConfigError(
-                f"resident=True keeps one instance per device, so the operator must ask for (a share "
-                f"of) one device, e.g. resources={{'gpu': 0.5}}; it asks for {asked}", key=where)
+        check_one_device(resources, where)
 
 
 @dataclass(frozen=True, slots=True)

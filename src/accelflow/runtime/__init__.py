@@ -72,10 +72,10 @@ if TYPE_CHECKING:
         SavepointFailed, StatusReply, StatusRequest, StopRequest, Stopping, SubmitJob, TriggerSavepoint,
     )
     from accelflow.runtime._device_messages import (
-        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, DeviceChange, DeviceEvent, DevicePool, DeviceReport,
-        DevicesFree, DeviceStatus, HostAddress, HostFailed, HostReady, HostReport, HostRequest, InjectFault,
-        MemoryReport, ResidentInstance, ResidentOptions, ResidentReply, ResidentRequest, StartSubtask,
-        SubtaskMemory, WarmReady,
+        HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, RESIDENT_STACK_SUFFIX, Attach, Attached,
+        DeviceChange, DeviceEvent, DevicePool, DeviceReport, DevicesFree, DeviceStatus, HostAddress, HostFailed,
+        HostReady, HostReport, HostRequest, InjectFault, MemoryReport, ResidentInstance, ResidentOptions,
+        ResidentReply, ResidentRequest, StartSubtask, SubtaskMemory, WarmReady,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
     from accelflow.runtime._oob import recv_chunk, send_chunk
@@ -121,10 +121,11 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "SubmitJob", "TriggerSavepoint",
     ),
     "._device_messages": (
-        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "Attach", "Attached", "DeviceChange", "DeviceEvent", "DevicePool",
-        "DeviceReport", "DevicesFree", "DeviceStatus", "HostAddress", "HostFailed", "HostReady", "HostReport",
-        "HostRequest", "InjectFault", "MemoryReport", "ResidentInstance", "ResidentOptions", "ResidentReply",
-        "ResidentRequest", "StartSubtask", "SubtaskMemory", "WarmReady",
+        "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "RESIDENT_KILLED_SUFFIX", "RESIDENT_STACK_SUFFIX", "Attach",
+        "Attached", "DeviceChange", "DeviceEvent", "DevicePool", "DeviceReport", "DevicesFree", "DeviceStatus",
+        "HostAddress", "HostFailed", "HostReady", "HostReport", "HostRequest", "InjectFault", "MemoryReport",
+        "ResidentInstance", "ResidentOptions", "ResidentReply", "ResidentRequest", "StartSubtask",
+        "SubtaskMemory", "WarmReady",
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
@@ -220,6 +221,8 @@ __all__ = [
     "RegisteredResource",
     "Registration",
     "RegistrationFailed",
+    "RESIDENT_KILLED_SUFFIX",
+    "RESIDENT_STACK_SUFFIX",
     "ResidentInstance",
     "ResidentOptions",
     "ResidentReply",

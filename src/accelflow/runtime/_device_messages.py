@@ -142,7 +142,9 @@ class HostReady(_Message, frozen=True):
 class ResidentInstance(_Message, frozen=True):
     """One resident operator instance: where, which operator, its key, its device memory
     (bytes, None where the framework cannot measure it), its subtasks now, since when (epoch
-    seconds) and how many times it was opened (1: every later user reused it)."""
+    seconds), how many batches it has run (``map``: requests, a chunk of a subtask each) and
+    whether it is ``hung`` (a call of it never returned: dropped, no subtask is given it, closed
+    once the call returns)."""
 
     resource: str
     address: str
@@ -152,6 +154,7 @@ class ResidentInstance(_Message, frozen=True):
     users: int
     since: float
     batches: int = 0
+    hung: bool = False
 
 
 class HostReport(_Message, frozen=True):
@@ -186,8 +189,16 @@ class ResidentOptions(_Message, frozen=True):
     device_backend: str | None = None
 
 
+#: the file next to a subtask's watchdog stack file where its device host writes the stack of a
+#: resident call of it that runs long (``Attach.stack_path``); with :data:`RESIDENT_KILLED_SUFFIX`
+#: added, the watchdog's mark that it killed the subtask as hung in that call
+RESIDENT_STACK_SUFFIX, RESIDENT_KILLED_SUFFIX = ".resident", ".killed"
+
+
 class Attach(_Message, frozen=True):
-    """Use the instance of ``key`` (opened from ``blob`` if there is none yet)."""
+    """Use the instance of ``key`` (opened from ``blob`` if there is none yet). ``stack_path``:
+    where the host writes the stack of a batch of this subtask's that runs long (the subtask's
+    watchdog reads it when it finds the subtask hung); None: the subtask is not watched."""
 
     key: str
     blob: bytes
@@ -199,6 +210,7 @@ class Attach(_Message, frozen=True):
     numerator: int
     denominator: int
     taskexecutor_id: str
+    stack_path: str | None = None
 
 
 class Attached(_Message, frozen=True):

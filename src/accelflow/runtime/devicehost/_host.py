@@ -10,6 +10,13 @@ where the framework measures device memory, no more than the device holds: an in
 subtask uses is closed to make room. An instance that holds more memory than the share of
 the subtask that opened it is refused (``AllocationError``). Every change is reported to the
 TaskExecutor (:class:`~accelflow.runtime.HostReport`), which tells the JobManager.
+
+A hung call: every :data:`WATCH_S`, a batch running for longer has its thread's stack written
+next to the watchdog's stack file of each subtask waiting for it (``Attach.stack_path``), so
+the watchdog that kills such a subtask reports the user's frames, and leaves a mark next to
+that file. A subtask that leaves so marked while a batch of its requests runs leaves the
+instance hung: it is dropped at once (the next attach opens a fresh one), reported ``hung``
+until its call returns, then closed.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import OrderedDict
 from fractions import Fraction
 from multiprocessing.connection import Connection
@@ -28,15 +36,18 @@ from typing import Any
 from accelflow._errors import AllocationError, encode_error
 from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
+from accelflow.scheduling import format_amount
 from accelflow.runtime import (
-    HOSTS_KEY_ENV_VAR, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady, HostReport, ResidentInstance,
-    ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in, memory_text, preload, recv_chunk,
-    serve_forever, share_for, unix_listener, warm_device, whole_lines,
+    HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady,
+    HostReport, ResidentInstance, ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in,
+    memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener, warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
 _log = logging.getLogger("accelflow.devicehost")
 _MIB = 2**20
+#: how often the host looks for long batches, and how long one runs before its stack is written
+WATCH_S = 0.5
 
 
 def device_context(resource: str, info: ExternalResourceInfo, taskexecutor_id: str, operator: str) -> RuntimeContext:
@@ -57,6 +68,7 @@ class DeviceHost:
         mib = properties.get("memory_total", "")
         self.memory_total = int(mib) * _MIB if mib.isdigit() else None
         self.instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
+        self.hung: list[Instance] = []  # dropped, their call still running
         self.lock = threading.Lock()  # the instances; an open holds it (opens one at a time)
         self.control, self.control_lock = control, threading.Lock()
 
@@ -65,7 +77,7 @@ class DeviceHost:
         try:
             attach = conn.recv()
             assert isinstance(attach, Attach), attach
-            client = Client(conn, attach.subtask)
+            client = Client(conn, attach.subtask, attach.stack_path)
             try:
                 instance, opened = self._attach(attach, id(client))
             except BaseException as exc:
@@ -78,8 +90,10 @@ class DeviceHost:
                     assert isinstance(header, ResidentRequest), header
                     instance.submit(Request(client, header.seq, chunk, header.records, header.flush))
             finally:
+                client.gone = True
                 with self.lock:
                     instance.users.discard(id(client))
+                    self._hang_if_stuck(instance, client)
                 self.report()
         except (EOFError, OSError):
             pass  # the subtask ended, or was cancelled
@@ -107,7 +121,7 @@ class DeviceHost:
             instance.close()
             raise AllocationError(
                 f"resident operator {attach.operator!r} holds {memory_text(instance.memory)} of device memory "
-                f"after open(), more than its share {share} of {self.device} allows "
+                f"after open(), more than its share {format_amount(share)} of {self.device} allows "
                 f"({memory_text(int(share * self.memory_total))} of {memory_text(self.memory_total)}): ask for a "
                 f"larger share, e.g. resources={{{self.resource!r}: {share_for(instance.memory, self.memory_total)}}}")
         self.instances[attach.key] = instance
@@ -135,12 +149,51 @@ class DeviceHost:
         _log.info("%s: closed resident operator %r (key %s) to make room", self.device, instance.operator, key)
         return True
 
+    # -- hung calls --------------------------------------------------------------------------
+    def watch(self, stopped: threading.Event) -> None:
+        """Every :data:`WATCH_S`: write where each long batch is for the subtasks waiting on
+        it; close the hung instances whose call returned."""
+        while not stopped.wait(WATCH_S):
+            with self.lock:
+                instances = [*self.instances.values(), *self.hung]
+                done = [i for i in self.hung if i.running is None]
+                self.hung = [i for i in self.hung if i.running is not None]
+            for instance in instances:
+                running = instance.running
+                if running is not None and time.monotonic() - running[1] >= WATCH_S:
+                    _write_where(instance.where(), {path for r in running[0] if not r.client.gone
+                                                    and (path := r.client.stack_path) is not None})
+            for instance in done:
+                instance.close()
+                _log.info("%s: closed hung resident operator %r (key %s): its call returned", self.device,
+                          instance.operator, instance.key)
+            if done:
+                self.report()
+
+    def _hang_if_stuck(self, instance: Instance, client: Client) -> None:
+        """``client`` left, killed by its watchdog while a call of ``instance`` ran for it (the
+        watchdog's mark next to its stack file): the instance is hung; drop it. Holds :attr:`lock`."""
+        running, mark = instance.running, f"{client.stack_path}{RESIDENT_KILLED_SUFFIX}"
+        if client.stack_path is None or not os.path.exists(mark):
+            return
+        os.unlink(mark)
+        if running is None or instance.hung or all(r.client is not client for r in running[0]):
+            return
+        instance.hung = True
+        if self.instances.get(instance.key) is instance:
+            del self.instances[instance.key]
+        self.hung.append(instance)
+        _log.warning("%s: resident operator %r (key %s) is hung: its call has run for %.1f s and the watchdog "
+                     "killed a subtask waiting for it; dropped (a later attach opens a fresh instance)\n%s",
+                     self.device, instance.operator, instance.key, time.monotonic() - running[1], instance.where())
+
     def report(self) -> None:
         """Tell the TaskExecutor what is resident now."""
         with self.lock:
             instances = tuple(
-                ResidentInstance(self.resource, self.info.address, i.operator, i.key, i.memory, len(i.users), i.since)
-                for i in self.instances.values())
+                ResidentInstance(self.resource, self.info.address, i.operator, i.key, i.memory, len(i.users), i.since,
+                                 i.batches, i.hung)
+                for i in [*self.instances.values(), *self.hung])
         with self.control_lock:
             try:
                 self.control.send(HostReport(instances))
@@ -152,6 +205,17 @@ class DeviceHost:
             for instance in self.instances.values():
                 instance.close()
             self.instances.clear()
+
+
+def _write_where(text: str, paths: set[str]) -> None:
+    """``text`` into each file of ``paths`` (replaced whole: a reader never sees half of it)."""
+    for path in paths:
+        try:
+            with open(f"{path}.part", "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(f"{path}.part", path)
+        except OSError:
+            pass  # its subtask's watch ended
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     stopped = threading.Event()
     threading.Thread(target=serve_forever, daemon=True, name="accelflow-resident-accept",
                      args=(listener, key, host.serve, stopped.is_set, "accelflow-resident")).start()
+    threading.Thread(target=host.watch, args=(stopped,), daemon=True, name="accelflow-resident-watch").start()
     try:
         control.send(HostReady(os.getpid(), address, used, note))
         control.recv()  # nothing comes: the TaskExecutor closes it to stop this host

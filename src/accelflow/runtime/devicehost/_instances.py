@@ -8,18 +8,26 @@ queue; one thread takes them in order and runs them:
   request that would overflow it starts the next one), waiting at most ``max_wait`` after the
   first for more (without it, for a full batch or a ``flush``), through the device stage with
   ``device=`` (its in-flight batches drained when no request came for ``DRAIN_AFTER_S``). Each
-  batch's outputs are split back per request, which needs one output per record when a batch
-  holds several requests.
+  batch's outputs are split back per request. A batch of one subtask's requests may return
+  any number of outputs (they go back as they are, in order); a batch of several subtasks'
+  requests needs one output per record to give each its own, else they all get an error.
 
-Each subtask gets its replies in the order of its requests.
+Each subtask gets its replies in the order of its requests. While a batch runs, the instance
+knows it (:attr:`Instance.running`): a batch that takes long has its thread's stack written
+where the watchdog of each waiting subtask reads it (:meth:`Instance.where`), so a hung
+subtask is reported with the user's frames in this process.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -29,7 +37,7 @@ import cloudpickle
 
 from accelflow._errors import JobError, RemoteError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
-from accelflow.runtime import Attach, ResidentReply, device_memory, send_chunk
+from accelflow.runtime import Attach, ByValue, ResidentReply, device_memory, send_chunk
 from accelflow.runtime.subtask import DRAIN_AFTER_S, DeviceStage, PlainStage, bind, open_stage
 
 _log = logging.getLogger("accelflow.devicehost")
@@ -39,14 +47,18 @@ class Client:
     """One attached subtask's connection: replies go out under a lock (the instance's thread
     sends them while the subtask's own thread reads its requests)."""
 
-    def __init__(self, conn: Connection, subtask: str) -> None:
-        self.conn, self.subtask = conn, subtask
+    def __init__(self, conn: Connection, subtask: str, stack_path: str | None = None) -> None:
+        self.conn, self.subtask, self.stack_path = conn, subtask, stack_path
         self.lock = threading.Lock()
+        self.gone = False  # its connection ended
 
     def reply(self, seq: int, chunk: Any, error: RemoteError | None = None) -> None:
         with self.lock:
             try:
-                send_chunk(self.conn, ResidentReply(seq, error), chunk)
+                try:
+                    send_chunk(self.conn, ResidentReply(seq, error), chunk)
+                except (pickle.PicklingError, AttributeError):  # e.g. records of a by-value class
+                    send_chunk(self.conn, ResidentReply(seq, error), ByValue(chunk))
             except OSError:
                 pass  # it went away (cancelled, failed): it needs no answer
 
@@ -62,8 +74,10 @@ class Request:
     answered: bool = False
 
     def answer(self, chunk: Any, error: RemoteError | None = None) -> None:
-        self.answered = True
+        """Reply; where ``chunk`` cannot be pickled the error propagates, the request still
+        unanswered (the caller answers it with the error)."""
         self.client.reply(self.seq, chunk, error)
+        self.answered = True
 
 
 class Instance:
@@ -75,6 +89,10 @@ class Instance:
         self.since = time.time()
         self.users: set[int] = set()
         self.memory: int | None = None
+        self.batches = 0  # run so far
+        #: the requests of the batch running now, and since when (time.monotonic())
+        self.running: tuple[list[Request], float] | None = None
+        self.hung = False  # dropped: a call of its operator never returned
         self.obj, self.fn = bind(cloudpickle.loads(attach.blob), self.options.method)
         self.stage: DeviceStage | PlainStage | None = None
         self.requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
@@ -163,8 +181,19 @@ class Instance:
             n += nxt.records
         return batch, None
 
+    def where(self) -> str:
+        """The stack of the thread running this instance's batches, innermost first, as
+        ``faulthandler`` writes one (what the watchdog parses), under a line naming the operator."""
+        frame = sys._current_frames().get(self.thread.ident or 0)
+        frames = traceback.extract_stack(frame)[::-1] if frame is not None else []
+        lines = "".join(f'\n  File "{f.filename}", line {f.lineno} in {f.name}' for f in frames)
+        return (f"Resident operator {self.operator!r} in its device host (pid {os.getpid()}), the thread "
+                f"running its call:{lines}\n")
+
     def _run(self, batch: list[Request]) -> None:
         members = [r for r in batch if r.records]
+        self.batches += bool(members)
+        self.running = ([*(r for b in self.in_flight for r in b), *members], time.monotonic())
         try:
             if self.options.kind == "map":
                 for r in members:
@@ -187,6 +216,7 @@ class Instance:
             self.in_flight.clear()
             if self.stage is not None:
                 self.stage = self._stage()  # nothing of the failed batches left in flight
+        self.running = None
         for r in batch:
             if not r.records:  # a flush: answered after everything before it
                 r.answer([])
@@ -194,21 +224,28 @@ class Instance:
     def _drain(self) -> None:
         if self.stage is None or not self.in_flight:
             return
-        for result in self.stage.drain():
-            self._split(self.in_flight.popleft(), result)
+        self.running = ([r for b in self.in_flight for r in b], time.monotonic())
+        try:
+            for result in self.stage.drain():
+                self._split(self.in_flight.popleft(), result)
+        finally:
+            self.running = None
 
     def _split(self, members: list[Request], result: Any) -> None:
         """Send each request its part of ``result`` (what ``fn`` returned for their batch)."""
         out = result if isinstance(result, list | Columns) else from_batch(result, self.operator)
-        if len(members) == 1:
-            members[0].answer(out)
-            return
         n = sum(r.records for r in members)
-        if len(out) != n:
+        if len(out) != n and len({id(r.client) for r in members}) == 1:
+            for r in members[:-1]:  # one subtask's requests: it joins their outputs in order anyway
+                r.answer([])
+            members[-1].answer(out)
+            return
+        if len(out) != n:  # the subtask names the operator
             error = encode_error(JobError(
-                f"operator {self.operator!r} (resident map_batches) returned {len(out)} outputs for a "
-                f"batch of {n} records from {len(members)} requests: a batch of several subtasks' "
-                "records needs one output per record to give each its own"))
+                f"resident map_batches returned {len(out)} outputs for a batch of {n} records of "
+                f"{len({id(r.client) for r in members})} subtasks sharing its instance: a "
+                "batch of several subtasks' records needs one output per record (in order) to give "
+                "each its own; filter before or after the resident operator (see docs/gpu.md)"))
             for r in members:
                 r.answer([], error)
             return

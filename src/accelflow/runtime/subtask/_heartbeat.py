@@ -49,6 +49,7 @@ class Heartbeat:
     def __init__(self, cell: Any = None, dump_path: str | None = None, interval: float = 1.0) -> None:
         self.cell = cell
         self.interval = interval
+        self.dump_path = dump_path if cell is not None else None  # where the watchdog reads stacks
         #: seconds spent waiting so far (for input, commands or a downstream subtask)
         self.waited = 0.0
         self._dump: TextIO | None = None

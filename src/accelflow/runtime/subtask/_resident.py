@@ -27,9 +27,10 @@ from accelflow.dataflow import (
 )
 from accelflow.resources import info_properties
 from accelflow.runtime import (
-    HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, Attach, Attached, ChainPlan, HostAddress, HostFailed, HostRequest,
-    ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
+    HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_STACK_SUFFIX, Attach, Attached, ChainPlan, HostAddress,
+    HostFailed, HostRequest, ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
 )
+from accelflow.runtime.subtask import _heartbeat as heartbeat
 from accelflow.runtime.subtask._operators import Operator, join_chunks, runs
 
 #: requests a subtask has in flight at most
@@ -75,7 +76,7 @@ class ResidentOp(Operator):
         self.conn.send(Attach(self.fn.key, self.fn.blob, self.node.name, self.options,
                               f"{ctx.task_name} ({ctx.index_of_this_subtask + 1}/{ctx.number_of_parallel_subtasks})",
                               resource, properties, share.numerator, share.denominator,
-                              ctx.taskexecutor_id))
+                              ctx.taskexecutor_id, _stack_path()))
         reply = self._recv_control()
         assert isinstance(reply, Attached), reply
 
@@ -185,6 +186,13 @@ class ResidentOp(Operator):
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+
+
+def _stack_path() -> str | None:
+    """Where the device host writes the stack of a batch of ours that runs long: next to the
+    file the watchdog reads this subtask's stacks from (``_watchdog.py``); None: unwatched."""
+    dump = heartbeat.current.dump_path
+    return None if dump is None else dump + RESIDENT_STACK_SUFFIX
 
 
 def _slice(chunk: Any, start: int, stop: int) -> Any:

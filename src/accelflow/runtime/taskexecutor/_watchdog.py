@@ -12,7 +12,11 @@ every thread's stack (``SIGUSR1``: ``faulthandler``, registered in the subtask; 
 ``py-spy dump`` with native frames where ``py-spy`` is installed), reports
 ``SubtaskFailed(SubtaskHung)`` with the stack to the JobManager, which fails it over, and
 SIGKILLs it; its exit is reported as every subtask's is. The error's message shows only the
-user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log.
+user's innermost frames (:func:`_where`); the whole dump is its ``stack`` and in the log. A
+subtask waiting for a resident operator's call runs no user code itself: its device host
+writes the stack of the thread running that call next to the dump file
+(``RESIDENT_STACK_SUFFIX``), which the dump then ends with; killing such a subtask, the
+watchdog leaves a mark (``RESIDENT_KILLED_SUFFIX``) by which the host knows that call hung.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from multiprocessing import util
 from typing import Any
 
 from accelflow._errors import SubtaskHung, encode_error
-from accelflow.runtime import SubtaskFailed, SubtaskKey
+from accelflow.runtime import RESIDENT_KILLED_SUFFIX, RESIDENT_STACK_SUFFIX, SubtaskFailed, SubtaskKey
 
 BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3  # as runtime/subtask/_heartbeat.py
 DUMP_SIGNAL = signal.SIGUSR1
@@ -62,7 +66,7 @@ class _Watched:
     def close(self) -> None:
         self.cell.release()
         self.shared.close()
-        for path in (self.cell_path, self.dump_path):
+        for path in (self.cell_path, self.dump_path, self.dump_path + RESIDENT_STACK_SUFFIX):
             try:
                 os.unlink(path)
             except OSError:
@@ -138,6 +142,9 @@ class Watchdog:
         w = self.watched.pop(key)
         assert w.pid is not None
         stack = _stack(w.pid, w.dump_path)
+        resident = w.dump_path + RESIDENT_STACK_SUFFIX
+        if os.path.exists(resident):  # hung in a resident call: its device host drops the instance
+            open(resident + RESIDENT_KILLED_SUFFIX, "w").close()
         w.close()
         try:
             os.kill(w.pid, signal.SIGKILL)
@@ -169,6 +176,11 @@ def _stack(pid: int, dump_path: str) -> str:
         os.unlink(dump_path)
     except OSError:
         pass
+    try:  # a resident operator's call this subtask waits for, as its device host wrote it
+        with open(dump_path + RESIDENT_STACK_SUFFIX, encoding="utf-8", errors="replace") as f:
+            text = text.rstrip("\n") + "\n\n" + f.read()
+    except OSError:
+        pass
     spy = shutil.which("py-spy")
     if spy is not None:
         try:
@@ -196,6 +208,10 @@ def _where(stack: str) -> str:
     blocks.sort(key=lambda block: "Current thread" not in block)  # the signalled (main) thread first
     threads: list[list[tuple[str, str, str]]] = [t for block in blocks if (t := _FRAME.findall(block))]
     frames = next((t for t in threads if any(_is_user(f[0]) for f in t)), [])
+    header = next((b.lstrip().splitlines()[0] for b in blocks if frames and _FRAME.findall(b) == frames), "")
+    where = ""
+    if header.startswith("Resident operator"):  # "Resident operator 'x' in its device host (pid 7), the thread..."
+        where = ", in " + header.split(", the thread")[0].replace("Resident", "resident", 1)
     if not frames:
         shown = threads[0][:USER_FRAMES] if threads else []
     else:
@@ -203,7 +219,7 @@ def _where(stack: str) -> str:
         if not _is_user(frames[0][0]):
             shown.insert(0, frames[0])  # where it waits (e.g. a socket), then the user's calls
     lines = "".join(f'\n  File "{file}", line {line} in {name}' for file, line, name in shown)
-    return (f"it was at (innermost first):{lines or ' (no stack was written)'}\n"
+    return (f"it was at (innermost first){where}:{lines or ' (no stack was written)'}\n"
             "(every thread's whole stack: SubtaskHung.stack, and the TaskExecutor's log)")
 
 
