@@ -14,8 +14,7 @@ import os
 import sys
 from multiprocessing import process
 
-from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env
-from accelflow._python import python_command
+from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, python_command
 
 __all__ = [
     "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",

@@ -21,8 +21,7 @@ import tempfile
 from types import TracebackType
 from typing import IO, Any
 
-from accelflow._parent import die_with_parent, expected_parent, parent_env
-from accelflow._python import python_command
+from accelflow._parent import die_with_parent, expected_parent, parent_env, python_command
 from accelflow.connectors.kafka._common import KafkaConnectorError, kafka
 
 #: partitions of a topic the mock cluster creates on first use (librdkafka's default)
