@@ -15,8 +15,7 @@ pickled tuple per packet:
 
 A forked TaskExecutor gets what a spawned one would get at that moment: the environment
 ``env``, the working directory ``cwd``, the import path of ``$PYTHONPATH`` in ``env`` (never
-``cwd`` itself: ``-P``), the
-client's stdout and stderr, stdin from /dev/null. The zygote has one thread, so forking is
+``cwd`` itself: ``-P``), the client's stdout and stderr, stdin from /dev/null. The zygote has one thread, so forking is
 safe; it dies with the client (SIGKILL, the parent-death signal) and its TaskExecutors with
 it (SIGTERM, theirs); Ctrl-C is the client's to handle.
 """
