@@ -11,6 +11,9 @@ The expected pid reaches the child by :func:`expected_parent`: recorded at every
 of a process that imported this module (the TaskExecutor's forkserver forking a subtask), or
 passed in the environment by a parent that spawns a new interpreter (:func:`parent_env`).
 
+The command line of every such child, :func:`python_command` (``python -P``: the directory it
+starts in is not on its ``sys.path``), is here too.
+
 Shared by the runtime's processes (``accelflow.runtime`` re-exports it) and by the embedded
 Kafka broker's holder process (``connectors/kafka/_broker.py``), which may not import the
 runtime. Standard library only.
@@ -20,7 +23,7 @@ Example (a parent spawning a child that must not outlive it; the child's first l
     import subprocess, sys
 
     tie = "from accelflow._parent import *; die_with_parent(parent=expected_parent()); print('tied')"
-    child = subprocess.run([sys.executable, "-c", tie], env=dict(os.environ, **parent_env()),
+    child = subprocess.run(python_command("-c", tie), env=dict(os.environ, **parent_env()),
                            capture_output=True, text=True, check=True)
     assert child.stdout == "tied\n"  # its parent (this process) is alive
 """
@@ -30,10 +33,14 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 
 #: the pid of the process that spawned this one, set by it (:func:`parent_env`)
 PARENT_PID_ENV_VAR = "ACCELFLOW_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
+#: Python's safe-path flag (3.11+): the working directory (``python -m``) or ``''`` (``-c``)
+#: does not go first on ``sys.path``
+SAFE_PATH_FLAG = "-P"
 
 _forking_pid: int | None = None  # this process's pid, recorded just before each fork
 _forked_by: int | None = None  # in a forked child: the pid of the process that forked it
@@ -94,3 +101,24 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> Non
     if parent is not None and os.getppid() != parent:
         signal.raise_signal(sig)
         os._exit(128 + sig)
+
+
+def python_command(*args: str) -> list[str]:
+    """``[sys.executable, "-P", *args]``: this interpreter, without the working directory on
+    ``sys.path``.
+
+    ``python -m module`` and ``python -c code`` put the directory they start in first on
+    ``sys.path``: a ``cloudpickle.py`` or ``numpy.py`` lying there (a download folder, a shared
+    directory) would be imported by the process instead of the real one and run with its
+    rights. Every Python child of accelflow (TaskExecutors and their zygote, warm subtask
+    processes, device hosts, the session cluster, the Kafka broker's holder) starts with ``-P``
+    instead; modules next to the job script still import there, because the job's directory
+    reaches the children on ``PYTHONPATH`` (with the user's own entries), where ``-P`` has no
+    effect. Processes started by these through :mod:`multiprocessing` (the forkserver) inherit
+    the flag.
+
+    Example:
+        >>> python_command("-m", "json.tool")[1:]
+        ['-P', '-m', 'json.tool']
+    """
+    return [sys.executable, SAFE_PATH_FLAG, *args]

@@ -41,10 +41,10 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _sessions(tmp_path: Path) -> list[psutil.Process]:
-    """The session cluster processes (``python -m accelflow.runtime.service``) a test started:
+    """The session cluster processes (``python -P -m accelflow.runtime.service``) a test started:
     their log is in its state directory (other tests may run clusters meanwhile)."""
     return [p for p in psutil.process_iter(["cmdline"])
-            if (p.info["cmdline"] or [])[1:3] == ["-m", "accelflow.runtime.service"]
+            if (p.info["cmdline"] or [])[1:4] == ["-P", "-m", "accelflow.runtime.service"]
             and any(arg.startswith(str(tmp_path / "state")) for arg in p.info["cmdline"])]
 
 

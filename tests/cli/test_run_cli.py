@@ -176,3 +176,13 @@ def test_an_error_of_the_script_shows_only_the_users_frames_as_python_does(tmp_p
     done = accelflow("run", str(script), cwd=tmp_path)
     assert done.returncode == python.returncode == 1
     assert done.stderr == python.stderr and "SyntaxError" in done.stderr
+
+
+def test_a_heartbeat_interval_over_the_timeout_is_a_config_error_before_the_script_runs(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("open('ran', 'w').close()\n", encoding="utf-8")
+    done = accelflow("run", "-D", "heartbeat.interval=5s", "-D", "heartbeat.timeout=2s", str(script), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("accelflow: config error: heartbeat.interval (from -D): heartbeat.interval (5 s) "
+                                  "must be smaller than heartbeat.timeout (2 s)"), done.stderr
+    assert not (tmp_path / "ran").exists()

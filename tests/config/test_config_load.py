@@ -555,3 +555,26 @@ def test_an_unreadable_file_and_bad_definitions_are_reported_together(tmp_path: 
     with pytest.raises(ConfigError) as info:
         config_from(conf_file=missing, definitions=["amount", "taskmanager.numberOfTaskSlots=x"])
     assert info.value.keys == (str(missing), "-D amount")
+
+
+@pytest.mark.parametrize(("values", "key"), [
+    ({"heartbeat.interval": "5s", "heartbeat.timeout": "2s"}, "heartbeat.interval"),
+    ({"heartbeat.interval": "1min"}, "heartbeat.interval"),  # the default timeout is 30 s
+    ({"heartbeat.timeout": "500ms"}, "heartbeat.timeout"),  # the default interval is 1 s
+    ({"heartbeat.interval": 2, "heartbeat.timeout": 2}, "heartbeat.interval"),
+])
+def test_heartbeat_interval_must_be_below_the_timeout(values: dict[str, Any], key: str) -> None:
+    found_key, message = only_problem(values)
+    assert found_key == key
+    assert "heartbeat.interval" in message and "heartbeat.timeout" in message
+    assert "must be smaller than" in message
+
+
+def test_heartbeat_problem_comes_with_every_other_problem() -> None:
+    found = problems({"heartbeat.interval": "5s", "heartbeat.timeout": "2s", "rest.port": -1})
+    assert set(found) == {"heartbeat.interval", "rest.port"}
+
+
+def test_heartbeat_interval_below_the_timeout_is_accepted() -> None:
+    config = load(**{"heartbeat.interval": "5s", "heartbeat.timeout": "20s"})
+    assert (config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)) == (5.0, 20.0)

@@ -113,7 +113,9 @@ def _the_ui_shows_it(session: Session, gpu: str) -> None:
     (("--device", "0", "--xid", "999"), "accelflow: config error: --xid: Xid 999 is not in NVIDIA's Xid catalogue; "
                                         "a drill injects a known Xid (hardware: 46, 48,"),
     (("--device", "0", "--xid", "lots"), "accelflow: config error: --xid: 'lots' is not an Xid number"),
-    (("--device", "9", "--xid", "79"), "accelflow: config error: --device: taskexecutor-1 has no gpu device '9'; it has: 0, 1"),
+    (("--device", "9", "--xid", "79"), "accelflow: config error: --device: taskexecutor-1 has no gpu device '9'; it has: "
+                                       "0 (GPU-00000000-0000-4000-8000-000000000000), 1 (GPU-00000000-0000-4000-8000-000000000001) "
+                                       "(give an index or a UUID)"),
     (("--device", "0", "--xid", "79", "--resource", "fpga"),
      "accelflow: config error: --resource: taskexecutor-1 watches no resource 'fpga'; it watches: gpu"),
 ])

@@ -49,7 +49,7 @@ def test_a_taskexecutor_is_forked_by_the_zygote_and_forks_its_forkserver() -> No
 def test_spawn_starts_a_fresh_interpreter_per_taskexecutor() -> None:
     seen = _run({"local.start-method": "spawn"})
     assert seen["te_parent"] == os.getpid()
-    assert seen["argv"][1:3] == ["-m", "accelflow.runtime.taskexecutor"]
+    assert seen["argv"][1:4] == ["-P", "-m", "accelflow.runtime.taskexecutor"]  # -P: no cwd on sys.path
     assert "multiprocessing.forkserver" in " ".join(seen["forkserver"])
 
 

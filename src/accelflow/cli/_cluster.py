@@ -15,7 +15,6 @@ import argparse
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,9 @@ import psutil
 from accelflow._errors import AccelflowError
 from accelflow.cli import _inject_fault
 from accelflow.cli._common import add_config_options, conf_file, load_cli_config, say
+from accelflow.cli._status import status_lines
 from accelflow.config import keys as k
-from accelflow.runtime import StatusRequest, StopRequest
+from accelflow.runtime import StatusRequest, StopRequest, python_command
 
 _EXTRA_START_S = 30.0
 _STOP_TIMEOUT_S = 60.0
@@ -87,7 +87,7 @@ def start_cluster(args: argparse.Namespace) -> int:
     config = load_cli_config(args)  # one message for every problem, before anything starts
     sweep_stale(say)
     refuse_taken_port(config.get(k.REST_ADDRESS), config.get(k.REST_PORT))  # before its log is made
-    command = [sys.executable, "-m", service.__name__]
+    command = python_command("-m", service.__name__)
     conf = conf_file(args)
     if conf:
         command += ["--conf", str(Path(conf).absolute())]
@@ -186,33 +186,10 @@ def status(args: argparse.Namespace) -> int:
     with info.connect() as conn:
         conn.send(StatusRequest())
         overview = conn.recv().overview
-    jobs = ", ".join(f"{n} {s.lower()}" for s, n in overview["jobs"].items() if n) or "no jobs"
     print(f"session cluster (pid {info.pid}) at {info.url}")
-    print(f"  web UI: {info.ui_url}")
-    print(f"  TaskExecutors: {overview['taskexecutors']}, slots {overview['slots']['free']} free "
-          f"of {overview['slots']['total']}")
-    for name, r in overview["resources"].items():
-        print(f"  {name}: {r['free']['exact']} free of {r['total']['exact']} ({r['devices']} devices)")
-    print(f"  jobs: {jobs}")
-    for line in _warm_lines(overview):
+    for line in [f"web UI: {info.ui_url}", *status_lines(overview)]:
         print(f"  {line}")
     return 0
-
-
-def _warm_lines(overview: dict[str, Any]) -> list[str]:
-    """What is resident where, and the warm pools, one line each, e.g. ``resident: classify on
-    taskexecutor-1 gpu 0 (key 3f2a..., 812.0 MiB, 2 subtasks, since 12:01:07)``."""
-    lines = []
-    for i in overview.get("resident", []):
-        memory = "memory unmeasured" if i["memory"] is None else f"{i['memory'] / 2**20:.1f} MiB"
-        hung = "HUNG (a call never returned; dropped, closed once it returns), " if i.get("hung") else ""
-        lines.append(f"resident: {i['operator']} on {i['taskexecutor']} {i['resource']} {i['address']} "
-                     f"({hung}key {i['key']}, {memory}, {i['users']} subtask(s), {i.get('batches', 0)} "
-                     f"batch(es), since {time.strftime('%H:%M:%S', time.localtime(i['since']))})")
-    for p in overview.get("device_pools", []):
-        lines.append(f"warm processes: {p['ready']} ready of {p['size']} on {p['taskexecutor']} "
-                     f"{p['resource']} {p['address']}")
-    return lines
 
 
 def stop(args: argparse.Namespace) -> int:

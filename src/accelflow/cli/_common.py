@@ -49,6 +49,17 @@ def load_cli_config(args: argparse.Namespace, *, show_warnings: bool = True) -> 
     return config
 
 
+class StdoutConsole(Console):
+    """rich's ``Console`` for a command's output (stdout), e.g. ``StdoutConsole().print(table)``.
+
+    A reader that goes (``| head -1``) raises ``BrokenPipeError`` on to :func:`accelflow.cli.main`,
+    which ends every command the same way (exit code 141), where rich would exit with 1.
+    """
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def stderr() -> Console:
     return Console(file=sys.stderr, soft_wrap=True)
 

@@ -1,8 +1,9 @@
 """``accelflow cluster inject-fault``: a fault drill on one device of a session cluster, as
 DCGM's ``dcgmi test --inject`` is for real GPUs.
 
-It posts ``{"device": INDEX, "xid": N}`` to the cluster's ``POST
-/v1/taskexecutors/{id}/faults`` with the cluster's REST token (from its state file), and the
+It posts ``{"device": INDEX, "xid": N}`` (or the device's UUID, as ``nvidia-smi -i`` takes it)
+to the cluster's ``POST /v1/taskexecutors/{id}/faults`` (the id escaped: one path segment,
+whatever it holds) with the cluster's REST token (from its state file), and the
 TaskExecutor feeds the Xid to the device's health as an NVML event: a hardware Xid quarantines
 the device and fails its subtasks (``HardwareFailure``), which restart from the latest
 checkpoint on healthy devices; an application Xid fails them (``DeviceFault``) and the device
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -31,6 +33,7 @@ stays in service. The web UI and /v1/taskexecutors show the device's health and 
 EPILOG = """\
 examples:
   accelflow cluster inject-fault --taskexecutor taskexecutor-1 --device 0 --xid 79
+  accelflow cluster inject-fault --taskexecutor taskexecutor-1 --device GPU-5c4f7e0a-8d1b-4e4f-9a55-0c1d2e3f4a5b --xid 79
   accelflow cluster inject-fault --cluster http://127.0.0.1:8081 --taskexecutor taskexecutor-2 --device 1 --xid 13"""
 _TIMEOUT_S = 30.0
 
@@ -41,7 +44,9 @@ def add_parser(actions: Any) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cluster", metavar="URL", help="which session (default: the only one)")
     p.add_argument("--taskexecutor", metavar="ID", required=True, help="e.g. taskexecutor-1 (see the web UI)")
-    p.add_argument("--device", metavar="INDEX", required=True, help="the device's address, e.g. 0")
+    p.add_argument("--device", metavar="INDEX|UUID", required=True,
+                   help="the device's index or UUID, as nvidia-smi -i takes them: e.g. 0, "
+                   "GPU-5c4f7e0a-..., or a MIG unit's MIG-...")
     p.add_argument("--xid", metavar="N", required=True, help="an Xid of NVIDIA's catalogue, e.g. 79")
     p.add_argument("--resource", metavar="NAME",
                    help="the resource (default: the only one the TaskExecutor watches)")
@@ -57,7 +62,8 @@ def inject_fault(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"device": args.device, "xid": xid.code}
     if args.resource:
         body["resource"] = args.resource
-    url = f"{info.url.rstrip('/')}/v1/taskexecutors/{args.taskexecutor}/faults"
+    te_id = urllib.parse.quote(args.taskexecutor, safe="")  # one path segment, whatever it holds
+    url = f"{info.url.rstrip('/')}/v1/taskexecutors/{te_id}/faults"
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
         "Authorization": f"Bearer {info.token}", "Content-Type": "application/json"})
     try:

@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from accelflow.cli._common import add_config_options, load_cli_config
+from accelflow.cli._common import StdoutConsole, add_config_options, load_cli_config
 from accelflow.resources import ExternalResourceInfoProvider, ResourceStatus
 from accelflow.resources import list_driver_entry_points
 
@@ -69,7 +69,7 @@ def _ep(e: Any) -> dict[str, Any]:
 
 
 def _print_table(statuses: list[ResourceStatus]) -> None:
-    console = Console()
+    console = StdoutConsole()
     if not statuses:
         console.print("No external resources configured (external-resources is empty or 'none').")
         return
@@ -106,8 +106,8 @@ def _table(*headers: str) -> Table:
 def print_uncut(table: Table, console: Console | None = None) -> None:
     """Print ``table`` at its natural width, wider than the terminal if need be, so no value
     (a UUID, a factory path) is ever truncated or ellipsized."""
-    console = console or Console()
+    console = console or StdoutConsole()
     needed = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
     if needed > console.width:
-        console = Console(file=console.file, width=needed, force_terminal=console.is_terminal)
+        console = StdoutConsole(file=console.file, width=needed, force_terminal=console.is_terminal)
     console.print(table)

@@ -166,6 +166,7 @@ class _Validator:
                 self._unknown(key, [*k.KEYS, *k.ALIASES])
         specs = {name: spec for name in names if (spec := self._spec(name, resource_keys[name]))}
         self._check_unique_cluster_keys()
+        self._check_heartbeat()
         if self.problems:
             raise ConfigError(sorted(self.problems, key=lambda p: p.key))
         return Configuration(
@@ -175,6 +176,26 @@ class _Validator:
             external_resources=specs,
             warnings=tuple(self.warnings),
         )
+
+    def _check_heartbeat(self) -> None:
+        """``heartbeat.interval`` must be below ``heartbeat.timeout`` (Flink's heartbeat check):
+        else a healthy subtask's heartbeat is older than the timeout between two beats, and it
+        is killed as hung. Named under the key the user set (the interval when both are)."""
+        interval, timeout = k.HEARTBEAT_INTERVAL, k.HEARTBEAT_TIMEOUT
+        if not any(key.name in self.raw for key in (interval, timeout)):
+            return
+        if any(key.name in self.raw and key.name not in self.values for key in (interval, timeout)):
+            return  # a bad value, reported already
+        every = self.values.get(interval.name, interval.default)
+        within = self.values.get(timeout.name, timeout.default)
+        if every is not None and within is not None and every >= within:
+            self.problem(
+                interval.name if interval.name in self.raw else timeout.name,
+                f"heartbeat.interval ({every:g} s) must be smaller than heartbeat.timeout "
+                f"({within:g} s): the heartbeat timeout should be larger than the heartbeat "
+                "interval, else a healthy subtask is killed as hung; raise heartbeat.timeout or "
+                "lower heartbeat.interval",
+            )
 
     def _resource_names(self) -> list[str]:
         key = k.EXTERNAL_RESOURCES.name

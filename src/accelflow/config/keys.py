@@ -308,7 +308,8 @@ STANDBY_SUBTASKS = _key(
 )
 HEARTBEAT_INTERVAL = _key(
     "heartbeat.interval", p.seconds, 1.0,
-    "How often a subtask's heartbeat is written and a TaskExecutor checks its subtasks.",
+    "How often a subtask's heartbeat is written and a TaskExecutor checks its subtasks; must be "
+    "smaller than heartbeat.timeout (a config error names both keys otherwise).",
 )
 HEARTBEAT_TIMEOUT = _key(
     "heartbeat.timeout", p.seconds, 30.0,

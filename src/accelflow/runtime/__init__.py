@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from accelflow.runtime._pickle import ByValue, dumps, send_pickled
     from accelflow.runtime._process import (
         PARENT_PID_ENV_VAR, WORK_DIR_ENV_VAR, die_with_parent, expected_parent, keep_tempdir_in, parent_env,
-        whole_lines, work_dir_env,
+        python_command, whole_lines, work_dir_env,
     )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
@@ -155,7 +155,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._process": (
         "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
-        "parent_env", "whole_lines", "work_dir_env",
+        "parent_env", "python_command", "whole_lines", "work_dir_env",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
@@ -278,6 +278,7 @@ __all__ = [
     "object_handles",
     "parent_env",
     "preload",
+    "python_command",
     "recv_chunk",
     "register_arrays",
     "release_arrays",

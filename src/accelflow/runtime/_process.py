@@ -1,7 +1,9 @@
 """Process hygiene shared by every runtime process (session, TaskExecutor, forkserver, subtask).
 
 Dying with the parent (``die_with_parent`` and how a child learns its parent's pid) is
-``accelflow._parent``'s, which the embedded Kafka broker shares; re-exported here. Keeping
+``accelflow._parent``'s, which the embedded Kafka broker shares; re-exported here, as is the
+command line of every Python child (:func:`python_command`: without the working directory on
+``sys.path``). Keeping
 temporary files in the cluster's work directory (:func:`keep_tempdir_in`, see
 :mod:`accelflow.runtime._workdirs`). Standard library only: a TaskExecutor imports this first.
 """
@@ -12,11 +14,11 @@ import os
 import sys
 from multiprocessing import process
 
-from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env
+from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, python_command
 
 __all__ = [
     "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
-    "parent_env", "whole_lines", "work_dir_env",
+    "parent_env", "python_command", "whole_lines", "work_dir_env",
 ]
 
 #: the cluster's work directory, in the environment of the processes a TaskExecutor spawns

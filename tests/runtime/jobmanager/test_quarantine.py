@@ -157,14 +157,18 @@ def test_the_drill_checks_taskexecutor_device_and_xid_then_sends_inject_fault(tm
     assert launcher.sent == [(TE, InjectFault("gpu", "1", 79))]
     with pytest.raises(KeyError, match="no TaskExecutor 'taskexecutor-9'; registered: taskexecutor-1"):
         inject_fault(state, launcher, "taskexecutor-9", "0", 79)
-    with pytest.raises(ConfigError, match="taskexecutor-1 has no gpu device '7'; it has: 0, 1"):
+    with pytest.raises(ConfigError, match=r"taskexecutor-1 has no gpu device '7'; it has: 0 \(GPU-0\), 1 \(GPU-1\) "
+                                          r"\(give an index or a UUID\)"):
         inject_fault(state, launcher, TE, "7", 79)
+    with pytest.raises(ConfigError, match="no gpu device 'GPU-7'"):
+        inject_fault(state, launcher, TE, "GPU-7", 79)
+    assert inject_fault(state, launcher, TE, "gpu-0", "79") == InjectFault("gpu", "0", 79)  # a UUID, as nvidia-smi -i
     with pytest.raises(ConfigError, match=r"--xid: Xid 999 is not in NVIDIA's Xid catalogue.*hardware: 46, 48"):
         inject_fault(state, launcher, TE, "0", 999)
     unwatched = state_with(80, watched=False)
     with pytest.raises(ConfigError, match="watches no resource None; it watches: none"):
         inject_fault(unwatched, launcher, TE, "0", 79)
-    assert len(launcher.sent) == 1
+    assert len(launcher.sent) == 2
 
 
 _OPS = st.lists(st.tuples(st.sampled_from(["deploy", "finish", "fail", "free", "inject", "reset"]),

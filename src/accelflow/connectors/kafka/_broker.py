@@ -21,7 +21,7 @@ import tempfile
 from types import TracebackType
 from typing import IO, Any
 
-from accelflow._parent import die_with_parent, expected_parent, parent_env
+from accelflow._parent import die_with_parent, expected_parent, parent_env, python_command
 from accelflow.connectors.kafka._common import KafkaConnectorError, kafka
 
 #: partitions of a topic the mock cluster creates on first use (librdkafka's default)
@@ -73,7 +73,7 @@ class EmbeddedKafkaBroker:
         kafka()  # a clear MissingDependencyError here rather than in the child
         self._stderr = tempfile.TemporaryFile("w+")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(self.num_brokers)], env=dict(os.environ, **parent_env()),
+            python_command("-m", __name__, str(self.num_brokers)), env=dict(os.environ, **parent_env()),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
         )
         try:

@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 
 from accelflow._errors import ConfigError
-from accelflow.runtime import DeviceChange, DeviceEvent, DeviceReport, DevicesFree, InjectFault, MemoryReport
+from accelflow.runtime import (
+    DeviceChange, DeviceEvent, DeviceReport, DevicesFree, InjectFault, MemoryReport, RegisteredResource,
+)
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import DeviceKey
@@ -70,7 +72,7 @@ def _apply(state: ClusterState, device: DeviceKey, change: DeviceChange) -> None
 def inject_fault(state: ClusterState, launcher: Launcher, te_id: str, device: str, xid: object,
                  resource: str | None = None) -> InjectFault:
     """Send TaskExecutor ``te_id`` a drill: Xid ``xid`` on its device ``device`` (an address,
-    e.g. ``"0"``) of ``resource`` (default: its only watched resource).
+    e.g. ``"0"``, or the device's UUID, e.g. ``"GPU-8f6c..."``) of ``resource`` (default: its only watched resource).
 
     Raises:
         KeyError: no TaskExecutor ``te_id`` (the message lists the registered ones).
@@ -91,10 +93,25 @@ def inject_fault(state: ClusterState, launcher: Launcher, te_id: str, device: st
         if registered is None or not registered.watched:
             names = ", ".join(r.name for r in watched) or "none (param.health.enabled false, or no NVML or nvidia-smi)"
             raise ConfigError(f"{te_id} watches no resource {resource!r}; it watches: {names}", key="resource")
-        if registered.device(device) is None:
-            known = ", ".join(d.address for d in registered.devices)
-            raise ConfigError(f"{te_id} has no {registered.name} device {device!r}; it has: {known}", key="device")
-    message = InjectFault(registered.name, device, code)
+        address = _address(te_id, registered, device)
+    message = InjectFault(registered.name, address, code)
     launcher.handle(te_id).send(message)
-    _log.warning("drill: Xid %d injected on %s: %s %s", code, te_id, registered.name, device)
+    _log.warning("drill: Xid %d injected on %s: %s %s", code, te_id, registered.name, address)
     return message
+
+
+def _address(te_id: str, registered: RegisteredResource, device: str) -> str:
+    """The address of ``device``: an address, or a device's UUID (as ``nvidia-smi -i`` takes
+    it; case aside), e.g. ``"GPU-8f6c..."`` -> ``"1"``.
+
+    Raises:
+        ConfigError: no such device; the message lists each one's address and UUID.
+    """
+    for d in registered.devices:
+        uuid = d.properties.get("uuid")
+        if device == d.address or (uuid and device.lower() == uuid.lower()):
+            return d.address
+    known = ", ".join(d.address + (f" ({d.properties['uuid']})" if d.properties.get("uuid") else "")
+                      for d in registered.devices)
+    raise ConfigError(f"{te_id} has no {registered.name} device {device!r}; it has: {known} "
+                      "(give an index or a UUID)", key="device")

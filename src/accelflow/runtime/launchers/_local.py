@@ -6,13 +6,12 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import threading
 from multiprocessing.connection import Connection
 
 from accelflow.config import Configuration
 from accelflow.config import keys as k
-from accelflow.runtime import close_listener, serve_forever, unix_listener
+from accelflow.runtime import close_listener, python_command, serve_forever, unix_listener
 from accelflow.runtime import (
     Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
 )
@@ -61,7 +60,7 @@ class LocalLauncher(Launcher):
             trace(f"launcher popen {te_id}")
             argv = [te_id, str(self.workdir / "jm.sock"), str(self.config_path)]
             proc = self._fork(argv, env) or subprocess.Popen(
-                [sys.executable, "-m", taskexecutor.__name__, *argv], env=env, stdin=subprocess.DEVNULL,
+                python_command("-m", taskexecutor.__name__, *argv), env=env, stdin=subprocess.DEVNULL,
             )
             self.procs[te_id] = proc
             threading.Thread(target=self._watch, args=(te_id, proc), daemon=True).start()

@@ -11,12 +11,12 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import psutil
 
+from accelflow.runtime import python_command
 from accelflow.runtime.launchers._base import child_environment
 from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR
 from accelflow.runtime.taskexecutor import zygote as program
@@ -85,7 +85,7 @@ class Zygote:
                 f"import {program.__name__} as z; z.serve({fd})")
         try:  # stderr stays the client's, for a traceback should the zygote ever fail
             self.process = subprocess.Popen(
-                [sys.executable, "-c", code],
+                python_command("-c", code),
                 pass_fds=[fd], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         except OSError as exc:

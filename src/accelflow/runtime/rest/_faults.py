@@ -1,7 +1,9 @@
 """``POST /v1/taskexecutors/{id}/faults``: the fault drill (``accelflow cluster inject-fault``).
 
 The body names the device and the Xid: ``{"device": "0", "xid": 79}``, and ``"resource"``
-when the TaskExecutor watches more than one. The Xid is fed to the device's health on its
+when the TaskExecutor watches more than one. The device is its index (address) or its UUID
+(``GPU-…``, a MIG unit's ``MIG-…``), as ``nvidia-smi -i`` takes them; the answer names its
+address. ``{id}`` is percent-decoded. The Xid is fed to the device's health on its
 TaskExecutor as a real NVML event would be (as DCGM's ``dcgmi test --inject`` does): a
 hardware Xid quarantines the device and fails its subtasks with a ``HardwareFailure``, an
 application Xid fails them with a ``DeviceFault`` and leaves the device in service. The same
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +42,7 @@ def inject_fault(jobmanager: JobManager, te_id: str, body: bytes) -> tuple[HTTPS
     from accelflow.resources.gpu import classify
 
     fields = _fields(body)
+    te_id = urllib.parse.unquote(te_id)  # the client escapes it (``accelflow cluster inject-fault``)
     try:
         sent = jobmanager.inject_fault(te_id, str(fields["device"]), fields["xid"], fields.get("resource"))
     except KeyError as exc:

@@ -123,8 +123,9 @@ class SessionCluster:
         try:
             msg = conn.recv()
             if isinstance(msg, StatusRequest):
-                overview = cluster_view(self.jobmanager)["overview"]
-                conn.send(StatusReply(dict(overview, url=self.rest.url, pid=os.getpid())))
+                view = cluster_view(self.jobmanager)  # the devices too: their health, for the CLI
+                conn.send(StatusReply(dict(view["overview"], url=self.rest.url, pid=os.getpid(),
+                                           taskexecutor_views=view["taskexecutors"])))
             elif isinstance(msg, ConfigRequest):
                 conn.send(ConfigReply(self.jobmanager.config.to_raw_dict()))
             elif isinstance(msg, StopRequest):

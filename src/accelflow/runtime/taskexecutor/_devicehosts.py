@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from multiprocessing import util
@@ -31,7 +30,7 @@ from accelflow._errors import ConfigError, JobError, encode_error
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
     HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, HostAddress, HostFailed, HostReady, HostReport, HostRequest,
-    ResidentInstance, close_listener, parent_env, serve_forever, unix_listener, work_dir_env,
+    ResidentInstance, close_listener, parent_env, python_command, serve_forever, unix_listener, work_dir_env,
 )
 from accelflow.runtime.taskexecutor._warmpool import Device
 
@@ -141,7 +140,7 @@ class DeviceHosts:
         listen = os.path.join(self.dir, f"dh-{os.getpid()}-{next(self.names)}.sock")
         mine, theirs = socket.socketpair()
         spec = json.dumps(dict(self.spec(device), taskexecutor_id=self.taskexecutor_id))
-        argv = [sys.executable, "-m", HOST_MODULE, str(theirs.fileno()), listen, spec]
+        argv = python_command("-m", HOST_MODULE, str(theirs.fileno()), listen, spec)
         try:
             popen = self.spawn(lambda: subprocess.Popen(
                 argv, env=dict(os.environ, **env, **parent_env(), **work_dir_env(), **{HOSTS_KEY_ENV_VAR: self.key.hex()}),

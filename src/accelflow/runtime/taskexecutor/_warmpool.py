@@ -22,7 +22,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -30,7 +29,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accelflow.runtime import DevicePool, StartSubtask, WarmReady, parent_env, work_dir_env
+from accelflow.runtime import DevicePool, StartSubtask, WarmReady, parent_env, python_command, work_dir_env
 
 _log = logging.getLogger("accelflow.runtime")
 #: the subtask runtime, named, not imported (a TaskExecutor never imports it)
@@ -210,7 +209,7 @@ class WarmPool:
         mine, theirs = socket.socketpair()
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)],
+                python_command("-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)),
                 env=dict(os.environ, **self.env(device), **parent_env(), **work_dir_env()), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL)
         except OSError as exc:

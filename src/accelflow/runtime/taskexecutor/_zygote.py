@@ -3,7 +3,7 @@ run (accelflow's runtime, NumPy, cloudpickle) and forks each TaskExecutor of the
 local cluster from there. A spawned TaskExecutor spends 0.2-0.4 s starting an interpreter and
 importing the same modules before its first subtask; a forked one starts in milliseconds.
 
-Run by the client (``accelflow.runtime.launchers._zygote``) as ``python -c "import <this
+Run by the client (``accelflow.runtime.launchers._zygote``) as ``python -P -c "import <this
 module> as z; z.serve(FD)"`` with SIGINT ignored from the start (Ctrl-C in the terminal reaches
 the zygote too, while it still imports), ``FD`` a ``SOCK_SEQPACKET`` socket to it, with
 the client's environment and ``PYTHONHASHSEED=0`` (what a spawned TaskExecutor gets). One
@@ -14,8 +14,8 @@ pickled tuple per packet:
 * zygote to client: ``("forked", seq, pid)``, ``("exited", pid, returncode)``.
 
 A forked TaskExecutor gets what a spawned one would get at that moment: the environment
-``env``, the working directory ``cwd``, the import path of ``$PYTHONPATH`` in ``env``, the
-client's stdout and stderr, stdin from /dev/null. The zygote has one thread, so forking is
+``env``, the working directory ``cwd``, the import path of ``$PYTHONPATH`` in ``env`` (never
+``cwd`` itself: ``-P``), the client's stdout and stderr, stdin from /dev/null. The zygote has one thread, so forking is
 safe; it dies with the client (SIGKILL, the parent-death signal) and its TaskExecutors with
 it (SIGTERM, theirs); Ctrl-C is the client's to handle.
 """
@@ -43,11 +43,11 @@ def _pythonpath(env: dict[str, str]) -> list[str]:
     return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def _import_path(env: dict[str, str], cwd: str, base: list[str]) -> list[str]:
-    """``sys.path`` of ``python -m`` started in ``cwd`` with ``env``: the working directory,
-    then ``$PYTHONPATH``, then the interpreter's own entries."""
+def _import_path(env: dict[str, str], base: list[str]) -> list[str]:
+    """``sys.path`` of ``python -P -m`` started with ``env`` (``python_command``): ``$PYTHONPATH``,
+    then the interpreter's own entries; never the working directory."""
     extra = _pythonpath(env)
-    return [cwd, *extra, *(p for p in base if p not in extra and p != cwd)]
+    return [*extra, *(p for p in base if p not in extra)]
 
 
 def serve(fd: int) -> None:
@@ -58,7 +58,7 @@ def serve(fd: int) -> None:
     client = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     startup_path = _pythonpath(dict(os.environ))
-    base = [p for p in sys.path[1:] if p not in startup_path]
+    base = [p for p in sys.path if p not in startup_path]  # started with -P: no '' first
     for name in PRELOAD:
         importlib.import_module(name)
     sock = socket.socket(fileno=fd)
@@ -133,7 +133,7 @@ def _become_taskexecutor(
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        sys.path[:] = _import_path(env, cwd, base)
+        sys.path[:] = _import_path(env, base)
         importlib.invalidate_caches()  # modules written since the zygote started
         from accelflow.runtime.taskexecutor._taskexecutor import run_and_exit
 
