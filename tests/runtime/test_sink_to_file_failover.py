@@ -1,0 +1,139 @@
+"""``sink_to_file`` is exactly once across failovers (review 7, finding 1): a checkpoint names
+the part files a sink subtask wrote up to it, a restored attempt keeps them and writes only
+the records after it, and the target holds every record once, whichever way the job carried
+on: a full restart (the CLI, as a user runs it), a rollback in place after a raise or a
+SIGKILLed subtask, and a stop-with-savepoint resumed by another job (real processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from failover_jobs import Counted, Model
+from sink_file_jobs import FailOnceAfterACheckpoint
+
+from accelflow import Environment
+
+N = 3000
+
+
+def _lines(target: Path) -> list[int]:
+    return sorted(int(line) for line in target.read_text(encoding="utf-8").splitlines())
+
+
+def _conf(tmp_path: Path, parallelism: int, **extra: Any) -> dict[str, Any]:
+    return {"parallelism.default": parallelism, "execution.checkpointing.interval": "100 ms",
+            "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+            "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s", **extra}
+
+
+_SCRIPT = """
+    import sys
+    from accelflow import Environment
+    from failover_jobs import Counted
+    from sink_file_jobs import FailOnceAfterACheckpoint
+
+    work, n = sys.argv[1], int(sys.argv[2])
+    env = Environment({"execution.checkpointing.interval": "100 ms", "parallelism.default": 1,
+                       "execution.checkpointing.dir": work + "/checkpoints",
+                       "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"})
+    (env.from_source(Counted(n, chunk=16, delay=0.005))
+        .map_batches(FailOnceAfterACheckpoint(work, at=n // 3), batch_size=16, name="flaky")
+        .sink_to_file(work + "/out/out.txt"))
+    env.execute("sinkloss")
+"""
+
+
+def test_a_full_restart_from_a_checkpoint_keeps_what_it_names(tmp_path: Path) -> None:
+    """The review's ``sinkloss.py file``: one chain of parallelism 1 raises once after a
+    checkpoint (no survivor: a full restart), and ``accelflow run`` exits 0."""
+    (tmp_path / "out").mkdir()
+    script = tmp_path / "sinkloss.py"
+    script.write_text(textwrap.dedent(_SCRIPT), encoding="utf-8")
+    env = {**{k: v for k, v in os.environ.items() if k != "ACCELFLOW_CONF"},
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    done = subprocess.run([str(Path(sys.executable).parent / "accelflow"), "run", "--no-progress", str(script),
+                           str(tmp_path), str(N)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "failed").exists() and "full restart" in done.stderr, done.stderr[-3000:]
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["out.txt"]  # no part left
+
+
+def _failing_job(tmp_path: Path, how: str, **conf: Any) -> tuple[Any, Any]:
+    env = Environment(_conf(tmp_path, 2, **conf))
+    (env.from_source(Counted(N, chunk=16, delay=0.005))
+        .map_batches(FailOnceAfterACheckpoint(tmp_path, at=N // 3, how=how), batch_size=16, name="flaky")
+        .sink_to_file(tmp_path / "out" / "out.txt"))
+    client = env.execute_async(f"sink {how}")
+    result = client.wait(180)
+    return result, client.jobmanager.jobs[result.job_id]
+
+
+def test_a_rollback_in_place_after_a_raise_keeps_what_the_checkpoint_names(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    result, job = _failing_job(tmp_path, "raise")
+    assert (tmp_path / "failed").exists() and result.attempts == 2
+    assert [f.path for f in job.failovers] == ["in-place"]  # the other subtask rolled back in place
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["out.txt"]
+
+
+def test_a_sigkilled_subtask_loses_nothing(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    result, job = _failing_job(tmp_path, "kill")
+    assert (tmp_path / "failed").exists() and result.attempts == 2 and len(job.failovers) == 1
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["out.txt"]
+
+
+def test_a_full_restart_of_every_subtask_keeps_what_the_checkpoint_names(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    result, job = _failing_job(tmp_path, "raise", **{"execution.failover.in-place": False})
+    assert (tmp_path / "failed").exists() and result.attempts == 2
+    assert [f.path for f in job.failovers] == ["full"]
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+
+
+def _savepoint_job(tmp_path: Path, parallelism: int, **conf: Any) -> Environment:
+    env = Environment(_conf(tmp_path, parallelism, **{"execution.checkpointing.interval": "1 h", **conf}))
+    (env.from_source(Counted(N, chunk=10, delay=0.01), parallelism=2)
+        .map_batches(Model(tmp_path), batch_size=10, name="model")
+        .sink_to_file(tmp_path / "out" / "out.txt"))
+    return env
+
+
+def _stopped_with_a_savepoint(tmp_path: Path) -> str:
+    """Run the job with 2 sink subtasks, stop it with a savepoint once it wrote some records;
+    the savepoint's path."""
+    client = _savepoint_job(tmp_path, 2).execute_async("stopped")
+    calls = tmp_path / "calls.log"
+    while not calls.exists() or len(calls.read_text().splitlines()) < 20:
+        assert client.status() not in ("FAILED", "FINISHED", "CANCELED"), "ended before the stop"
+        time.sleep(0.01)
+    [job_id] = client.jobmanager.jobs
+    savepoint: str = client.jobmanager.trigger_savepoint(job_id, str(tmp_path / "savepoints"), stop=True).result(60)
+    client.wait(60)
+    assert not (tmp_path / "out" / "out.txt").exists()  # a stopped job publishes nothing
+    return savepoint
+
+
+def test_a_job_resumed_from_a_stop_with_savepoint_writes_every_record_once(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    savepoint = _stopped_with_a_savepoint(tmp_path)
+    _savepoint_job(tmp_path, 2, **{"execution.state-recovery.path": savepoint}).execute("resumed")
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["out.txt"]
+
+
+def test_a_savepoint_resumed_with_fewer_sink_subtasks_keeps_every_subtasks_parts(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    savepoint = _stopped_with_a_savepoint(tmp_path)
+    _savepoint_job(tmp_path, 1, **{"execution.state-recovery.path": savepoint}).execute("resumed")
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
