@@ -7,6 +7,8 @@ SIGKILLed subtask, and a stop-with-savepoint resumed by another job (real proces
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,10 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from failover_jobs import Counted, Model
 from sink_file_jobs import FailOnceAfterACheckpoint
 
-from accelflow import Environment
+from accelflow import CheckpointError, Environment, RuntimeContext
+from accelflow.connectors import SingleFileSink
 
 N = 3000
 
@@ -137,3 +141,70 @@ def test_a_savepoint_resumed_with_fewer_sink_subtasks_keeps_every_subtasks_parts
     savepoint = _stopped_with_a_savepoint(tmp_path)
     _savepoint_job(tmp_path, 1, **{"execution.state-recovery.path": savepoint}).execute("resumed")
     assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+
+
+# -- the sink's side, in one process ----------------------------------------------------------
+def _subtask(sink: SingleFileSink, attempt: int = 0) -> SingleFileSink:
+    """``sink`` as subtask 0 of 1 of attempt ``attempt`` gets it, opened."""
+    twin: SingleFileSink = pickle.loads(pickle.dumps(sink))
+    twin.open(RuntimeContext(task_name="t", operator_name="file sink", index_of_this_subtask=0,
+                             number_of_parallel_subtasks=1, attempt_number=attempt, assigned={},
+                             taskexecutor_infos={}, taskexecutor_id="te"))
+    return twin
+
+
+def _checkpointed_then_failed(target: Path) -> dict[str, Any]:
+    """A run that wrote ``a b``, took checkpoint 1, wrote ``c`` (sealed at a barrier of a
+    checkpoint that never completed) and failed; the state of checkpoint 1."""
+    sink = SingleFileSink(target)
+    sink.open_job()
+    first = _subtask(sink)
+    first.write(["a", "b"])
+    assert first.prepare_commit(1) == []  # nothing is published before the end
+    state: dict[str, Any] = first.snapshot_state(1)
+    first.write(["c"])
+    first.prepare_commit(2)
+    first.write(["d"])  # not sealed: removed when the subtask closes
+    first.close()
+    sink.close_job(False)
+    return state
+
+
+def test_a_restored_subtask_keeps_the_parts_its_checkpoint_names_and_no_later_one(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    state = _checkpointed_then_failed(target)
+    assert len(list(tmp_path.glob(".out.txt.sealed-*"))) == 2 and not list(tmp_path.glob(".out.txt.part-*"))
+    sink = SingleFileSink(target)
+    sink.open_job()  # a job resumed from checkpoint 1: the sealed parts outlive the first run
+    second = _subtask(sink, attempt=1)
+    second.restore_state(state)
+    second.write(["c", "d"])
+    second.end_of_input()
+    parts = second.prepare_commit(3)
+    second.close()
+    sink.commit_job([parts])
+    sink.close_job(True)
+    assert target.read_text() == "a\nb\nc\nd\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # the orphaned sealed part went too
+
+
+def test_restoring_a_checkpoint_whose_part_is_gone_fails_naming_the_part(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    state = _checkpointed_then_failed(target)
+    [named] = state["parts"]
+    os.unlink(named.path)
+    restored = _subtask(SingleFileSink(target))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(named.path)}: a part file of sink_to_file\("
+                                              r".*cannot be read \(No such file or directory\).*restore a "
+                                              r"checkpoint taken since, or run the job from the start"):
+        restored.restore_state(state)
+    restored.close()
+
+
+def test_restoring_the_checkpoint_of_a_sink_to_another_file_is_refused(tmp_path: Path) -> None:
+    state = _checkpointed_then_failed(tmp_path / "theirs.txt")
+    restored = _subtask(SingleFileSink(tmp_path / "mine.txt"))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'theirs.txt'))}: the restored "
+                                              r"checkpoint's sink_to_file wrote this file, but this job's writes"):
+        restored.restore_state(state)
+    restored.close()
