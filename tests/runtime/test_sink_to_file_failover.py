@@ -208,3 +208,19 @@ def test_restoring_the_checkpoint_of_a_sink_to_another_file_is_refused(tmp_path:
                                               r"checkpoint's sink_to_file wrote this file, but this job's writes"):
         restored.restore_state(state)
     restored.close()
+
+
+def test_a_standby_that_takes_a_sigkilled_subtasks_place_keeps_what_the_checkpoint_names(
+        gpu_conf: dict[str, Any], tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    env = Environment({**gpu_conf, **_conf(tmp_path, 3), "execution.failover.standby-subtasks": 1})
+    (env.from_source(Counted(N, chunk=10, delay=0.01), name="numbers")
+        .map_batches(FailOnceAfterACheckpoint(tmp_path, at=N // 2, how="kill"), batch_size=10, name="model",
+                     resources={"gpu": 1})
+        .sink_to_file(tmp_path / "out" / "out.txt", name="file"))
+    client = env.execute_async("standby")
+    result = client.wait(180)
+    [failover] = client.jobmanager.jobs[result.job_id].failovers
+    assert failover.path == "in-place" and failover.standby is not None
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["out.txt"]
