@@ -22,6 +22,7 @@ from sink_file_jobs import FailOnceAfterACheckpoint
 
 from accelflow import CheckpointError, Environment, RuntimeContext
 from accelflow.connectors import SingleFileSink
+from accelflow.testing import use_fake_nvidia_smi
 
 N = 3000
 
@@ -140,6 +141,30 @@ def test_a_savepoint_resumed_with_fewer_sink_subtasks_keeps_every_subtasks_parts
     (tmp_path / "out").mkdir()
     savepoint = _stopped_with_a_savepoint(tmp_path)
     _savepoint_job(tmp_path, 1, **{"execution.state-recovery.path": savepoint}).execute("resumed")
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+
+
+def test_a_hardware_xid_under_a_sink_subtask_keeps_what_the_checkpoint_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device of the sink's chain falls off the bus (the drill of an NVML event): the
+    subtask moves to the other GPU and goes on from the latest checkpoint."""
+    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 2)
+    (tmp_path / "out").mkdir()
+    env = Environment(_conf(tmp_path, 1, **{
+        "local.number-taskmanager": 1, "taskmanager.numberOfTaskSlots": 2, "external-resources": "gpu",
+        "external-resource.gpu.amount": 2, "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json")}))
+    (env.from_source(Counted(N, chunk=20, delay=0.01), name="numbers")
+        .map(int, name="model", resources={"gpu": 1})
+        .sink_to_file(tmp_path / "out" / "out.txt"))
+    client = env.execute_async("xid")
+    while not (jobs := list(client.jobmanager.jobs.values())) or jobs[0].checkpoints.completed < 2:
+        assert client.status() not in ("FAILED", "FINISHED"), client.status()
+        time.sleep(0.02)
+    [gpu] = [r["address"] for r in client.jobmanager.ledger.statistics() if r["holders"]]
+    client.jobmanager.inject_fault("taskexecutor-1", gpu, 79)
+    result = client.wait(120)
+    assert result.attempts == 2 and [f.path for f in jobs[0].failovers] == ["in-place"]
     assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
 
 
