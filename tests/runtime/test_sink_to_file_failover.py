@@ -168,6 +168,23 @@ def test_a_hardware_xid_under_a_sink_subtask_keeps_what_the_checkpoint_names(
     assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
 
 
+@pytest.mark.slow  # the subtask notices its host's death about 60 s later (not this test's subject)
+def test_a_sigkilled_device_host_of_a_resident_model_loses_nothing(
+        gpu_conf: dict[str, Any], tmp_path: Path) -> None:
+    """The review's ``share.py good``: the device host running a resident model dies (here the
+    model SIGKILLs its own process, the host) after a checkpoint."""
+    (tmp_path / "out").mkdir()
+    env = Environment({**gpu_conf, **_conf(tmp_path, 1)})
+    (env.from_source(Counted(N, chunk=16, delay=0.005), name="numbers")
+        .map_batches(FailOnceAfterACheckpoint(tmp_path, at=N // 3, how="kill"), batch_size=16, name="model",
+                     resident=True, resources={"gpu": 0.5})
+        .sink_to_file(tmp_path / "out" / "out.txt"))
+    client = env.execute_async("device host")
+    result = client.wait(180)
+    assert (tmp_path / "failed").exists() and result.attempts == 2
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
+
+
 # -- the sink's side, in one process ----------------------------------------------------------
 def _subtask(sink: SingleFileSink, attempt: int = 0) -> SingleFileSink:
     """``sink`` as subtask 0 of 1 of attempt ``attempt`` gets it, opened."""
