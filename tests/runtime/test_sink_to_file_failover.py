@@ -106,6 +106,21 @@ def test_a_full_restart_of_every_subtask_keeps_what_the_checkpoint_names(tmp_pat
     assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
 
 
+def test_a_subtask_whose_input_had_ended_rolls_back_in_place_and_writes_on(tmp_path: Path) -> None:
+    """Subtask 2/2 reads all its input (its sink's input ends) before 1/2 raises: rewound in
+    place, its sink is opened again and must take the replayed records, not only its end."""
+    (tmp_path / "out").mkdir()
+    env = Environment(_conf(tmp_path, 2))
+    (env.from_source(Counted(2000, chunk=20, delay=0.05, ended=tmp_path))
+        .map_batches(Model(tmp_path, fail="raise", at=700, ended_first=1), batch_size=20, name="model")
+        .sink_to_file(tmp_path / "out" / "out.txt"))
+    client = env.execute_async("ended")
+    result = client.wait(180)
+    [failover] = client.jobmanager.jobs[result.job_id].failovers  # one failure, one rollback
+    assert failover.path == "in-place" and result.attempts == 2
+    assert _lines(tmp_path / "out" / "out.txt") == list(range(2000))
+
+
 def _savepoint_job(tmp_path: Path, parallelism: int, **conf: Any) -> Environment:
     env = Environment(_conf(tmp_path, parallelism, **{"execution.checkpointing.interval": "1 h", **conf}))
     (env.from_source(Counted(N, chunk=10, delay=0.01), parallelism=2)

@@ -107,7 +107,7 @@ class SingleFileSink(Sink[Any]):
             self._made = _make_directories(directory)
         self._remote = lock_token(self.target) != self._token
         self._index, self._attempt = ctx.index_of_this_subtask, ctx.attempt_number
-        self._sealed = []
+        self._sealed, self._ended = [], False  # opened again by a rollback in place: all anew
         self._open_part()
 
     def write(self, chunk: Any) -> None:
