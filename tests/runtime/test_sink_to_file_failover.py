@@ -1,8 +1,11 @@
 """``sink_to_file`` is exactly once across failovers (review 7, finding 1): a checkpoint names
-the part files a sink subtask wrote up to it, a restored attempt keeps them and writes only
+the part files a sink subtask sealed up to it, a restored subtask keeps them and writes only
 the records after it, and the target holds every record once, whichever way the job carried
-on: a full restart (the CLI, as a user runs it), a rollback in place after a raise or a
-SIGKILLed subtask, and a stop-with-savepoint resumed by another job (real processes)."""
+on: a full restart (through ``accelflow run``, as the review's ``sinkloss.py``, and with
+``execution.failover.in-place: false``), a rollback in place after a raise, a SIGKILLed
+subtask, a standby taking over, a hardware Xid, a SIGKILLed device host, a subtask rewound
+after its input ended, and a stop-with-savepoint resumed by another job (also with fewer sink
+subtasks); real processes. The last tests drive the sink's restore in one process."""
 
 from __future__ import annotations
 
