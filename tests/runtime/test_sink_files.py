@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -216,7 +215,14 @@ def test_parts_of_a_sigkilled_client_are_removed_by_the_next_run(tmp_path: Path)
         assert client.stdout is not None
         assert client.stdout.readline().decode().strip() == "RUNNING"
         cluster = psutil.Process(client.pid).children(recursive=True)
-        client.send_signal(signal.SIGKILL)
+        # its subtasks too, stopped first: one that saw its client go would remove its part
+        processes = [psutil.Process(client.pid), *cluster]
+        for send in (psutil.Process.suspend, psutil.Process.kill):
+            for process in processes:
+                try:
+                    send(process)
+                except psutil.NoSuchProcess:
+                    pass
         client.communicate(timeout=30)
     finally:
         if client.poll() is None:

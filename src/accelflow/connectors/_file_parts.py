@@ -8,15 +8,19 @@ trusts a name in it:
 - every file accelflow writes next to a target is created the way ``mkstemp`` does
   (``O_CREAT | O_EXCL | O_NOFOLLOW``, a random name, mode 0600): a symlink planted at a name
   cannot make a job write into someone else's file. Part files are
-  ``.<base>.part-<index>.attempt-<attempt>.<random>.tmp``; the joined file is
-  ``.<base>.part-all.<random>.tmp`` until it is renamed onto the target (``os.replace``
-  replaces a symlink at the target, it never writes through it);
+  ``.<base>.part-<index>.attempt-<attempt>.<random>.tmp`` while a subtask writes them; at a
+  checkpoint's barrier a part is closed and renamed to
+  ``.<base>.sealed-<index>.attempt-<attempt>.<random>.tmp`` (:func:`seal_part`): the checkpoint
+  names it, so it outlives the run for a job restored from that checkpoint or savepoint. The
+  joined file is ``.<base>.part-all.<random>.tmp`` until it is renamed onto the target
+  (``os.replace`` replaces a symlink at the target, it never writes through it);
 - a run holds the target's lock file ``.<base>.accelflow-lock`` (``flock``, non-blocking; it
   holds the holder's pid and a random token) from before its subtasks write parts until it has
   committed or cleaned up (:func:`holding`): a second job on the same target fails at once with a
   :class:`JobError` naming the target, and the part files found when the lock is taken belong to
-  runs that are gone (e.g. a SIGKILLed client), so they are removed. Only regular files of this
-  user whose names match the patterns above are ever removed.
+  runs that are gone (e.g. a SIGKILLed client), so they are removed; sealed parts stay (a
+  retained checkpoint or a savepoint may name them) until a run on the target succeeds. Only
+  regular files of this user whose names match the patterns above are ever removed.
 """
 
 from __future__ import annotations
@@ -55,8 +59,21 @@ def create_part(target: str, index: int, attempt: int) -> tuple[int, str]:
     return tempfile.mkstemp(dir=directory, prefix=part_prefix(target, index, attempt), suffix=".tmp")
 
 
-def _part_pattern(base: str) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(base)}\.part-(?:\d+\.attempt-\d+|all)\.[A-Za-z0-9_]{{6,}}\.tmp")
+def seal_part(part: str) -> str:
+    """Rename the closed ``part`` to its sealed name (see the module) and make the rename
+    durable; returns the sealed path: ``/out/.result.txt.part-0.attempt-1.k3v9x2_a.tmp``
+    becomes ``/out/.result.txt.sealed-0.attempt-1.k3v9x2_a.tmp``."""
+    directory, name = os.path.split(part)
+    head, sep, tail = name.rpartition(".part-")
+    assert sep, f"not a part file: {part!r}"
+    sealed = os.path.join(directory, f"{head}.sealed-{tail}")
+    os.rename(part, sealed)  # the random name comes from mkstemp: nothing else has it
+    _fsync_directory(directory or ".")
+    return sealed
+
+
+def _part_pattern(base: str, kinds: str = "part") -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(base)}\.(?:{kinds})-(?:\d+\.attempt-\d+|all)\.[A-Za-z0-9_]{{6,}}\.tmp")
 
 
 class TargetPart(NamedTuple):
@@ -165,11 +182,11 @@ def remove_stale_parts(target: str) -> None:
         pass
 
 
-def remove_parts(target: str) -> None:
+def remove_parts(target: str, *, sealed: bool = False) -> None:
     """Remove every part file next to ``target`` (regular files of this user only; the
-    caller holds the target's lock)."""
+    caller holds the target's lock); with ``sealed``, the sealed parts too."""
     directory, base = os.path.split(target)
-    pattern, me = _part_pattern(base), os.geteuid()
+    pattern, me = _part_pattern(base, "part|sealed" if sealed else "part"), os.geteuid()
     try:
         entries = list(os.scandir(directory or "."))
     except OSError:

@@ -5,22 +5,33 @@ It is a two-phase-commit :class:`~accelflow.dataflow.Sink` with a job-level comm
 global committer):
 
 - in each sink subtask it writes one line per record (``str(record)``) into a part file next to
-  the target (see :mod:`._file_parts`: a new private file, never through a symlink); at the end
-  of its input it closes the part and hands it over as its committable
-  (:class:`~._file_parts.TargetPart`), which the subtask's own commit leaves as it is;
+  the target (see :mod:`._file_parts`: a new private file, never through a symlink). At each
+  checkpoint's barrier it seals the part (closed, fsynced, renamed to a sealed name) and starts
+  a new one: the checkpoint's state names every part sealed so far, in order, with its size
+  (:class:`~._file_parts.TargetPart`). A subtask restored from that checkpoint (after a full
+  restart, a rollback in place, a standby taking over, or in a job resumed from a savepoint)
+  keeps those parts and writes only the records after it into new ones; a part written after
+  the checkpoint is never named, so its records are not kept twice. At the end of its input it
+  seals the last part and hands over all of its parts as its committables, which the
+  subtask's own commit leaves as they are;
 - in the process that runs the JobManager, :meth:`SingleFileSink.open_job` takes the target's
-  lock before any subtask starts (a second job on it fails at once; parts of runs that are
-  over go), :meth:`SingleFileSink.commit_job` joins the parts, in subtask order, into the
-  target (one ``os.replace``) once the job has succeeded, and
-  :meth:`SingleFileSink.close_job` removes this run's parts and gives the lock back.
+  lock before any subtask starts (a second job on it fails at once; unsealed parts of runs
+  that are over go), :meth:`SingleFileSink.commit_job` joins the parts, in subtask order, into
+  the target (one ``os.replace``) once the job has succeeded, and
+  :meth:`SingleFileSink.close_job` gives the lock back after removing this run's unsealed
+  parts, and, when the job succeeded, every sealed part next to the target too. The sealed
+  parts of a job that failed, was cancelled or stopped with a savepoint stay (hidden): its
+  retained checkpoints or savepoint name them. Restoring a checkpoint whose parts are gone
+  (a later run on the same target succeeded) fails with a :class:`~accelflow.CheckpointError`
+  naming the part.
 
 On a machine of its own (the Ray target with no shared filesystem: a subtask that does not see
 the lock file the JobManager holds next to the target, with the token it was sent), a subtask
-creates the missing directory (0700), its committable carries the part's bytes to the
-JobManager, and it removes the part, and the directories it made when they are empty, when it
-closes. The bytes travel in the final checkpoint's acknowledgement, so for large outputs across
-machines prefer a shared filesystem (nothing travels then) or
-:class:`~accelflow.connectors.files.FileSink`.
+creates the missing directory (0700), a sealed part's bytes travel in the checkpoint's state
+and its committable to the JobManager (the file is removed at once), and it removes the
+directories it made when they are empty, when it closes. Every checkpoint's acknowledgement
+then carries all the bytes written so far, so for large outputs across machines prefer a
+shared filesystem (nothing travels then) or :class:`~accelflow.connectors.files.FileSink`.
 
 Example::
 
@@ -37,14 +48,15 @@ Example::
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
-from accelflow._errors import ConfigError
+from accelflow._errors import CheckpointError, ConfigError
 from accelflow.connectors._file_parts import (
-    TargetPart, create_part, holding, join_parts, lock_token, remove_parts,
+    TargetPart, create_part, holding, join_parts, lock_token, remove_parts, seal_part,
 )
 from accelflow.dataflow import RuntimeContext, Sink, iter_records
 
@@ -72,8 +84,10 @@ class SingleFileSink(Sink[Any]):
         #: subtask that does not read the same there is on a machine of its own
         self.target, self._token = target, token
         self._hold: ExitStack | None = None  # the target's lock, in the JobManager's process
-        self._file: TextIO | None = None  # a subtask's part, and what it knows of it
+        self._file: TextIO | None = None  # a subtask's part being written, and what it knows of it
         self._part = ""
+        self._index = self._attempt = 0
+        self._sealed: list[TargetPart] = []  # its sealed parts, in order: what a checkpoint names
         self._ended = self._remote = False
         self._made: list[str] = []  # directories this subtask created (parents first)
 
@@ -92,9 +106,9 @@ class SingleFileSink(Sink[Any]):
         if not os.path.isdir(directory):  # a machine of its own (or it was removed meanwhile)
             self._made = _make_directories(directory)
         self._remote = lock_token(self.target) != self._token
-        # a new file with a random name, 0600, never through a symlink (see _file_parts)
-        fd, self._part = create_part(self.target, ctx.index_of_this_subtask, ctx.attempt_number)
-        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        self._index, self._attempt = ctx.index_of_this_subtask, ctx.attempt_number
+        self._sealed, self._ended = [], False  # opened again by a rollback in place: all anew
+        self._open_part()
 
     def write(self, chunk: Any) -> None:
         assert self._file is not None
@@ -104,25 +118,62 @@ class SingleFileSink(Sink[Any]):
         self._ended = True
 
     def prepare_commit(self, checkpoint_id: int) -> list[Any]:
-        """Nothing before the end of the input (the file appears when the job succeeds); then
-        the closed part, once."""
-        if not self._ended or self._file is None:
-            return []
-        self._close_part()
-        size = os.path.getsize(self._part)
-        data = Path(self._part).read_bytes() if self._remote else None
-        return [TargetPart(self._part, size, data)]
+        """Seal the part written since the last call (:meth:`snapshot_state` names it).
+        Nothing is published before the end of the input (the file appears when the job
+        succeeds); from then on, every sealed part, in order: the job's final committables."""
+        if self._file is not None:
+            self._seal()
+            if not self._ended:
+                self._open_part()
+        return list(self._sealed) if self._ended else []
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """The target and every part sealed so far (restored with the checkpoint)."""
+        return {"target": self.target, "parts": list(self._sealed)}
+
+    def restore_state(self, state: Any) -> None:
+        """Keep the parts that the checkpoint restored from names: they come first in this
+        subtask's output, then what it writes from now on. ``state``: one
+        :meth:`snapshot_state` result, a list of them (several subtasks restored into this one,
+        in subtask order), or None.
+
+        Raises:
+            CheckpointError: the state is not a ``sink_to_file``'s, its sink wrote another
+                file, or a part it names is gone or changed.
+        """
+        states = [] if state is None else list(state) if isinstance(state, list) else [state]
+        restored = [part for old in states if old is not None for part in self._restored_parts(old)]
+        self._sealed = restored + self._sealed
 
     def close(self) -> None:
+        """Remove the part not sealed yet (its records are replayed after a failure)."""
         if self._file is not None:
             self._close_part()
-        if self._remote:  # nobody else can clean up on this machine
             _remove_file(self._part)
+        if self._remote:  # nobody else can clean up on this machine
             for directory in reversed(self._made):
                 try:
                     os.rmdir(directory)  # only when empty: never anything of someone else's
                 except OSError:
                     pass
+
+    def _open_part(self) -> None:
+        # a new file with a random name, 0600, never through a symlink (see _file_parts)
+        fd, self._part = create_part(self.target, self._index, self._attempt)
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
+
+    def _seal(self) -> None:
+        """Close the current part; unless empty, it is sealed (from a machine of its own,
+        its bytes are kept instead of the file)."""
+        self._close_part()
+        size = os.path.getsize(self._part)
+        if not size:
+            _remove_file(self._part)
+        elif self._remote:
+            self._sealed.append(TargetPart(self._part, size, Path(self._part).read_bytes()))
+            _remove_file(self._part)
+        else:
+            self._sealed.append(TargetPart(seal_part(self._part), size))
 
     def _close_part(self) -> None:
         file, self._file = self._file, None
@@ -130,6 +181,22 @@ class SingleFileSink(Sink[Any]):
         file.flush()
         os.fsync(file.fileno())
         file.close()
+
+    def _restored_parts(self, old: Any) -> list[TargetPart]:
+        if not (isinstance(old, dict) and isinstance(old.get("target"), str) and isinstance(old.get("parts"), list)
+                and all(isinstance(p, TargetPart) for p in old["parts"])):
+            raise CheckpointError(f"the restored state of sink_to_file({self.target!r}) is not a sink_to_file's: "
+                                  f"{old!r:.200}; was the sink of this job changed since the checkpoint?",
+                                  path=self.target)
+        if old["target"] != self.target:
+            raise CheckpointError(f"the restored checkpoint's sink_to_file wrote this file, but this job's writes "
+                                  f"{self.target}; restore a checkpoint of this job, or give sink_to_file the "
+                                  "file of the job that wrote the checkpoint", path=old["target"])
+        parts: list[TargetPart] = old["parts"]
+        if not self._remote:  # the JobManager reads them where this subtask sees them
+            for part in parts:
+                _check_sealed(part, self.target)
+        return parts
 
     # -- the job, in the JobManager's process ------------------------------------------------------
     def open_job(self) -> None:
@@ -159,13 +226,14 @@ class SingleFileSink(Sink[Any]):
                 _remove_file(part.path)
 
     def close_job(self, committed: bool) -> None:
-        """Remove the parts left next to the target (of attempts that failed, or of a job
-        that published nothing) and give the lock back."""
+        """Remove the unsealed parts left next to the target (of attempts that failed, or of
+        a job that published nothing), and after a success the sealed ones too (no checkpoint
+        of a finished job is kept), then give the lock back."""
         hold, self._hold = self._hold, None
         if hold is None:
             return
         try:
-            remove_parts(self.target)
+            remove_parts(self.target, sealed=committed)
         finally:
             hold.close()
 
@@ -182,6 +250,28 @@ def _make_directories(directory: str) -> list[str]:
     except OSError:
         return []  # creating the part then fails, naming the path
     return list(reversed(missing))
+
+
+def _check_sealed(part: TargetPart, target: str) -> None:
+    """A restored part must still be the regular file of this user its subtask sealed.
+
+    Raises:
+        CheckpointError: it is gone or changed.
+    """
+    if part.data is not None:
+        return
+    try:
+        st = os.stat(part.path, follow_symlinks=False)
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror})"
+    else:
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_size == part.size:
+            return
+        problem = f"is not the regular file of {part.size} bytes of this user that was sealed"
+    raise CheckpointError(
+        f"a part file of sink_to_file({target!r}) that the restored checkpoint names {problem}: the records "
+        "written up to the checkpoint are in it. A run that wrote that file successfully since removes "
+        "them; restore a checkpoint taken since, or run the job from the start", path=part.path)
 
 
 def _remove_file(path: str) -> None:

@@ -80,7 +80,9 @@ class Sink(ABC, Generic[IN]):
 
     def restore_state(self, state: Any) -> None:
         """The state :meth:`snapshot_state` returned in the checkpoint this job restores from
-        (None when there is none)."""
+        (None when there is none). When the job is restored with a lower parallelism, a
+        subtask may take the states of several old ones: ``state`` is then their list, in
+        subtask order (``[None, None]`` for two that returned None)."""
 
     def end_of_input(self) -> None:
         """The subtask's input has ended: the next :meth:`prepare_commit` is its last (for

@@ -155,7 +155,9 @@ class SinkToOp(Operator):
         if self.restored:
             self.obj.commit(self.restored)
             self.restored = []
-        self.obj.restore_state(mine[0]["writer"] if mine else None)
+        # several old subtasks restored into this one (a lower parallelism): all their states
+        writers = [state["writer"] for state in mine]
+        self.obj.restore_state(writers[0] if len(writers) == 1 else writers or None)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         done = sorted(n for n in self.pending if n <= checkpoint_id)
