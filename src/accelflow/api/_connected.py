@@ -43,12 +43,12 @@ class ConnectedStreams:
     def map(self, func: Any, output_type: Any = None, *, name: str | None = None,
             parallelism: int | None = None) -> DataStream:
         """A ``CoMapFunction``: ``map1`` for the first input's records, ``map2`` for the second's."""
-        return self._add(func, name or "co_map", parallelism)
+        return self._add(func, name or "co_map", parallelism)._declare(output_type)
 
     def flat_map(self, func: Any, output_type: Any = None, *, name: str | None = None,
                  parallelism: int | None = None) -> DataStream:
         """A ``CoFlatMapFunction``: ``flat_map1`` and ``flat_map2`` return iterables."""
-        return self._add(func, name or "co_flat_map", parallelism)
+        return self._add(func, name or "co_flat_map", parallelism)._declare(output_type)
 
     def process(self, func: Any, output_type: Any = None, *, name: str | None = None,
                 parallelism: int | None = None) -> DataStream:

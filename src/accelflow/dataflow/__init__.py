@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         unstamped,
     )
     from accelflow.dataflow._async import AsyncFunction
+    from accelflow.dataflow._row import Row, RowKind
+    from accelflow.dataflow._type_values import FlinkText, is_typed, typed_value
     from accelflow.dataflow.eventtime import (
         AggregateFunction,
         AggregatingState,
@@ -165,6 +167,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._async": (
         "AsyncFunction",
     ),
+    "._row": (
+        "Row", "RowKind",
+    ),
+    "._type_values": (
+        "FlinkText", "is_typed", "typed_value",
+    ),
     "._positions": (
         "Positions", "in_order", "with_positions",
     ),
@@ -242,6 +250,7 @@ __all__ = [
     "FileSinkSpec",
     "FilterSpec",
     "FlatMapSpec",
+    "FlinkText",
     "FunctionSpec",
     "GlobalWindow",
     "GlobalWindows",
@@ -291,6 +300,8 @@ __all__ = [
     "RichMapBatchesFunction",
     "RichMapFunction",
     "RichReduceFunction",
+    "Row",
+    "RowKind",
     "RuntimeContext",
     "SessionWindowTimeGapExtractor",
     "SharedRows",
@@ -338,6 +349,7 @@ __all__ = [
     "group_records",
     "in_order",
     "is_function_class",
+    "is_typed",
     "iter_records",
     "rescale_targets",
     "select",
@@ -345,6 +357,7 @@ __all__ = [
     "strided",
     "timestamps_of",
     "to_batch",
+    "typed_value",
     "unstamped",
     "with_positions",
 ]
