@@ -7,8 +7,7 @@ PyFlink's closeable iterator). Each setter writes accelflow's config key of the 
 :class:`~accelflow.NotSupportedError` naming the alternative.
 
 Example:
-    >>> conf = Configuration()
-    >>> conf.set_integer("parallelism.default", 2)
+    >>> conf = Configuration().set_integer("parallelism.default", 2)
     >>> conf.get_string("parallelism.default", "1"), conf.to_dict()
     ('2', {'parallelism.default': '2'})
 """

@@ -5,6 +5,7 @@ PyFlink has that accelflow cannot honour raise :class:`~accelflow.NotSupportedEr
 the alternative, never silently nothing.
 
 Example:
+    >>> from accelflow import RuntimeExecutionMode, StreamExecutionEnvironment
     >>> env = StreamExecutionEnvironment.get_execution_environment()
     >>> env.set_runtime_mode(RuntimeExecutionMode.BATCH).set_parallelism(2).get_parallelism()
     2
