@@ -11,7 +11,7 @@ from accelflow.api._pyflink import (
     CheckpointConfig, CheckpointingMode, Configuration, ExecutionConfig, ExternalizedCheckpointRetention,
     RuntimeExecutionMode,
 )
-from accelflow.api._pyflink_files import Encoder, FileSink, FileSource, OutputFileConfig, RollingPolicy, StreamFormat
+from accelflow.connectors import Encoder, FileSink, FileSource, OutputFileConfig, RollingPolicy, StreamFormat
 
 #: PyFlink's name of :class:`Environment` (the same class)
 StreamExecutionEnvironment = Environment

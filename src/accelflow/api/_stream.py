@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from accelflow._errors import ConfigError
-from accelflow.connectors import SingleFileSink
+from accelflow.connectors import SingleFileSink, writes_text
 from accelflow.dataflow import (
     CollectSinkSpec, Edge, FileSinkSpec, FilterSpec, FlatMapSpec, MapBatchesSpec, MapSpec, OperatorSpec,
     Partitioning, PrintSinkSpec, ProcessSpec, ResidentMapBatchesSpec, ResidentMapSpec, Sink, SinkToSpec,
@@ -25,7 +25,6 @@ from accelflow.api._environment import Environment, check_parallelism
 from accelflow.api._names import shown, unique_name
 from accelflow.api._ordered import keep_order
 from accelflow.api._pyflink import CollectedRecords
-from accelflow.api._pyflink_files import writes_text
 from accelflow.scheduling import Amount
 
 if TYPE_CHECKING:

@@ -22,13 +22,24 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from accelflow._errors import ConfigError
-from accelflow.api._pyflink import millis, unsupported
+from accelflow._errors import ConfigError, NotSupportedError
 from accelflow.connectors.files import DEFAULT_ROLLING_SIZE
 from accelflow.connectors.files import FileSink as _FileSink
 from accelflow.dataflow import RuntimeContext, Source
 
 _UTF8 = ("utf-8", "utf8")
+
+
+def unsupported(method: str, alternative: str) -> NoReturn:
+    """Raise :class:`NotSupportedError` for the PyFlink ``method``."""
+    raise NotSupportedError(f"accelflow cannot honour this PyFlink method: {alternative}", key=method)
+
+
+def millis(value: Any, what: str) -> int:
+    """``value`` checked as a positive whole number of milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"expected milliseconds as an integer >= 1, got {value!r}", key=what)
+    return value
 
 
 def _check_charset(charset: str, where: str) -> None:
@@ -98,8 +109,8 @@ class RollingPolicy:
                                inactivity_interval: int = 60 * 1000) -> RollingPolicy:
         """Flink's default policy. ``inactivity_interval`` is not checked on its own: an idle
         part rolls at the next checkpoint or the end of the job."""
-        millis(inactivity_interval, "RollingPolicy.default_rolling_policy(inactivity_interval)", minimum=1)
-        return RollingPolicy(part_size, millis(rollover_interval, "RollingPolicy(rollover_interval)", minimum=1))
+        millis(inactivity_interval, "RollingPolicy.default_rolling_policy(inactivity_interval)")
+        return RollingPolicy(part_size, millis(rollover_interval, "RollingPolicy(rollover_interval)"))
 
     @staticmethod
     def on_checkpoint_rolling_policy() -> RollingPolicy:
