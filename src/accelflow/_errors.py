@@ -89,6 +89,11 @@ class NotSupportedError(ConfigError, NotImplementedError):
         accelflow.NotSupportedError: StreamExecutionEnvironment.add_jars(): accelflow runs no JVM: ship Python modules instead
     """
 
+    @classmethod
+    def pyflink(cls, method: str, alternative: str) -> NotSupportedError:
+        """The error of the PyFlink ``method`` (``Class.name()``) with what to do instead."""
+        return cls(f"accelflow cannot honour this PyFlink method: {alternative}", key=method)
+
 
 class DriverLoadError(AccelflowError):
     """A driver factory could not be imported, found or built.

@@ -147,7 +147,8 @@ class Environment(PyFlinkEnvironment):
         PyFlink's ``from_source(source, strategy, name)``) its records get timestamps and
         watermarks at once (a Kafka record's own timestamp when the strategy has no
         assigner): ``assign_timestamps_and_watermarks`` chained to the source."""
-        stream = self._add(SourceSpec(source), name or source_name or type(source).__name__, parallelism, [])
+        stream = self._add(SourceSpec(source), name or source_name or type(source).__name__, parallelism,
+                           [])._declare(type_info)
         if watermark_strategy is not None:
             stream = stream.assign_timestamps_and_watermarks(watermark_strategy)
         return stream

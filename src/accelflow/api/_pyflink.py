@@ -50,10 +50,6 @@ class ExternalizedCheckpointRetention(Enum):
     NO_EXTERNALIZED_CHECKPOINTS = 2
 
 
-def unsupported(method: str, alternative: str) -> NoReturn:
-    """Raise :class:`NotSupportedError` for the PyFlink ``method`` (``Class.name()``)."""
-    raise NotSupportedError(f"accelflow cannot honour this PyFlink method: {alternative}", key=method)
-
 
 def millis(value: Any, what: str, *, minimum: int = 0) -> int:
     """``value`` checked as a whole number of milliseconds (>= ``minimum``)."""
@@ -159,8 +155,8 @@ class ExecutionConfig:
         return self._env.get_max_parallelism()
 
     def set_global_job_parameters(self, global_job_parameters_map: Mapping[str, str]) -> NoReturn:
-        unsupported("ExecutionConfig.set_global_job_parameters()",
-                    "pass the values to your functions' constructors (they travel with the job)")
+        raise NotSupportedError.pyflink("ExecutionConfig.set_global_job_parameters()",
+                                        "pass the values to your functions' constructors (they travel with the job)")
 
 
 class CheckpointConfig:
@@ -191,7 +187,8 @@ class CheckpointConfig:
         return CheckpointingMode.EXACTLY_ONCE
 
     def set_checkpoint_timeout(self, checkpoint_timeout: int) -> CheckpointConfig:
-        self._env._set(k.CHECKPOINT_TIMEOUT.name, f"{millis(checkpoint_timeout, 'set_checkpoint_timeout', minimum=1)} ms")
+        timeout = millis(checkpoint_timeout, "set_checkpoint_timeout", minimum=1)
+        self._env._set(k.CHECKPOINT_TIMEOUT.name, f"{timeout} ms")
         return self
 
     def get_checkpoint_timeout(self) -> int:
@@ -207,9 +204,10 @@ class CheckpointConfig:
 
     def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> CheckpointConfig:
         if max_concurrent_checkpoints != 1:
-            unsupported("CheckpointConfig.set_max_concurrent_checkpoints()",
-                        "accelflow takes one checkpoint at a time (a checkpoint in flight delays the next): "
-                        "pass 1, or shorten execution.checkpointing.interval")
+            raise NotSupportedError.pyflink(
+                "CheckpointConfig.set_max_concurrent_checkpoints()",
+                "accelflow takes one checkpoint at a time (a checkpoint in flight delays the next): pass 1, "
+                "or shorten execution.checkpointing.interval")
         return self
 
     def get_max_concurrent_checkpoints(self) -> int:
@@ -234,9 +232,9 @@ class CheckpointConfig:
 
     def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
         if enabled:
-            unsupported("CheckpointConfig.enable_unaligned_checkpoints()",
-                        "accelflow's checkpoints are aligned; lower execution.buffer-timeout to let barriers "
-                        "through sooner")
+            raise NotSupportedError.pyflink(
+                "CheckpointConfig.enable_unaligned_checkpoints()",
+                "accelflow's checkpoints are aligned; lower execution.buffer-timeout to let barriers through sooner")
         return self
 
 
@@ -263,5 +261,5 @@ class CollectedRecords(list[Any]):
 
 __all__ = [
     "CheckpointConfig", "CheckpointingMode", "CollectedRecords", "Configuration", "ExecutionConfig",
-    "ExternalizedCheckpointRetention", "RuntimeExecutionMode", "check_mode", "millis", "unsupported",
+    "ExternalizedCheckpointRetention", "RuntimeExecutionMode", "check_mode", "millis",
 ]

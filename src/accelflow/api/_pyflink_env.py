@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from accelflow._errors import ConfigError
-from accelflow.api._pyflink import CheckpointConfig, CheckpointingMode, ExecutionConfig, RuntimeExecutionMode, unsupported
+from accelflow._errors import ConfigError, NotSupportedError
+from accelflow.api._pyflink import CheckpointConfig, CheckpointingMode, ExecutionConfig, RuntimeExecutionMode
 from accelflow.config import Configuration
 from accelflow.config import keys as k
 
@@ -103,54 +103,57 @@ class PyFlinkEnvironment:
 
     # -- what accelflow cannot honour -----------------------------------------------------
     def add_jars(self, *jars_path: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.add_jars()", _NO_JVM)
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.add_jars()", _NO_JVM)
 
     def add_classpaths(self, *classpaths: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.add_classpaths()", _NO_JVM)
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.add_classpaths()", _NO_JVM)
 
     def add_python_file(self, file_path: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.add_python_file()", _NO_SHIPPING)
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.add_python_file()", _NO_SHIPPING)
 
     def add_python_archive(self, archive_path: str, target_dir: str | None = None) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.add_python_archive()", _NO_SHIPPING)
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.add_python_archive()", _NO_SHIPPING)
 
     def set_python_requirements(self, requirements_file_path: str, requirements_cache_dir: str | None = None
                                 ) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.set_python_requirements()", _NO_SHIPPING)
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.set_python_requirements()", _NO_SHIPPING)
 
     def set_python_executable(self, python_exec: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.set_python_executable()",
-                    "subtasks run the client's Python interpreter: start the job with the one you want")
+        raise NotSupportedError.pyflink(
+            "StreamExecutionEnvironment.set_python_executable()",
+            "subtasks run the client's Python interpreter: start the job with the one you want")
 
     def set_state_backend(self, state_backend: Any) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.set_state_backend()",
-                    "accelflow keeps state in the subtask's memory and checkpoints it to "
-                    "execution.checkpointing.dir; set that key instead")
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.set_state_backend()",
+                                        "accelflow keeps state in the subtask's memory and checkpoints it to "
+                                        "execution.checkpointing.dir; set that key instead")
 
     def enable_changelog_state_backend(self, enabled: bool) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.enable_changelog_state_backend()",
-                    "there is no changelog state backend; checkpoints are full snapshots")
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.enable_changelog_state_backend()",
+                                        "accelflow has no changelog state backend: leave it off")
 
     def disable_operator_chaining(self) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.disable_operator_chaining()",
-                    "give an operator its own parallelism or resources to start a new chain")
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.disable_operator_chaining()",
+                                        "give an operator its own parallelism or resources to start a new chain")
 
     def register_cached_file(self, file_path: str, name: str, executable: bool = False) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.register_cached_file()",
-                    "read the file by its path (TaskExecutors run on this host or share its file system)")
+        raise NotSupportedError.pyflink(
+            "StreamExecutionEnvironment.register_cached_file()",
+            "read the file by its path (TaskExecutors run on this host or share its file system)")
 
     def register_type_with_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.register_type_with_kryo_serializer()",
-                    "records are Python objects (pickled); there is no Kryo")
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.register_type_with_kryo_serializer()",
+                                        "records are Python objects (pickled); there is no Kryo")
 
     def add_default_kryo_serializer(self, type_class_name: str, serializer_class_name: str) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.add_default_kryo_serializer()",
-                    "records are Python objects (pickled); there is no Kryo")
+        raise NotSupportedError.pyflink("StreamExecutionEnvironment.add_default_kryo_serializer()",
+                                        "records are Python objects (pickled); there is no Kryo")
 
     def set_restart_strategy(self, restart_strategy_configuration: Any) -> NoReturn:
-        unsupported("StreamExecutionEnvironment.set_restart_strategy()",
-                    "set restart-strategy: fixed-delay and restart-strategy.fixed-delay.attempts/.delay "
-                    "(Flink's keys) in the config")
+        raise NotSupportedError.pyflink(
+            "StreamExecutionEnvironment.set_restart_strategy()",
+            "set restart-strategy: fixed-delay and restart-strategy.fixed-delay.attempts/.delay "
+            "(Flink's keys) in the config")
 
 
 __all__ = ["PyFlinkEnvironment"]

@@ -357,7 +357,7 @@ class DataStream:
         self._then(UserSinkSpec(sink), name, parallelism)
 
     def execute_and_collect(self, job_name: str | None = None, limit: int | None = None, *,
-                            ordered: bool = False) -> list[Any]:
+                            ordered: bool = False) -> CollectedRecords:
         """Run the job and return this stream's records, in subtask order: each collecting
         subtask's records as they reached it, subtask 1's first. The list is also PyFlink's
         closeable iterator (``with ds.execute_and_collect() as results:``); ``limit`` keeps the
@@ -382,7 +382,7 @@ class DataStream:
             return records
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"limit must be an integer >= 0, got {shown(limit)}", key="execute_and_collect(limit=)")
-        return records[:limit]
+        return CollectedRecords(records[:limit])
 
     def execute_and_collect_batch(self, job_name: str | None = None, *, ordered: bool = False) -> Any:
         """Run the job and return this stream's records as one batch, in subtask order (or,

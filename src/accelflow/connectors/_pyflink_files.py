@@ -30,10 +30,6 @@ from accelflow.dataflow import RuntimeContext, Source
 _UTF8 = ("utf-8", "utf8")
 
 
-def unsupported(method: str, alternative: str) -> NoReturn:
-    """Raise :class:`NotSupportedError` for the PyFlink ``method``."""
-    raise NotSupportedError(f"accelflow cannot honour this PyFlink method: {alternative}", key=method)
-
 
 def millis(value: Any, what: str) -> int:
     """``value`` checked as a positive whole number of milliseconds."""
@@ -44,8 +40,8 @@ def millis(value: Any, what: str) -> int:
 
 def _check_charset(charset: str, where: str) -> None:
     if str(charset).lower() not in _UTF8:
-        unsupported(where, f"accelflow reads and writes text as UTF-8, got charset {charset!r}: convert the "
-                           "records in a map (record.encode(...)) and write bytes with your own Sink")
+        raise NotSupportedError.pyflink(where, f"accelflow reads and writes text as UTF-8, got charset {charset!r}: "
+                                               "encode the records in a map and write bytes with your own Sink")
 
 
 class SimpleStringEncoder:
@@ -127,8 +123,9 @@ class FileSink:
 
     @staticmethod
     def for_bulk_format(base_path: str, writer_factory: Any) -> NoReturn:
-        unsupported("FileSink.for_bulk_format()", "bulk formats (Parquet, ORC, Avro) need Flink's Java writers: "
-                    "write rows with for_row_format and an encoder, or your own accelflow.Sink")
+        raise NotSupportedError.pyflink("FileSink.for_bulk_format()",
+                                        "bulk formats (Parquet, ORC, Avro) need Flink's Java writers: "
+                                        "write rows with for_row_format and an encoder, or your own accelflow.Sink")
 
     class RowFormatBuilder:
         def __init__(self, base_path: str, encoder: Any) -> None:
@@ -147,9 +144,10 @@ class FileSink:
             return self
 
         def with_bucket_assigner(self, bucket_assigner: Any) -> NoReturn:
-            unsupported("FileSink.RowFormatBuilder.with_bucket_assigner()",
-                        "accelflow writes every part into the base path (no bucket directories); key the "
-                        "stream and give each key its own sink to split the output")
+            raise NotSupportedError.pyflink(
+                "FileSink.RowFormatBuilder.with_bucket_assigner()",
+                "accelflow writes every part into the base path (no bucket directories): filter the stream "
+                "into one sink per bucket to split the output")
 
         def build(self) -> _FileSink[Any]:
             interval = self._rolling.rollover_interval
@@ -188,9 +186,10 @@ class FileSource:
             return self
 
         def monitor_continuously(self, discovery_interval: Any) -> NoReturn:
-            unsupported("FileSource.FileSourceBuilder.monitor_continuously()",
-                        "accelflow reads a static file set: run the job again for new files, or feed them "
-                        "through Kafka (accelflow.connectors.kafka)")
+            raise NotSupportedError.pyflink(
+                "FileSource.FileSourceBuilder.monitor_continuously()",
+                "accelflow reads a static file set: run the job again for new files, or feed them through "
+                "Kafka (accelflow.connectors.kafka)")
 
         def build(self) -> TextLineSource:
             return TextLineSource(self._paths)
