@@ -45,8 +45,13 @@ if TYPE_CHECKING:
         KeyedStream, OutputFileConfig, RollingPolicy, RuntimeExecutionMode, StreamExecutionEnvironment,
         StreamFormat, WindowedStream,
     )
-    from accelflow.connectors import IdxSource
+    from accelflow.connectors import IdxSource, NumberSequenceSource
     from accelflow.dataflow import (
+        FilterFunction,
+        FlatMapFunction,
+        KeySelector,
+        MapFunction,
+        Partitioner,
         RichFilterFunction,
         RichFlatMapFunction,
         RichFunction,
@@ -134,8 +139,9 @@ if TYPE_CHECKING:
 
 #: module (relative) -> the public names it provides, imported on first use
 _LAZY: dict[str, tuple[str, ...]] = {
-    ".connectors": ("IdxSource",),
+    ".connectors": ("IdxSource", "NumberSequenceSource"),
     ".dataflow": (
+        "FilterFunction", "FlatMapFunction", "KeySelector", "MapFunction", "Partitioner",
         "RichFilterFunction", "RichFlatMapFunction", "RichFunction",
         "RichMapBatchesFunction", "RichMapFunction", "RichReduceFunction", "Row", "RowKind", "RuntimeContext",
         "Sink", "SinkFunction", "Source",
@@ -220,6 +226,8 @@ __all__ = [
     "ExternalizedCheckpointRetention",
     "FileSink",
     "FileSource",
+    "FilterFunction",
+    "FlatMapFunction",
     "GlobalWindow",
     "GlobalWindows",
     "HardwareFailure",
@@ -232,20 +240,24 @@ __all__ = [
     "JobResult",
     "JoinFunction",
     "JoinedStreams",
+    "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "ListState",
     "ListStateDescriptor",
+    "MapFunction",
     "MapState",
     "MapStateDescriptor",
     "MergingWindowAssigner",
     "MissingDependencyError",
     "NeverTrigger",
     "NotSupportedError",
+    "NumberSequenceSource",
     "OutputFileConfig",
     "OutputTag",
+    "Partitioner",
     "ProcessAllWindowFunction",
     "ProcessFunction",
     "ProcessJoinFunction",

@@ -86,7 +86,7 @@ def test_typed_collection_gives_rows_and_prints_as_pyflink(capfd: pytest.Capture
     rows.print()
     rows.map(lambda r: (r.name, r.id), output_type=Types.TUPLE([Types.STRING(), Types.INT()])).print()
     env.execute("typed")
-    assert sorted(capfd.readouterr().out.splitlines()) == ["(Flink,1)", "+I[1, Flink, 0.1]"]  # two sinks: any order
+    assert sorted(capfd.readouterr().out.splitlines()) == ["(Flink,1)", "+I[1,Flink,0.1]"]  # two sinks: any order
     with env.from_collection(collection=[(1, "Flink", 0.1)],
                              type_info=Types.ROW_NAMED(["id", "name", "score"],
                                                        [Types.INT(), Types.STRING(), Types.FLOAT()])

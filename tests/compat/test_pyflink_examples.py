@@ -8,6 +8,11 @@ user runs it, ``python example.py`` (and one through ``accelflow run``), and its
 compared line for line; where PyFlink's order is not defined (several subtasks, or batch
 mode's sort by serialized key) the lines are compared sorted, and the ``i> `` subtask prefix
 (which subtask printed a record) is dropped.
+
+``pyflink_snippets/`` holds PyFlink programs written for these tests around the snippets of
+PyFlink's DataStream docs (intro, operators, state), kept with their ``pyflink`` imports: the
+test itself rewrites every ``from pyflink.<module> import`` line to ``from accelflow import``,
+as a user porting a job would, and runs the result.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ ORDERED = {"basic_operations", "windowing/tumbling_time_window", "windowing/slid
            "windowing/session_with_gap_window", "windowing/session_with_dynamic_gap_window",
            "windowing/tumbling_count_window"}
 NAMES = sorted(str(p.relative_to(EXAMPLES).with_suffix("")) for p in EXAMPLES.rglob("*.py"))
+SNIPPETS = Path(__file__).parent / "pyflink_snippets"
+ORDERED_SNIPPETS = {"collect_rows", "split_and_reduce"}
 SUBTASK = re.compile(r"^\d+> ")
+#: the one change a port makes, to every import line of PyFlink
+PORT = re.compile(r"^from pyflink(\.\w+)* import", re.M)
 
 
 def _lines(text: str, ordered: bool) -> list[str]:
@@ -59,6 +68,17 @@ def test_example_prints_what_pyflink_printed(name: str, tmp_path: Path) -> None:
     printed = _run([sys.executable, str(EXAMPLES / f"{name}.py")], tmp_path)
     expected = (EXAMPLES / f"{name}.expected").read_text(encoding="utf-8")
     assert _lines(printed, name in ORDERED) == _lines(expected, name in ORDERED)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SNIPPETS.glob("*.py")))
+def test_snippet_ported_by_its_imports_prints_what_pyflink_printed(name: str, tmp_path: Path) -> None:
+    original = (SNIPPETS / f"{name}.py").read_text(encoding="utf-8")
+    ported = tmp_path / f"{name}.py"
+    ported.write_text(PORT.sub("from accelflow import", original), encoding="utf-8")
+    assert "pyflink" not in "".join(line for line in ported.read_text().splitlines() if "import" in line)
+    printed = _run([sys.executable, str(ported)], tmp_path)
+    expected = (SNIPPETS / f"{name}.expected").read_text(encoding="utf-8")
+    assert _lines(printed, name in ORDERED_SNIPPETS) == _lines(expected, name in ORDERED_SNIPPETS)
 
 
 def test_word_count_reads_and_writes_files_as_pyflink_through_the_cli(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from accelflow.dataflow import (
     Edge, JobGraph, OperatorSpec, Source, SourceSpec, Transformation, build_job_graph, is_typed, typed_value,
 )
 from accelflow.api._names import shown, unique_name
-from accelflow.api._pyflink import check_mode
+from accelflow.api._pyflink import CheckpointingMode, check_mode
 from accelflow.api._pyflink_env import PyFlinkEnvironment
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
 from accelflow.scheduling import Amount, ResourceProfile
@@ -97,14 +97,15 @@ class Environment(PyFlinkEnvironment):
     # -- sources ----------------------------------------------------------------------------
     def from_collection(self, collection: Iterable[Any] | np.ndarray[Any, Any], type_info: Any = None, *,
                         name: str = "collection", parallelism: int | None = None) -> DataStream:
-        """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
+        """A bounded stream of the records of ``collection``. A NumPy array streams its rows (as arrays), shared
         with the subtasks rather than pickled: on this host they read it straight out of the
         client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
         not change it while the job runs), or a copy in shared memory (see
         ``pipeline.array-sharing``); on the Ray target, through Ray's object store.
 
         With a PyFlink ``type_info`` the records become what PyFlink makes of them (a tuple
-        given for ``Types.ROW_NAMED`` a named ``Row``, a ``FLOAT`` field 32 bits wide), and
+        given for ``Types.ROW_NAMED`` a named ``Row``, for ``Types.ROW`` one named ``f0, f1...``,
+        a ``FLOAT`` field 32 bits wide), and
         ``print()`` writes them as PyFlink does (see ``accelflow.dataflow.typed_value``)."""
         where = f"operator {name!r}"
         if isinstance(collection, np.ndarray):
@@ -177,15 +178,15 @@ class Environment(PyFlinkEnvironment):
         self.config = self._merged_config()  # checks the value; -D still wins, as for any key
         return self
 
-    def enable_checkpointing(self, interval_ms: int, mode: Any = None) -> Environment:
-        """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
-        ``enableCheckpointing``); the same as ``execution.checkpointing.interval``. ``mode``:
-        a ``CheckpointingMode`` (both modes get aligned, exactly-once checkpoints)."""
+    def enable_checkpointing(self, interval: int, mode: CheckpointingMode | None = None) -> Environment:
+        """Take a checkpoint every ``interval`` milliseconds (Flink's ``enableCheckpointing``);
+        the same as ``execution.checkpointing.interval``. ``mode``: a ``CheckpointingMode``
+        (both modes get aligned, exactly-once checkpoints)."""
         check_mode(mode, "enable_checkpointing(mode)")
-        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or interval_ms <= 0:
-            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval_ms!r}",
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval!r}",
                               key="enable_checkpointing")
-        return self._set(k.CHECKPOINT_INTERVAL.name, f"{interval_ms} ms")
+        return self._set(k.CHECKPOINT_INTERVAL.name, f"{interval} ms")
 
     # -- running ----------------------------------------------------------------------------
     def execute(self, name: str | None = None) -> Any:

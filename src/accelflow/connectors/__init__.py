@@ -19,8 +19,9 @@ from accelflow._exports import lazy_exports
 if TYPE_CHECKING:
     from accelflow.connectors._arrays import ArraySource
     from accelflow.connectors._idx import IdxSource
-    from accelflow.connectors._pyflink_files import (
-        Encoder, FileSink, FileSource, OutputFileConfig, RollingPolicy, StreamFormat, TextLineSource, writes_text,
+    from accelflow.connectors._pyflink import (
+        Encoder, FileSink, FileSource, NumberSequenceSource, OutputFileConfig, RollingPolicy, StreamFormat,
+        TextLineSource, writes_text,
     )
     from accelflow.connectors._single_file import SingleFileSink
     from accelflow.connectors._sources import CollectionSource, SequenceSource
@@ -29,16 +30,17 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, ...]] = {
     "._arrays": ("ArraySource",),
     "._idx": ("IdxSource",),
-    # PyFlink's file connector builders (pyflink.datastream.connectors.file_system)
-    "._pyflink_files": ("Encoder", "FileSink", "FileSource", "OutputFileConfig", "RollingPolicy", "StreamFormat",
-                        "TextLineSource", "writes_text"),
+    # PyFlink's connector names (pyflink.datastream.connectors.file_system, .number_seq)
+    "._pyflink": ("Encoder", "FileSink", "FileSource", "NumberSequenceSource", "OutputFileConfig", "RollingPolicy",
+                  "StreamFormat", "TextLineSource", "writes_text"),
     "._single_file": ("SingleFileSink",),
     "._sources": ("CollectionSource", "SequenceSource"),
 }
 
 __all__ = [
-    "ArraySource", "CollectionSource", "Encoder", "FileSink", "FileSource", "IdxSource", "OutputFileConfig",
-    "RollingPolicy", "SequenceSource", "SingleFileSink", "StreamFormat", "TextLineSource", "writes_text",
+    "ArraySource", "CollectionSource", "Encoder", "FileSink", "FileSource", "IdxSource", "NumberSequenceSource",
+    "OutputFileConfig", "RollingPolicy", "SequenceSource", "SingleFileSink", "StreamFormat", "TextLineSource",
+    "writes_text",
 ]
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from accelflow.dataflow._async import AsyncFunction
     from accelflow.dataflow._row import Row, RowKind
+    from accelflow.dataflow._pyflink_functions import FilterFunction, FlatMapFunction, KeySelector, MapFunction, Partitioner
     from accelflow.dataflow._type_values import FlinkText, is_typed, typed_value
     from accelflow.dataflow.eventtime import (
         AggregateFunction,
@@ -170,6 +171,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._row": (
         "Row", "RowKind",
     ),
+    "._pyflink_functions": (
+        "FilterFunction", "FlatMapFunction", "KeySelector", "MapFunction", "Partitioner",
+    ),
     "._type_values": (
         "FlinkText", "is_typed", "typed_value",
     ),
@@ -248,7 +252,9 @@ __all__ = [
     "EventTimeSessionWindows",
     "EventTimeTrigger",
     "FileSinkSpec",
+    "FilterFunction",
     "FilterSpec",
+    "FlatMapFunction",
     "FlatMapSpec",
     "FlinkText",
     "FunctionSpec",
@@ -258,6 +264,7 @@ __all__ = [
     "JobGraph",
     "JoinCoGroup",
     "JoinFunction",
+    "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedBroadcastProcessSpec",
     "KeyedCoProcessFunction",
@@ -267,6 +274,7 @@ __all__ = [
     "ListState",
     "ListStateDescriptor",
     "MapBatchesSpec",
+    "MapFunction",
     "MapSpec",
     "MapState",
     "MapStateDescriptor",
@@ -274,6 +282,7 @@ __all__ = [
     "NeverTrigger",
     "OperatorSpec",
     "OutputTag",
+    "Partitioner",
     "Partitioning",
     "Positioned",
     "Positions",

@@ -2,9 +2,10 @@
 
 A PyFlink record with a declared type (``Types.TUPLE([...])``, ``Types.ROW_NAMED(...)``...)
 lives on the Java side: ``from_collection`` converts the given values to that type (a tuple
-given for a ``ROW_NAMED`` becomes a named :class:`Row`, a ``FLOAT`` field is rounded to 32 bits),
-and ``print()`` or a ``SimpleStringEncoder`` write Java's ``toString`` of it: a tuple as
-``(hi,1,5)``, a row as ``+I[1, Flink]``, a double as ``1.0E10``. A record without a declared
+given for a ``ROW_NAMED`` becomes a named :class:`Row`, for a ``ROW`` one named ``f0, f1...``,
+a ``FLOAT`` field is rounded to 32 bits), and ``print()`` or a ``SimpleStringEncoder`` write
+Java's ``toString`` of it: a tuple as ``(hi,1,5)``, a row as ``+I[1,Flink]``, a double as
+``1.0E10``. A record without a declared
 type (or ``Types.PICKLED_BYTE_ARRAY()``) stays a Python object written with ``str``.
 
 Example:
@@ -57,6 +58,8 @@ def typed_value(value: Any, type_info: Any) -> Any:
             row.set_field_names(args[0])
         elif isinstance(value, Row) and value._fields is not None:
             row.set_field_names(value._fields)
+        else:  # PyFlink names the fields of a Types.ROW f0, f1...
+            row.set_field_names([f"f{n}" for n in range(len(values))])
         return row
     if name in ("LIST", "BASIC_ARRAY", "PRIMITIVE_ARRAY"):
         return [typed_value(v, args[0]) for v in value]
@@ -91,7 +94,7 @@ def java_text(value: Any, type_info: Any = None) -> str:
         return _java_float(value, single=name == "FLOAT")
     if isinstance(value, Row):
         types = args[-1] if name in ("ROW", "ROW_NAMED") else [None] * len(value)
-        return f"{value.get_row_kind()}[{', '.join(java_text(v, t) for v, t in zip(value, types))}]"
+        return f"{value.get_row_kind()}[{','.join(java_text(v, t) for v, t in zip(value, types))}]"
     if isinstance(value, tuple):
         types = args[0] if name == "TUPLE" else [None] * len(value)
         return f"({','.join(java_text(v, t) for v, t in zip(value, types))})"

@@ -1,5 +1,7 @@
-"""PyFlink's file connector (``pyflink.datastream.connectors.file_system``) and ``Encoder``
-(``pyflink.common``), built as PyFlink builds them, onto accelflow's files:
+"""PyFlink's connector names onto accelflow's connectors: ``NumberSequenceSource``
+(``pyflink.datastream.connectors.number_seq``: accelflow's ``SequenceSource``, ``start..end``
+inclusive), and the file connector (``pyflink.datastream.connectors.file_system``) with
+``Encoder`` (``pyflink.common``), built as PyFlink builds them:
 
 - ``FileSink.for_row_format(path, Encoder.simple_string_encoder())...build()`` is an
   :class:`accelflow.connectors.files.FileSink` (exactly-once part files) writing typed
@@ -25,9 +27,13 @@ from typing import Any, NoReturn
 from accelflow._errors import ConfigError, NotSupportedError
 from accelflow.connectors.files import DEFAULT_ROLLING_SIZE
 from accelflow.connectors.files import FileSink as _FileSink
+from accelflow.connectors._sources import SequenceSource
 from accelflow.dataflow import RuntimeContext, Source
 
 _UTF8 = ("utf-8", "utf8")
+
+#: PyFlink's ``NumberSequenceSource(start, end)``: the integers ``start..end`` inclusive
+NumberSequenceSource = SequenceSource
 
 
 
@@ -229,5 +235,5 @@ def _files(paths: Sequence[str]) -> Iterator[str]:
             yield from (os.path.join(directory, n) for n in names if not n.startswith((".", "_")))
 
 
-__all__ = ["Encoder", "FileSink", "FileSource", "OutputFileConfig", "RollingPolicy", "SimpleStringEncoder",
-           "StreamFormat", "TextLineSource", "writes_text"]
+__all__ = ["Encoder", "FileSink", "FileSource", "NumberSequenceSource", "OutputFileConfig", "RollingPolicy",
+           "SimpleStringEncoder", "StreamFormat", "TextLineSource", "writes_text"]
