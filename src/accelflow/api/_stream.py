@@ -377,12 +377,10 @@ class DataStream:
             ...     .execute_and_collect(ordered=True)
             [10, 20, 30, 40, 50, 60, 70, 80]
         """
-        records = CollectedRecords(self._collect(job_name, ordered).collected)
-        if limit is None:
-            return records
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise ConfigError(f"limit must be an integer >= 0, got {shown(limit)}", key="execute_and_collect(limit=)")
-        return CollectedRecords(records[:limit])
+        records = list(self._collect(job_name, ordered).collected)
+        return CollectedRecords(records if limit is None else records[:limit])
 
     def execute_and_collect_batch(self, job_name: str | None = None, *, ordered: bool = False) -> Any:
         """Run the job and return this stream's records as one batch, in subtask order (or,
