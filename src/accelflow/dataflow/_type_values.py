@@ -83,21 +83,22 @@ class FlinkText:
 
 
 def java_text(value: Any, type_info: Any = None) -> str:
-    """Java's ``toString`` of ``value`` (its fields formatted by ``type_info`` where given)."""
+    """Java's ``toString`` of ``value``: the declared ``type_info`` decides what a composite
+    is (a tuple declared ``Types.ROW`` prints as a row), its fields are formatted by their types."""
     name = type_info.name if isinstance(type_info, TypeInformation) else None
     args: tuple[Any, ...] = type_info.args if name else ()
+    composite = isinstance(value, (Row, tuple, list))
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return _java_float(value, single=name == "FLOAT")
-    if isinstance(value, Row):
-        types = args[-1] if name in ("ROW", "ROW_NAMED") else [None] * len(value)
-        return f"{value.get_row_kind()}[{','.join(java_text(v, t) for v, t in zip(value, types))}]"
-    if isinstance(value, tuple):
-        types = args[0] if name == "TUPLE" else [None] * len(value)
-        return f"({','.join(java_text(v, t) for v, t in zip(value, types))})"
+    if composite and (name in ("ROW", "ROW_NAMED") or (name is None and isinstance(value, Row))):
+        kind = value.get_row_kind() if isinstance(value, Row) else "+I"
+        return f"{kind}[{','.join(java_text(v, t) for v, t in zip(value, _field_types(args, value, -1)))}]"
+    if composite and (name == "TUPLE" or (name is None and isinstance(value, tuple))):
+        return f"({','.join(java_text(v, t) for v, t in zip(value, _field_types(args, value, 0)))})"
     if isinstance(value, list):
         element = args[0] if name in ("LIST", "BASIC_ARRAY", "PRIMITIVE_ARRAY") else None
         return f"[{', '.join(java_text(v, element) for v in value)}]"
@@ -105,6 +106,11 @@ def java_text(value: Any, type_info: Any = None) -> str:
         k, v = (args[0], args[1]) if name == "MAP" else (None, None)
         return "{" + ", ".join(f"{java_text(a, k)}={java_text(b, v)}" for a, b in value.items()) + "}"
     return str(value)
+
+
+def _field_types(args: tuple[Any, ...], value: Any, at: int) -> list[Any]:
+    """The declared types of a composite's fields (``args[at]``), or none for each field."""
+    return list(args[at]) if args else [None] * len(value)
 
 
 def _float32(value: float) -> float:
