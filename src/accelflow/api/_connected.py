@@ -59,7 +59,7 @@ class ConnectedStreams:
         if keyed_fn and not self._keyed:
             raise ConfigError("a KeyedCoProcessFunction needs both inputs keyed: "
                               "a.connect(b).key_by(key1, key2).process(...)", key=f"operator {name or 'co_process'!r}")
-        return self._add(func, name or "co_process", parallelism)
+        return self._add(func, name or "co_process", parallelism)._declare(output_type)
 
     def _add(self, func: Any, name: str, parallelism: int | None) -> DataStream:
         spec = KeyedCoProcessSpec(func) if self._keyed else CoProcessSpec(func)
@@ -113,7 +113,8 @@ class IntervalJoined:
         spec = IntervalJoinSpec(process_join_function, self.lower, self.upper, self.lower_inclusive,
                                 self.upper_inclusive, self.left_late, self.right_late)
         env = self.left._env
-        return env._add(spec, name or "interval_join", parallelism, [self.left._edge(0), self.right._edge(1)])
+        return env._add(spec, name or "interval_join", parallelism,
+                        [self.left._edge(0), self.right._edge(1)])._declare(output_type)
 
 
 def _tag(tag: Any) -> OutputTag:

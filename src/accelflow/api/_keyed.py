@@ -142,8 +142,8 @@ class WindowedStream:
         """Reduce each window incrementally (``reduce_function(a, b)``); ``window_function``
         (a ``ProcessWindowFunction``/``WindowFunction``) then gets the one result."""
         stream = self._add(name, parallelism, reduce_function=reduce_function, window_function=window_function)
-        return stream._declare(output_type if window_function is not None else self._stream._env._types.get(
-            self._stream._id))
+        same_type = self._stream._env._types.get(self._stream._id)  # a reduce keeps its input's type
+        return stream._declare(output_type if window_function is not None else same_type)
 
     def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None,
                   output_type: Any = None, *, name: str | None = None, parallelism: int | None = None) -> DataStream:
