@@ -28,6 +28,7 @@ EXAMPLES: list[AccelflowError] = [
     DataFormatError("bad magic number", path="/data/t10k-images-idx3-ubyte.gz"),
     CheckpointError("corrupt JSON", path="/ckpt/job/chk-3/_metadata"),
     MissingDependencyError("NVML discovery", extra="nvml"),
+    accelflow.NotSupportedError("accelflow runs no JVM", key="StreamExecutionEnvironment.add_jars()"),
     accelflow.DeviceMemoryExceeded("operator 'm' ran out of device memory", operator="m", requested=2**30,
                                    used=2**30 + 1),
     accelflow.DeviceFault("gpu 0 faulted: Xid 13", device="gpu 0", uuid="GPU-1", xid=13),

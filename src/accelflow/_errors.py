@@ -6,6 +6,7 @@ message and a non-zero exit code, without a traceback::
     AccelflowError
     ├── ConfigError              a config key, file, CLI argument or env var is wrong
     │                            (carries every problem found, one per key)
+    │   └── NotSupportedError    a (Py)Flink method accelflow cannot honour; names the alternative
     ├── DriverLoadError          a driver factory cannot be imported or built
     ├── DiscoveryError           a driver ran but could not discover the devices it was asked for
     ├── CoordinationError        the host coordination file is unusable
@@ -75,6 +76,23 @@ class ConfigError(AccelflowError):
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(p.key for p in self.problems)
+
+
+class NotSupportedError(ConfigError, NotImplementedError):
+    """A PyFlink or Flink method that accelflow cannot honour (also a ``NotImplementedError``);
+    ``key`` names the method, the message what to use instead.
+
+    Example:
+        >>> raise NotSupportedError("accelflow runs no JVM: ship Python modules instead",
+        ...                         key="StreamExecutionEnvironment.add_jars()")
+        Traceback (most recent call last):
+        accelflow.NotSupportedError: StreamExecutionEnvironment.add_jars(): accelflow runs no JVM: ship Python modules instead
+    """
+
+    @classmethod
+    def pyflink(cls, method: str, alternative: str) -> NotSupportedError:
+        """The error of the PyFlink ``method`` (``Class.name()``) with what to do instead."""
+        return cls(f"accelflow cannot honour this PyFlink method: {alternative}", key=method)
 
 
 class DriverLoadError(AccelflowError):
@@ -416,6 +434,7 @@ __all__ = [
     "JobCancelledError",
     "JobError",
     "MissingDependencyError",
+    "NotSupportedError",
     "RemoteError",
     "SubtaskHung",
     "TransportError",

@@ -39,14 +39,16 @@ class AsyncDataStream:
                      output_type: Any = None, *, name: str | None = None,
                      parallelism: int | None = None) -> DataStream:
         """Results in the order of their inputs."""
-        return _add(data_stream, AsyncSpec(async_function, timeout, capacity, True), name, parallelism)
+        return _add(data_stream, AsyncSpec(async_function, timeout, capacity, True), name, parallelism)._declare(
+            output_type)
 
     @staticmethod
     def unordered_wait(data_stream: DataStream, async_function: Any, timeout: Any, capacity: int = 100,
                        output_type: Any = None, *, name: str | None = None,
                        parallelism: int | None = None) -> DataStream:
         """Results as soon as they are done (watermarks still keep them in their place)."""
-        return _add(data_stream, AsyncSpec(async_function, timeout, capacity, False), name, parallelism)
+        return _add(data_stream, AsyncSpec(async_function, timeout, capacity, False), name, parallelism)._declare(
+            output_type)
 
 
 def _add(stream: Any, spec: AsyncSpec, name: str | None, parallelism: int | None) -> DataStream:

@@ -54,7 +54,7 @@ class BroadcastConnectedStream:
         spec = (KeyedBroadcastProcessSpec if keyed else BroadcastProcessSpec)(func, self.broadcast_stream.descriptors)
         env = self.stream._env
         edges = [self.stream._edge(0), self.broadcast_stream.stream._edge(1)]
-        return env._add(spec, name or "broadcast_process", parallelism, edges)
+        return env._add(spec, name or "broadcast_process", parallelism, edges)._declare(output_type)
 
 
 __all__ = ["BroadcastConnectedStream", "BroadcastStream", "Environment"]

@@ -43,12 +43,12 @@ class ConnectedStreams:
     def map(self, func: Any, output_type: Any = None, *, name: str | None = None,
             parallelism: int | None = None) -> DataStream:
         """A ``CoMapFunction``: ``map1`` for the first input's records, ``map2`` for the second's."""
-        return self._add(func, name or "co_map", parallelism)
+        return self._add(func, name or "co_map", parallelism)._declare(output_type)
 
     def flat_map(self, func: Any, output_type: Any = None, *, name: str | None = None,
                  parallelism: int | None = None) -> DataStream:
         """A ``CoFlatMapFunction``: ``flat_map1`` and ``flat_map2`` return iterables."""
-        return self._add(func, name or "co_flat_map", parallelism)
+        return self._add(func, name or "co_flat_map", parallelism)._declare(output_type)
 
     def process(self, func: Any, output_type: Any = None, *, name: str | None = None,
                 parallelism: int | None = None) -> DataStream:
@@ -59,7 +59,7 @@ class ConnectedStreams:
         if keyed_fn and not self._keyed:
             raise ConfigError("a KeyedCoProcessFunction needs both inputs keyed: "
                               "a.connect(b).key_by(key1, key2).process(...)", key=f"operator {name or 'co_process'!r}")
-        return self._add(func, name or "co_process", parallelism)
+        return self._add(func, name or "co_process", parallelism)._declare(output_type)
 
     def _add(self, func: Any, name: str, parallelism: int | None) -> DataStream:
         spec = KeyedCoProcessSpec(func) if self._keyed else CoProcessSpec(func)
@@ -113,7 +113,8 @@ class IntervalJoined:
         spec = IntervalJoinSpec(process_join_function, self.lower, self.upper, self.lower_inclusive,
                                 self.upper_inclusive, self.left_late, self.right_late)
         env = self.left._env
-        return env._add(spec, name or "interval_join", parallelism, [self.left._edge(0), self.right._edge(1)])
+        return env._add(spec, name or "interval_join", parallelism,
+                        [self.left._edge(0), self.right._edge(1)])._declare(output_type)
 
 
 def _tag(tag: Any) -> OutputTag:

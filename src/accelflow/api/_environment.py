@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,8 +20,12 @@ from accelflow._errors import AccelflowError, ConfigError
 from accelflow.config import Configuration, config_from
 from accelflow.config import keys as k
 from accelflow.connectors import ArraySource, CollectionSource, SequenceSource
-from accelflow.dataflow import Edge, JobGraph, OperatorSpec, Source, SourceSpec, Transformation, build_job_graph
+from accelflow.dataflow import (
+    Edge, JobGraph, OperatorSpec, Source, SourceSpec, Transformation, build_job_graph, is_typed, typed_value,
+)
 from accelflow.api._names import shown, unique_name
+from accelflow.api._pyflink import CheckpointingMode, check_mode
+from accelflow.api._pyflink_env import PyFlinkEnvironment
 from accelflow.runtime.client import ExecutionContext, current_context, warm_up
 from accelflow.scheduling import Amount, ResourceProfile
 
@@ -30,8 +35,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger("accelflow.api")
 
 
-class Environment:
-    """Builds and runs a job.
+class Environment(PyFlinkEnvironment):
+    """Builds and runs a job; also PyFlink's ``StreamExecutionEnvironment`` (the same class,
+    see :class:`~accelflow.api._pyflink_env.PyFlinkEnvironment` for PyFlink's methods).
 
     Args:
         config: flat config keys (as in a YAML file), e.g. ``{"external-resources": "gpu",
@@ -57,6 +63,11 @@ class Environment:
             _log.warning("%s", warning)
         warm_up(self.config, self._context)  # the zygote imports while the job is built
         self._transformations: list[Transformation] = []
+        #: ids of the transformations that ran in a job already (PyFlink runs again only
+        #: the sinks added since, with what they read)
+        self._executed: set[int] = set()
+        #: transformation id -> its declared PyFlink type (``output_type=``, ``type_info=``)
+        self._types: dict[int, Any] = {}
         #: the result of the last job this environment ran (set by ``execute``)
         self.last_result: Any = None
 
@@ -84,29 +95,35 @@ class Environment:
         return env
 
     # -- sources ----------------------------------------------------------------------------
-    def from_collection(self, items: Iterable[Any] | np.ndarray[Any, Any], type_info: Any = None, *,
+    def from_collection(self, collection: Iterable[Any] | np.ndarray[Any, Any], type_info: Any = None, *,
                         name: str = "collection", parallelism: int | None = None) -> DataStream:
-        """A bounded stream of ``items``. A NumPy array streams its rows (as arrays), shared
+        """A bounded stream of the records of ``collection``. A NumPy array streams its rows (as arrays), shared
         with the subtasks rather than pickled: on this host they read it straight out of the
         client's memory, chunk by chunk, as it is when read (as Spark's ``parallelize``; do
         not change it while the job runs), or a copy in shared memory (see
-        ``pipeline.array-sharing``); on the Ray target, through Ray's object store."""
+        ``pipeline.array-sharing``); on the Ray target, through Ray's object store.
+
+        With a PyFlink ``type_info`` the records become what PyFlink makes of them (a tuple
+        given for ``Types.ROW_NAMED`` a named ``Row``, for ``Types.ROW`` one named ``f0, f1...``,
+        a ``FLOAT`` field 32 bits wide), and
+        ``print()`` writes them as PyFlink does (see ``accelflow.dataflow.typed_value``)."""
         where = f"operator {name!r}"
-        if isinstance(items, np.ndarray):
-            if items.ndim == 0:
+        if isinstance(collection, np.ndarray):
+            if collection.ndim == 0:
                 raise ConfigError("from_collection needs an array of at least one dimension (its "
-                                  f"rows are the records), got the 0-d array {items!r}", key=where)
-            source: Source[Any] = ArraySource([items])
+                                  f"rows are the records), got the 0-d array {collection!r}", key=where)
+            source: Source[Any] = ArraySource([collection])
         else:
             try:
-                records = iter(items)
+                records = iter(collection)
             except TypeError:
                 raise ConfigError(
                     "from_collection needs the records as an iterable (a list, a tuple, a generator...) "
-                    f"or a NumPy array, got {shown(items)}; for one record pass a list: [record]",
+                    f"or a NumPy array, got {shown(collection)}; for one record pass a list: [record]",
                     key=where) from None
-            source = CollectionSource(list(records))
-        return self._add(SourceSpec(source), name, 1 if parallelism is None else parallelism, [])
+            source = CollectionSource([typed_value(r, type_info) for r in records] if is_typed(type_info)
+                                      else list(records))
+        return self._add(SourceSpec(source), name, 1 if parallelism is None else parallelism, [])._declare(type_info)
 
     def from_sequence(self, start: int, end: int, *, name: str = "sequence",
                       parallelism: int | None = None) -> DataStream:
@@ -122,7 +139,7 @@ class Environment:
 
     def from_elements(self, *elements: Any, type_info: Any = None, name: str = "elements") -> DataStream:
         """A bounded stream of ``elements`` (PyFlink's ``from_elements``), in one subtask."""
-        return self.from_collection(list(elements), name=name)
+        return self.from_collection(list(elements), type_info, name=name)
 
     def from_source(self, source: Source[Any], watermark_strategy: Any = None, source_name: str | None = None,
                     type_info: Any = None, *, name: str | None = None,
@@ -131,7 +148,8 @@ class Environment:
         PyFlink's ``from_source(source, strategy, name)``) its records get timestamps and
         watermarks at once (a Kafka record's own timestamp when the strategy has no
         assigner): ``assign_timestamps_and_watermarks`` chained to the source."""
-        stream = self._add(SourceSpec(source), name or source_name or type(source).__name__, parallelism, [])
+        stream = self._add(SourceSpec(source), name or source_name or type(source).__name__, parallelism,
+                           [])._declare(type_info)
         if watermark_strategy is not None:
             stream = stream.assign_timestamps_and_watermarks(watermark_strategy)
         return stream
@@ -160,17 +178,21 @@ class Environment:
         self.config = self._merged_config()  # checks the value; -D still wins, as for any key
         return self
 
-    def enable_checkpointing(self, interval_ms: int) -> Environment:
-        """Take a checkpoint every ``interval_ms`` milliseconds (Flink's
-        ``enableCheckpointing``); the same as ``execution.checkpointing.interval``."""
-        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int | float) or interval_ms <= 0:
-            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval_ms!r}",
+    def enable_checkpointing(self, interval: int, mode: CheckpointingMode | None = None) -> Environment:
+        """Take a checkpoint every ``interval`` milliseconds (Flink's ``enableCheckpointing``);
+        the same as ``execution.checkpointing.interval``. ``mode``: a ``CheckpointingMode``
+        (both modes get aligned, exactly-once checkpoints)."""
+        check_mode(mode, "enable_checkpointing(mode)")
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+            raise ConfigError(f"the interval must be a positive number of milliseconds, got {interval!r}",
                               key="enable_checkpointing")
-        return self._set(k.CHECKPOINT_INTERVAL.name, f"{interval_ms} ms")
+        return self._set(k.CHECKPOINT_INTERVAL.name, f"{interval} ms")
 
     # -- running ----------------------------------------------------------------------------
-    def execute(self, name: str = "accelflow job") -> Any:
+    def execute(self, name: str | None = None) -> Any:
         """Run the job to completion on the embedded cluster and return its ``JobResult``.
+        As PyFlink, each call runs the sinks added since the last one, with what they read
+        (a source read by an earlier job too is read again).
 
         Raises:
             JobError: a subtask failed (after restarts, if any) or a TaskExecutor died.
@@ -179,26 +201,28 @@ class Environment:
         self.last_result = self.execute_async(name).wait()
         return self.last_result
 
-    def execute_async(self, name: str = "accelflow job") -> Any:
+    def execute_async(self, name: str | None = None) -> Any:
         """Start the job and return a ``JobClient`` (``status()``, ``cancel()``, ``wait()``)."""
         from accelflow.runtime.client import submit
 
-        return submit(self._job_graph(name), self.config, self._context)
+        return submit(self._job_graph("accelflow job" if name is None else name), self.config, self._context)
 
     def _job_graph(self, name: str) -> JobGraph:
         """Check the job built so far and turn it into its graph (the environment is emptied)."""
         if not isinstance(name, str):
             raise ConfigError(f"a job's name must be a string, got {shown(name)}", key="execute(name)")
-        if not self._transformations:
+        pending = [t for t in self._transformations if t.id not in self._executed]
+        if not pending:
             raise AccelflowError("the job has no operators: add a source and a sink first")
-        if not any(t.is_sink for t in self._transformations):
+        sinks = [t.id for t in pending if t.is_sink]
+        if not sinks:
             raise AccelflowError(
                 "the job has no sink: end it with print(), sink_to_file(), add_sink() or "
                 "execute_and_collect()"
             )
-        graph = build_job_graph(name, list(self._transformations))
-        self._transformations.clear()
-        return graph
+        job = upstream_of(self._transformations, sinks)
+        self._executed.update(t.id for t in pending)
+        return build_job_graph(name, job)
 
     # -- internals ----------------------------------------------------------------------------
     def _add(self, spec: OperatorSpec, name: str, parallelism: int | None, inputs: Sequence[Edge], *,
@@ -218,7 +242,30 @@ class Environment:
         t = Transformation(id=len(self._transformations), name=unique_name(name, self._transformations),
                            spec=spec, parallelism=parallelism, resources=profile, inputs=list(inputs))
         self._transformations.append(t)
+        if inputs and spec.kind in _SAME_TYPE:
+            self._types[t.id] = self._types.get(inputs[0].source)
         return DataStream(self, t.id)
+
+
+#: operators whose records have the type of their (first) input's, as in PyFlink
+_SAME_TYPE = frozenset({"filter", "reduce", "timestamps_watermarks", "union"})
+
+
+def upstream_of(transformations: list[Transformation], sinks: list[int]) -> list[Transformation]:
+    """Copies of ``sinks`` and every transformation they read, renumbered ``0..n-1`` in their
+    order (the graph of one job of an environment that ran jobs before)."""
+    needed: set[int] = set()
+    todo = list(sinks)
+    while todo:
+        if (i := todo.pop()) not in needed:
+            needed.add(i)
+            todo += [e.source for e in transformations[i].inputs]
+    if len(needed) == len(transformations):
+        return list(transformations)
+    new_id = {old: new for new, old in enumerate(sorted(needed))}
+    return [dataclasses.replace(t, id=new_id[t.id], inputs=[dataclasses.replace(e, source=new_id[e.source])
+                                                             for e in t.inputs])
+            for t in transformations if t.id in needed]
 
 
 def check_parallelism(parallelism: Any, where: str) -> None:

@@ -72,7 +72,7 @@ class KeyedStream(DataStream):
         """A ``KeyedProcessFunction``: ``ctx.timer_service()`` registers event-time and
         processing-time timers of the current key (``on_timer`` is called when they fire),
         ``ctx.get_current_key()``, and keyed state from the runtime context in ``open``."""
-        return self._then(KeyedProcessSpec(fn), name, parallelism)
+        return self._then(KeyedProcessSpec(fn), name, parallelism)._declare(output_type)
 
     def window(self, window_assigner: WindowAssigner) -> WindowedStream:
         """The key's records in the windows of ``window_assigner`` (e.g.
@@ -141,24 +141,27 @@ class WindowedStream:
                name: str | None = None, parallelism: int | None = None) -> DataStream:
         """Reduce each window incrementally (``reduce_function(a, b)``); ``window_function``
         (a ``ProcessWindowFunction``/``WindowFunction``) then gets the one result."""
-        return self._add(name, parallelism, reduce_function=reduce_function, window_function=window_function)
+        stream = self._add(name, parallelism, reduce_function=reduce_function, window_function=window_function)
+        same_type = self._stream._env._types.get(self._stream._id)  # a reduce keeps its input's type
+        return stream._declare(output_type if window_function is not None else same_type)
 
     def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None,
                   output_type: Any = None, *, name: str | None = None, parallelism: int | None = None) -> DataStream:
         """Aggregate each window incrementally with an ``AggregateFunction``; ``window_function``
         then gets its result."""
-        return self._add(name, parallelism, aggregate_function=aggregate_function, window_function=window_function)
+        return self._add(name, parallelism, aggregate_function=aggregate_function,
+                         window_function=window_function)._declare(output_type)
 
     def process(self, process_window_function: Any, output_type: Any = None, *, name: str | None = None,
                 parallelism: int | None = None) -> DataStream:
         """A ``ProcessWindowFunction``: ``process(key, context, elements)`` with every element
         of the window (``context.window()``, ``window_state()``, ``global_state()``)."""
-        return self._add(name, parallelism, window_function=process_window_function)
+        return self._add(name, parallelism, window_function=process_window_function)._declare(output_type)
 
     def apply(self, window_function: Any, output_type: Any = None, *, name: str | None = None,
               parallelism: int | None = None) -> DataStream:
         """A ``WindowFunction``: ``apply(key, window, inputs)``."""
-        return self._add(name, parallelism, window_function=window_function)
+        return self._add(name, parallelism, window_function=window_function)._declare(output_type)
 
     def _add(self, name: str | None, parallelism: int | None, **functions: Any) -> DataStream:
         spec = WindowSpec(self._assigner, self._trigger, self._lateness, self._late_tag, all_window=self._all_window,

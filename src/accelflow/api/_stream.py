@@ -13,17 +13,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from accelflow._errors import ConfigError
-from accelflow.connectors import SingleFileSink
+from accelflow.connectors import SingleFileSink, writes_text
 from accelflow.dataflow import (
     CollectSinkSpec, Edge, FileSinkSpec, FilterSpec, FlatMapSpec, MapBatchesSpec, MapSpec, OperatorSpec,
     Partitioning, PrintSinkSpec, ProcessSpec, ResidentMapBatchesSpec, ResidentMapSpec, Sink, SinkToSpec,
-    TimestampsSpec, UnionSpec, UserSinkSpec, in_order,
+    TimestampsSpec, UnionSpec, UserSinkSpec, FlinkText, in_order, is_typed,
 )
 from accelflow.dataflow.eventtime import OutputTag
 from accelflow.config import keys as k
 from accelflow.api._environment import Environment, check_parallelism
 from accelflow.api._names import shown, unique_name
 from accelflow.api._ordered import keep_order
+from accelflow.api._pyflink import CollectedRecords
 from accelflow.scheduling import Amount
 
 if TYPE_CHECKING:
@@ -66,6 +67,20 @@ class DataStream:
     def _resident(self, resident: Any, name: str) -> bool:
         return _check_resident(resident, name, keyed=self._partitioning == "hash")
 
+    def _declare(self, type_info: Any) -> DataStream:
+        """Record PyFlink's declared type of this stream's records (``output_type=``): typed
+        records print as PyFlink's (Java's ``toString``, see ``FlinkText``)."""
+        if type_info is not None:
+            self._env._types[self._id] = type_info
+        return self
+
+    def _as_text(self, sink_name: str) -> DataStream:
+        """This stream, or its records as PyFlink writes them when they have a declared type."""
+        type_info = self._env._types.get(self._id)
+        if not is_typed(type_info):
+            return self
+        return self._then(MapSpec(FlinkText(type_info)), f"{sink_name} (as text)", self.parallelism)
+
     def _view(self, partitioning: Partitioning, key_fn: Any = None, partitioner: Any = None) -> DataStream:
         return DataStream(self._env, self._id, partitioning, key_fn, partitioner=partitioner, side=self._side)
 
@@ -76,12 +91,12 @@ class DataStream:
         ``open(ctx)`` gets keyed state: ``ctx.get_state(ValueStateDescriptor(...))``).
         ``resident=True``: one instance per device, opened once and kept (see :meth:`map_batches`)."""
         spec = (ResidentMapSpec if self._resident(resident, name or "map") else MapSpec)(fn)
-        return self._then(spec, name, parallelism, resources)
+        return self._then(spec, name, parallelism, resources)._declare(output_type)
 
     def flat_map(self, fn: Any, output_type: Any = None, *, name: str | None = None,
                  parallelism: int | None = None, resources: Mapping[str, Amount] | None = None) -> DataStream:
         """Zero or more outputs per record: ``fn(x)`` returns an iterable."""
-        return self._then(FlatMapSpec(fn), name, parallelism, resources)
+        return self._then(FlatMapSpec(fn), name, parallelism, resources)._declare(output_type)
 
     def filter(self, fn: Any, *, name: str | None = None, parallelism: int | None = None,
                resources: Mapping[str, Amount] | None = None) -> DataStream:
@@ -127,7 +142,7 @@ class DataStream:
         """A ``ProcessFunction``: ``process_element(value, ctx)`` yields or returns its outputs,
         ``ctx.timestamp()`` is the record's event time, ``ctx.output(tag, value)`` a side
         output (see :meth:`get_side_output`); timers and state need ``key_by`` first."""
-        return self._then(ProcessSpec(fn), name, parallelism)
+        return self._then(ProcessSpec(fn), name, parallelism)._declare(output_type)
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any, *, name: str | None = None) -> DataStream:
         """Each record's event time from the strategy's timestamp assigner (a Kafka record
@@ -324,7 +339,7 @@ class DataStream:
     # -- sinks ------------------------------------------------------------------------------
     def print(self, *, name: str = "print") -> None:
         """Print every record to stdout (prefixed ``i> `` when parallel, as Flink)."""
-        self._then(PrintSinkSpec(), name, None)
+        self._as_text(name)._then(PrintSinkSpec(), name, None)
 
     def sink_to_file(self, path: str | os.PathLike[str], *, name: str = "file sink",
                      parallelism: int | None = None) -> None:
@@ -339,15 +354,19 @@ class DataStream:
         ``accelflow.connectors.kafka.KafkaSink``, or any :class:`accelflow.Sink`): what it
         writes is published when the checkpoint covering it completes (two-phase commit),
         and at the end of a bounded job."""
-        self._then(SinkToSpec(sink), name or type(sink).__name__, parallelism)
+        stream = self._as_text(name or type(sink).__name__) if writes_text(sink) else self
+        stream._then(SinkToSpec(sink), name or type(sink).__name__, parallelism)
 
     def add_sink(self, sink: Any, *, name: str = "sink", parallelism: int | None = None) -> None:
         """A user sink: a ``SinkFunction`` (``invoke(x)``) or a plain callable."""
         self._then(UserSinkSpec(sink), name, parallelism)
 
-    def execute_and_collect(self, job_name: str = "accelflow job", *, ordered: bool = False) -> list[Any]:
+    def execute_and_collect(self, job_name: str | None = None, limit: int | None = None, *,
+                            ordered: bool = False) -> CollectedRecords:
         """Run the job and return this stream's records, in subtask order: each collecting
-        subtask's records as they reached it, subtask 1's first.
+        subtask's records as they reached it, subtask 1's first. The list is also PyFlink's
+        closeable iterator (``with ds.execute_and_collect() as results:``); ``limit`` keeps the
+        first ``limit`` records (after the job ran to its end: a bounded job).
 
         With ``ordered=True`` they come in the order of the input, as Spark's ``collect()``
         after a ``map``, whatever the parallelism and however ``rebalance`` spread them:
@@ -363,9 +382,12 @@ class DataStream:
             ...     .execute_and_collect(ordered=True)
             [10, 20, 30, 40, 50, 60, 70, 80]
         """
-        return list(self._collect(job_name, ordered).collected)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ConfigError(f"limit must be an integer >= 0, got {shown(limit)}", key="execute_and_collect(limit=)")
+        records = list(self._collect(job_name, ordered).collected)
+        return CollectedRecords(records if limit is None else records[:limit])
 
-    def execute_and_collect_batch(self, job_name: str = "accelflow job", *, ordered: bool = False) -> Any:
+    def execute_and_collect_batch(self, job_name: str | None = None, *, ordered: bool = False) -> Any:
         """Run the job and return this stream's records as one batch, in subtask order (or,
         with ``ordered=True``, in the input's order, see :meth:`execute_and_collect`), as a
         ``map_batches`` function over the whole stream would receive it: one NumPy array
@@ -373,7 +395,7 @@ class DataStream:
         tuple of column arrays for tuples, else a list."""
         return self._collect(job_name, ordered).collected_batch()
 
-    def _collect(self, job_name: str, ordered: bool) -> Any:
+    def _collect(self, job_name: str | None, ordered: bool) -> Any:
         if not isinstance(ordered, bool):
             raise ConfigError(f"ordered must be True or False, got {shown(ordered)}",
                               key="execute_and_collect(ordered=)")

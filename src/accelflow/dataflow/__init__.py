@@ -33,6 +33,9 @@ if TYPE_CHECKING:
         unstamped,
     )
     from accelflow.dataflow._async import AsyncFunction
+    from accelflow.dataflow._row import Row, RowKind
+    from accelflow.dataflow._pyflink_functions import FilterFunction, FlatMapFunction, KeySelector, MapFunction, Partitioner
+    from accelflow.dataflow._type_values import FlinkText, is_typed, typed_value
     from accelflow.dataflow.eventtime import (
         AggregateFunction,
         AggregatingState,
@@ -166,6 +169,15 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._async": (
         "AsyncFunction",
     ),
+    "._row": (
+        "Row", "RowKind",
+    ),
+    "._pyflink_functions": (
+        "FilterFunction", "FlatMapFunction", "KeySelector", "MapFunction", "Partitioner",
+    ),
+    "._type_values": (
+        "FlinkText", "is_typed", "typed_value",
+    ),
     "._positions": (
         "Positions", "in_order", "with_positions",
     ),
@@ -244,8 +256,11 @@ __all__ = [
     "EventTimeSessionWindows",
     "EventTimeTrigger",
     "FileSinkSpec",
+    "FilterFunction",
     "FilterSpec",
+    "FlatMapFunction",
     "FlatMapSpec",
+    "FlinkText",
     "FunctionSpec",
     "GlobalWindow",
     "GlobalWindows",
@@ -253,6 +268,7 @@ __all__ = [
     "JobGraph",
     "JoinCoGroup",
     "JoinFunction",
+    "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedBroadcastProcessSpec",
     "KeyedCoProcessFunction",
@@ -262,6 +278,7 @@ __all__ = [
     "ListState",
     "ListStateDescriptor",
     "MapBatchesSpec",
+    "MapFunction",
     "MapSpec",
     "MapState",
     "MapStateDescriptor",
@@ -269,6 +286,7 @@ __all__ = [
     "NeverTrigger",
     "OperatorSpec",
     "OutputTag",
+    "Partitioner",
     "Partitioning",
     "Positioned",
     "Positions",
@@ -295,6 +313,8 @@ __all__ = [
     "RichMapBatchesFunction",
     "RichMapFunction",
     "RichReduceFunction",
+    "Row",
+    "RowKind",
     "RuntimeContext",
     "SessionWindowTimeGapExtractor",
     "SharedRows",
@@ -343,6 +363,7 @@ __all__ = [
     "group_records",
     "in_order",
     "is_function_class",
+    "is_typed",
     "iter_records",
     "rescale_targets",
     "select",
@@ -350,6 +371,7 @@ __all__ = [
     "strided",
     "timestamps_of",
     "to_batch",
+    "typed_value",
     "unstamped",
     "with_positions",
 ]

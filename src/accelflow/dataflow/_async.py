@@ -14,12 +14,15 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from accelflow.dataflow._functions import RichFunction
 
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
 
-class AsyncFunction(RichFunction, ABC):
+
+class AsyncFunction(RichFunction, ABC, Generic[IN, OUT]):
     """One asynchronous operation per input: :meth:`async_invoke` is a coroutine returning the
     input's outputs as a list; it runs on the subtask's event loop (one thread per subtask),
     up to the operator's capacity at once."""

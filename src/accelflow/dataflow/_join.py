@@ -97,7 +97,7 @@ class JoinCoGroup(CoGroupFunction):
         return [join(a, b) for a in first for b in seconds]
 
 
-class CoGroupWindow(WindowFunction):
+class CoGroupWindow(WindowFunction[Any, Any, Any, Any]):
     """The window function of a co-group (Flink's ``CoGroupWindowFunction``): a window's
     tagged records split by input, handed to the co-group function."""
 

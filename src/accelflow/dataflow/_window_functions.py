@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from accelflow.dataflow._functions import RichFunction
 
@@ -27,6 +27,14 @@ __all__ = [
 ]
 
 
+# PyFlink's type parameters (``ProcessWindowFunction[tuple, tuple, str, TimeWindow]``)
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W = TypeVar("W")
+ACC = TypeVar("ACC")
+
+
 class ReduceFunction(RichFunction, ABC):
     """Combines two values into one of the same type."""
 
@@ -34,7 +42,7 @@ class ReduceFunction(RichFunction, ABC):
     def reduce(self, value1: Any, value2: Any) -> Any: ...
 
 
-class AggregateFunction(RichFunction, ABC):
+class AggregateFunction(RichFunction, ABC, Generic[IN, ACC, OUT]):
     """Incremental aggregation through an accumulator."""
 
     @abstractmethod
@@ -51,21 +59,21 @@ class AggregateFunction(RichFunction, ABC):
         raise NotImplementedError(f"{type(self).__name__}.merge is needed to merge windows (sessions)")
 
 
-class WindowFunction(RichFunction, ABC):
+class WindowFunction(RichFunction, ABC, Generic[IN, OUT, KEY, W]):
     """``apply(key, window, inputs)`` over a whole pane; returns or yields outputs."""
 
     @abstractmethod
     def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class AllWindowFunction(RichFunction, ABC):
+class AllWindowFunction(RichFunction, ABC, Generic[IN, OUT, W]):
     """``apply(window, inputs)`` for ``window_all``."""
 
     @abstractmethod
     def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class _WindowContext(ABC):
+class _WindowContext(ABC, Generic[W]):
     """``window()``, ``current_processing_time()``, ``current_watermark()``,
     ``window_state()``, ``global_state()`` and ``output(tag, value)``."""
 
@@ -88,7 +96,7 @@ class _WindowContext(ABC):
     def output(self, output_tag: Any, value: Any) -> None: ...
 
 
-class ProcessWindowFunction(RichFunction, ABC):
+class ProcessWindowFunction(RichFunction, ABC, Generic[IN, OUT, KEY, W]):
     """``process(key, context, elements)`` with the pane's context; ``clear(context)`` when
     the window is dropped (to clear per-window state)."""
 
@@ -101,7 +109,7 @@ class ProcessWindowFunction(RichFunction, ABC):
         """The window is being dropped: clear what ``context.window_state()`` holds."""
 
 
-class ProcessAllWindowFunction(RichFunction, ABC):
+class ProcessAllWindowFunction(RichFunction, ABC, Generic[IN, OUT, W]):
     """``process(context, elements)`` for ``window_all``."""
 
     Context = _WindowContext
