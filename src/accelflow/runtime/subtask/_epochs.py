@@ -97,7 +97,6 @@ class Epochs:
         for op in runner.ops:
             op.reset()
             op.records_in = op.records_out = 0
-        runner.source_out = 0
         runner.input_watermark = MIN_TIMESTAMP  # the new epoch's inputs start over
         plan = runner.plan
         outputs = tuple(msgspec.structs.replace(edge, addresses=addresses)
