@@ -178,7 +178,8 @@ class _Runner(ChainIO):
         all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
         timeout = self.plan.buffer_timeout_ms
         ctx = RuntimeContext(
-            task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
+            task_name=self.plan.name, operator_name=name,
+            index_of_this_subtask=-1 if desc.standby else desc.key.index, standby=desc.standby,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,

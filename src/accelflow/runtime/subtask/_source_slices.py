@@ -128,7 +128,7 @@ def restored_source(blobs: list[Any], index: int, parallelism: int) -> tuple[lis
         >>> restored_source([[(7, 9)], None], 1, 2)  # an older checkpoint: no count
         ([], 0)
     """
-    states = [s if isinstance(s, dict) else {"splits": s or [], "records": 0} for s in blobs]
+    states: list[dict[str, Any]] = [s if isinstance(s, dict) else {"splits": s or [], "records": 0} for s in blobs]
     remaining = [split for s in states for split in s["splits"]]
     return remaining[index::parallelism], sum(s["records"] for s in states[index::parallelism])
 
