@@ -171,9 +171,9 @@ class AsyncOp(Operator):
         except Exception as exc:
             raise JobError(f"operator {self.node.name!r}: async_invoke({entry.value!r:.80}) raised "
                            f"{type(exc).__name__}: {exc}") from exc
-        called = "async_invoke"
         if isinstance(result, _NotAwaitable):
             raise self._not_awaitable(result.value)
+        called = "async_invoke"
         if result is _TIMED_OUT:
             called, result = "timeout", self._timed_out(entry.value)
         if result is None:
