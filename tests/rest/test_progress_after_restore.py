@@ -10,10 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rest_checkpoint_jobs import Paced
+from rest_checkpoint_jobs import FailWhenLetGo, Paced
 from rest_jobs import discard
 from rest_support import Session, wait_until
-from runtime_jobs import FailFirstAttempt
 
 from accelflow import Environment
 
@@ -34,9 +33,11 @@ def _env(tmp: Path, **extra: Any) -> Environment:
 def test_progress_after_a_rollback_in_place_counts_from_the_checkpoint_and_ends_at_the_total(
         session: Session, tmp_path: Path) -> None:
     env = _env(tmp_path)
-    # subtask 2/2 reads 1500..2999 and fails on 2500 in attempt 0; subtask 1/2 survives
+    gate = tmp_path / "checkpointed"
+    # subtask 2/2 reads 1500..2999 and fails on 2500 in attempt 0, once a checkpoint completed;
+    # subtask 1/2 survives
     env.from_source(Paced(N, chunk=20, delay=0.01), name="numbers") \
-        .map(FailFirstAttempt(2500), name="flaky").add_sink(discard)
+        .map(FailWhenLetGo(2500, str(gate)), name="flaky").add_sink(discard)
     client = env.execute_async("progress after a rollback")
     job = client.job_id
     seen: list[tuple[int, int]] = []  # (failovers, records), sampled while the job runs
@@ -50,6 +51,8 @@ def test_progress_after_a_rollback_in_place_counts_from_the_checkpoint_and_ends_
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
+        wait_until(lambda: session.get(f"/v1/jobs/{job}/checkpoints")["counts"]["completed"] >= 1, "a checkpoint", 60)
+        gate.touch()
         assert client.wait(120).status == "FINISHED"
     finally:
         done.set()
