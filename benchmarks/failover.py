@@ -230,8 +230,8 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float) -> dict[st
     during = sum(n for t, n in survivors if killed <= t <= resumed) / max(resumed - killed, 1e-9)
     out = Counter(int(line) for p in (work / "out").glob("part-*") for line in p.read_text().splitlines())
     opens = [line.split() for line in (work / "opens.log").read_text().splitlines()]
-    # after the kill, by the other indexes (a standby opens with an index past the last)
-    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) not in victims and int(i) < PARALLELISM)
+    # after the kill, by the other indexes (a standby opens with index -1: it has none yet)
+    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) not in victims and 0 <= int(i) < PARALLELISM)
     return {"survivor opens": reopened, "flowing again": resumed - killed,
             "recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
             "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out)}

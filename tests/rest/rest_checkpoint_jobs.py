@@ -5,15 +5,16 @@ source and two-phase-commit sink, and a source that reports a Kafka-style lag.""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 _RUNTIME = str(Path(__file__).resolve().parents[1] / "runtime")
 if _RUNTIME not in sys.path:
     sys.path.insert(0, _RUNTIME)
 
-from runtime_jobs import CommitLog, Paced, published  # noqa: E402
+from runtime_jobs import CommitLog, FailFirstAttempt, Paced, published  # noqa: E402
 
-__all__ = ["CommitLog", "LaggingPaced", "Paced", "double", "published"]
+__all__ = ["CommitLog", "FailWhenLetGo", "LaggingPaced", "Paced", "double", "published"]
 
 
 class LaggingPaced(Paced):
@@ -30,3 +31,19 @@ class LaggingPaced(Paced):
 
 def double(x: int) -> int:
     return 2 * x
+
+
+class FailWhenLetGo(FailFirstAttempt):
+    """:class:`FailFirstAttempt` whose failure on record ``bad`` first waits (up to 60 s) for
+    the file ``gate`` (a test creates it, e.g. once a checkpoint completed)."""
+
+    def __init__(self, bad: int, gate: str) -> None:
+        super().__init__(bad)
+        self.gate = gate
+
+    def map(self, value: int) -> tuple[int, int]:
+        if value == self.bad and self.ctx.attempt_number == 0:
+            deadline = time.monotonic() + 60
+            while not Path(self.gate).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return super().map(value)

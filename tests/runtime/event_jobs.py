@@ -123,6 +123,13 @@ class SlowWithFallback(Slow):
         return [("timed out", value)]
 
 
+class ScalarFallback(Slow):
+    """:class:`Slow` whose ``timeout`` returns a scalar, not a list of outputs."""
+
+    def timeout(self, value: Any) -> Any:
+        return "late"
+
+
 class PacedSource(Source[Any]):
     """``records`` one at a time, ``pause_s`` apart (a slow input), then a pause of ``tail_s``
     before the end."""

@@ -44,7 +44,7 @@ class Model:
     subtask, the first to meet it): ``raise``, ``kill`` (SIGKILL itself) or ``hang``
     (``time.sleep(10**6)``); with ``at2`` it fails so again at that record. ``fail_open``:
     the first ``open()`` of that attempt number raises (a replacement that cannot start), or
-    with ``"standby"`` the first ``open()`` of a standby subtask (its index is past the last).
+    with ``"standby"`` the first ``open()`` of a standby subtask (``ctx.is_standby()``, index -1).
     ``opens_first``: the failure at ``at`` waits (up to 30 s) until that many ``open()`` calls
     happened (e.g. a standby's replacement is open); ``opens_after``: once it failed, each batch
     waits so (e.g. for the next standby): the order does not depend on timing. ``ended_first``:
@@ -62,8 +62,7 @@ class Model:
         time.sleep(self.load_s)
         self.ctx = ctx
         _append(self.dir / "opens.log", f"{os.getpid()} {ctx.index_of_this_subtask} {ctx.attempt_number}")
-        standby = ctx.index_of_this_subtask >= ctx.number_of_parallel_subtasks
-        if (ctx.attempt_number == self.fail_open or (standby and self.fail_open == "standby")) \
+        if (ctx.attempt_number == self.fail_open or (ctx.is_standby() and self.fail_open == "standby")) \
                 and _once(self.dir / "failed-open"):
             raise OSError(f"no model file for attempt {ctx.attempt_number}")
 

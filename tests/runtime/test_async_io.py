@@ -1,16 +1,20 @@
 """Async I/O (``AsyncDataStream``) on the local cluster: ordered and unordered results, the
-capacity bound, timeouts (the function's fallback or a clear error naming the operator), and
-in-flight inputs in checkpoints."""
+capacity bound, timeouts (the function's fallback or a clear error naming the operator), a
+function that is not a coroutine (a config error naming the operator once), and in-flight
+inputs in checkpoints."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from event_jobs import Concurrency, PacedSource, Slow, SlowWithFallback, TimesTen
+from event_jobs import Concurrency, PacedSource, ScalarFallback, Slow, SlowWithFallback, TimesTen
 
-from accelflow import AsyncDataStream, Environment, JobError, Time
+from accelflow import AsyncDataStream, ConfigError, Environment, JobError, Time
 
 
 def test_ordered_wait_keeps_the_input_order_and_unordered_wait_does_not_wait_for_slow_calls() -> None:
@@ -54,3 +58,47 @@ def test_a_plain_coroutine_function_works_too() -> None:
     env = Environment({"parallelism.default": 2})
     stream = AsyncDataStream.ordered_wait(env.from_sequence(1, 5), plus_one, 1000)
     assert sorted(stream.execute_and_collect()) == [2, 3, 4, 5, 6]
+
+
+PLAIN_INVOKE = """\
+from accelflow import AsyncDataStream, AsyncFunction, Environment
+
+
+class Lookup(AsyncFunction):
+    def async_invoke(self, value):  # no "async": returns the outputs, not an awaitable
+        return [value]
+
+
+env = Environment()
+AsyncDataStream.ordered_wait(env.from_elements(7), Lookup(), 1000, name="lookup").print()
+env.execute()
+"""
+
+
+def test_a_non_coroutine_async_invoke_is_a_config_error_naming_the_operator_once(tmp_path: Path) -> None:
+    """``accelflow run``: the user's function raised nothing; the error says what to change."""
+    script = tmp_path / "job.py"
+    script.write_text(PLAIN_INVOKE, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "accelflow", "run", str(script)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2  # a config error's exit status
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("accelflow: config error: subtask ") and first.count("'lookup'") == 1, first
+    assert first.endswith(
+        "failed: operator 'lookup': async_invoke returned list [7], not an awaitable: define it with "
+        "'async def async_invoke(self, value)', or return an awaitable (e.g. loop.run_in_executor(...)); a "
+        "function that returns its outputs at once belongs in map or flat_map, not AsyncDataStream"), first
+    assert "raised" not in done.stderr and "JobError" not in done.stderr
+
+
+def test_a_plain_function_returning_its_outputs_and_a_timeout_returning_a_scalar_are_named_as_such() -> None:
+    env = Environment()
+    AsyncDataStream.ordered_wait(env.from_elements(7), lambda v: [v], 1000, name="lookup").print()
+    with pytest.raises(ConfigError, match=r"failed: operator 'lookup': the async function returned list \[7\], not an "
+                                          r"awaitable: define it with 'async def', or return an awaitable"):
+        env.execute()
+    env = Environment()
+    AsyncDataStream.ordered_wait(env.from_elements(7), ScalarFallback(), 50, name="lookup").print()
+    with pytest.raises(JobError, match=r"failed: operator 'lookup': timeout must return the input's outputs as a list "
+                                       r"\(PyFlink's AsyncFunction\), got str 'late'"):
+        env.execute()

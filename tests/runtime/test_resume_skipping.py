@@ -96,7 +96,7 @@ def test_an_unbounded_source_without_snapshot_split_is_warned_about_and_its_skip
     assert first.stderr.count(WARNING) == 1, first.stderr
     assert "implement FailsAtCheckpoint.snapshot_split(split, records_read, checkpoint_id)" in first.stderr
     monkeypatch.setenv("ACCELFLOW_STATE_DIR", str(tmp_path / "state"))  # the key it was signed with
-    (split,) = cloudpickle.loads(load_checkpoint(str(chk)).operators["numbers"].subtask_states[0])
+    (split,) = cloudpickle.loads(load_checkpoint(str(chk)).operators["numbers"].subtask_states[0])["splits"]
     assert isinstance(split, ResumeSplit) and split.skip > 0
 
     resumed = resume(tmp_path, chk, out)

@@ -41,10 +41,13 @@ class RuntimeContext:
         cancelled: threading.Event | None = None,
         buffer_timeout_s: float = 0.1,
         max_number_of_parallel_subtasks: int = 128,
+        standby: bool = False,
     ) -> None:
         self.task_name = task_name
         #: the operator's own name (``task_name`` is the whole chain, e.g. "map -> sink")
         self.operator_name = operator_name or task_name
+        #: -1 in a standby subtask (``execution.failover.standby-subtasks``) until it takes
+        #: over a failed subtask's index (see :meth:`is_standby`)
         self.index_of_this_subtask = index_of_this_subtask
         self.number_of_parallel_subtasks = number_of_parallel_subtasks
         self.attempt_number = attempt_number
@@ -58,6 +61,7 @@ class RuntimeContext:
         self.max_number_of_parallel_subtasks = max_number_of_parallel_subtasks
         #: the keyed state of the operator on a keyed stream (set by the runtime), else None
         self.keyed_state: Any = None
+        self.standby = standby
 
     # -- PyFlink's getters ------------------------------------------------------------------------
     def get_task_name(self) -> str:
@@ -74,6 +78,26 @@ class RuntimeContext:
 
     def get_attempt_number(self) -> int:
         return self.attempt_number
+
+    def is_standby(self) -> bool:
+        """True while this subtask is a standby (``execution.failover.standby-subtasks``):
+        opened ahead, idle, with no index yet. Its index is then -1; when it takes over a
+        failed subtask, the same context (``open()`` is not called again) reports the index
+        it took and this turns False. A function that picks its shard by index loads it in
+        ``open()`` only when this is False, else on its first record.
+
+        Example:
+            >>> class Shard:
+            ...     def open(self, ctx):
+            ...         self.ctx, self.shard = ctx, None
+            ...         if not ctx.is_standby():  # a standby does not know its index yet
+            ...             self.shard = ctx.index_of_this_subtask
+            ...     def map_batch(self, batch):
+            ...         if self.shard is None:  # a standby that took over
+            ...             self.shard = self.ctx.index_of_this_subtask
+            ...         return batch
+        """
+        return self.standby
 
     # -- keyed state (on a keyed stream: after key_by) ---------------------------------------------
     def _keyed(self) -> Any:
@@ -118,6 +142,6 @@ class RuntimeContext:
     def __repr__(self) -> str:
         return (
             f"RuntimeContext(task_name={self.task_name!r}, "
-            f"subtask={self.index_of_this_subtask}/{self.number_of_parallel_subtasks}, "
+            f"subtask={'standby' if self.standby else self.index_of_this_subtask}/{self.number_of_parallel_subtasks}, "
             f"attempt={self.attempt_number})"
         )

@@ -174,7 +174,7 @@ def test_a_ready_standby_takes_the_failed_subtasks_index(tmp_path: Path) -> None
     [(_, refill)] = cluster.launcher.commands(Deploy)  # only the next standby
     assert refill.descriptor.standby and refill.descriptor.key != standby
     assert cluster.state.subtasks[activation.new_key].recovery == "standby"
-    assert cluster.job.failovers[0].standby == "count -> print (standby)"
+    assert cluster.job.failovers[0].standby == "count -> print (standby 1 of 1)"
 
 
 def test_a_lost_taskexecutor_with_several_subtasks_is_confined_and_each_is_placed_again(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ class Failover:
         self.deployer, self.pump, self.launcher, self.clock = deployer, pump, launcher, clock
         self.budget = budget
         self.repeats = RepeatedFailures(job.id, budget.left, clock)  # a repeating failure is shown once
-        self.pool = StandbyPool(job, state, deployer, launcher)
+        self.pool = StandbyPool(job, state, deployer, launcher, clock)
         #: why the last failure could not be confined (the full restart says so), and what failed
         self.why_full: str | None = None
         self.failure: Failure | None = None

@@ -195,8 +195,12 @@ def subtask_name(chain: Chain, index: int) -> str:
 
 def requester_name(chain: Chain, index: int) -> str:
     """A subtask named after the operator(s) of its chain that requested devices."""
-    asked = " -> ".join(n.name for n in chain.nodes if n.resources) or chain.name
-    return f"{asked} ({index + 1}/{chain.parallelism})"
+    return f"{requester(chain)} ({index + 1}/{chain.parallelism})"
+
+
+def requester(chain: Chain) -> str:
+    """The operator(s) of ``chain`` that requested devices (``"model"``), else its name."""
+    return " -> ".join(n.name for n in chain.nodes if n.resources) or chain.name
 
 
 def progress_of(graph: JobGraph, states: list[SubtaskState]) -> dict[str, Any]:

@@ -183,9 +183,6 @@ def _job(jm: JobManager, job: Job) -> View:
     states = [st for key, st in jm.subtasks.items() if key.job_id == job.id and key.attempt == job.attempt]
     states.sort(key=lambda st: (st.key.chain, st.key.index))
     operators = _operators(job, states)
-    source_out = sum(
-        st.counts[0][1] for st in states if st.counts and job.graph.chains[st.key.chain].head.source is not None
-    )
     end = job.ended_at if job.ended_at is not None else time.time()
     return {
         "id": job.id, "name": job.name, "state": job.state, "attempt": job.attempt,
@@ -193,7 +190,7 @@ def _job(jm: JobManager, job: Job) -> View:
         "submitted_at": job.submitted_at, "ended_at": job.ended_at,
         "duration_s": round(end - job.submitted_at, 3),
         "error": job.error if job.state in JOB_ENDED else None,
-        "progress": {"records": source_out, "total": source_total(job.graph)},
+        "progress": {"records": _records_read(jm, job), "total": source_total(job.graph)},
         "subtasks_by_state": {s: sum(1 for st in states if st.state == s) for s in SUBTASK_STATES},
         "operators": operators,
         "subtasks": [_subtask(job, st) for st in states] if states else _planned(job),
@@ -206,6 +203,27 @@ def _job(jm: JobManager, job: Job) -> View:
         "standby_ready": sum(1 for key, st in jm.subtasks.items() if key.job_id == job.id and st.state == "STANDBY"),
         "standby_missing": dict(job.standby_missing),
     }
+
+
+def _records_read(jm: JobManager, job: Job) -> int:
+    """The records the job's sources have read, as the user sees them: each source subtask's
+    count in the newest attempt it reported in. A restored subtask counts on from its
+    checkpoint's count (``runtime/subtask/_source_slices.py``), and until it reports (a
+    rollback restoring, a replacement in ``open()``) its count before the failure stands, so
+    progress goes back to the checkpoint's count after a failover, never to 0.
+
+    Example: subtask 1/2 read 900 records in attempt 0, rolled back to a checkpoint where it
+    had read 700 and read 100 more in attempt 1 (it reports 800); subtask 2/2 read 500 in
+    attempt 0 and has not reported in attempt 1 yet: 800 + 500 = 1300.
+    """
+    newest: dict[tuple[int, int], tuple[int, int]] = {}  # (chain, index) -> (attempt, records)
+    for key, st in jm.subtasks.items():
+        chain = job.graph.chains[key.chain] if key.job_id == job.id else None
+        if chain is None or chain.head.source is None or not st.counts or key.index >= chain.parallelism:
+            continue  # another job's, not a source, no report yet, or a standby
+        if newest.get((key.chain, key.index), (-1, 0))[0] < key.attempt:
+            newest[(key.chain, key.index)] = (key.attempt, st.counts[0][1])
+    return sum(records for _, records in newest.values())
 
 
 def _failover(record: FailoverRecord) -> View:

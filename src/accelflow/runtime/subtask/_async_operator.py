@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from accelflow._errors import JobError
+from accelflow._errors import ConfigError, JobError
 from accelflow.dataflow import AsyncFunction, AsyncSpec, RuntimeContext, Transformation, iter_records, stamped, \
     timestamps_of
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, to_millis
@@ -115,8 +115,7 @@ class AsyncOp(Operator):
     async def _invoke(self, value: Any) -> Any:
         result = self.call(value)
         if not inspect.isawaitable(result):
-            raise JobError(f"operator {self.node.name!r}: async I/O needs async_invoke to be a coroutine "
-                           f"(async def) or a function returning an awaitable, got {type(result).__name__}")
+            return _NotAwaitable(result)  # not the user's exception: :meth:`_results` says what to change
         try:
             return await asyncio.wait_for(result, self.timeout_s)
         except TimeoutError:
@@ -172,14 +171,28 @@ class AsyncOp(Operator):
         except Exception as exc:
             raise JobError(f"operator {self.node.name!r}: async_invoke({entry.value!r:.80}) raised "
                            f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(result, _NotAwaitable):
+            raise self._not_awaitable(result.value)
+        called = "async_invoke"
         if result is _TIMED_OUT:
-            result = self._timed_out(entry.value)
+            called, result = "timeout", self._timed_out(entry.value)
         if result is None:
             return []
         if not isinstance(result, list | tuple):
-            raise JobError(f"operator {self.node.name!r}: async_invoke must return the input's outputs as a list "
+            raise JobError(f"operator {self.node.name!r}: {called} must return the input's outputs as a list "
                            f"(PyFlink's AsyncFunction), got {type(result).__name__} {result!r:.80}")
         return [(value, entry.timestamp) for value in result]
+
+    def _not_awaitable(self, returned: Any) -> ConfigError:
+        """The error for a function that returned ``returned`` instead of an awaitable: it
+        raised nothing, its definition is what to change."""
+        method = self.call is not self.obj
+        what = "async_invoke" if method else "the async function"
+        how = "'async def async_invoke(self, value)'" if method else "'async def'"
+        return ConfigError(
+            f"{what} returned {type(returned).__name__} {returned!r:.80}, not an awaitable: define it with "
+            f"{how}, or return an awaitable (e.g. loop.run_in_executor(...)); a function that returns its "
+            "outputs at once belongs in map or flat_map, not AsyncDataStream", key=f"operator {self.node.name!r}")
 
     def _timed_out(self, value: Any) -> Any:
         timeout = getattr(self.obj, "timeout", None)
@@ -242,3 +255,12 @@ class AsyncOp(Operator):
 
 #: what a call that ran past the timeout gives
 _TIMED_OUT = object()
+
+
+class _NotAwaitable:
+    """What a call gives whose ``async_invoke`` returned ``value``, not an awaitable."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value

@@ -94,10 +94,12 @@ class Epochs:
         runner.beat.idle()  # until the runner's loop runs again (the handshake may wait long)
         self._close_channels()
         runner.in_flight.clear()
+        for ctx in self.contexts:  # before the sinks open again: they name their output by index
+            ctx.index_of_this_subtask, ctx.attempt_number = order.new_key.index, order.new_key.attempt
+            ctx.standby = False
         for op in runner.ops:
             op.reset()
             op.records_in = op.records_out = 0
-        runner.source_out = 0
         runner.input_watermark = MIN_TIMESTAMP  # the new epoch's inputs start over
         plan = runner.plan
         outputs = tuple(msgspec.structs.replace(edge, addresses=addresses)
@@ -107,8 +109,6 @@ class Epochs:
             runner.desc, key=order.new_key, restored=order.restored, restored_checkpoint=order.checkpoint_id,
             splits=order.splits, listen_address=order.listen_address, expected_senders=order.expected_senders,
             standby=False)
-        for ctx in self.contexts:
-            ctx.index_of_this_subtask, ctx.attempt_number = order.new_key.index, order.new_key.attempt
         runner.last_checkpoint = order.checkpoint_id
         runner.ended = False
         runner.split_read = 0

@@ -73,8 +73,9 @@ class ResidentOp(Operator):
         except OSError as exc:
             raise TransportError(f"operator {self.node.name!r}: cannot reach the device host of "
                                  f"{self.device}: {exc}") from exc
+        index = "standby" if ctx.is_standby() else ctx.index_of_this_subtask + 1
         self.conn.send(Attach(self.fn.key, self.fn.blob, self.node.name, self.options,
-                              f"{ctx.task_name} ({ctx.index_of_this_subtask + 1}/{ctx.number_of_parallel_subtasks})",
+                              f"{ctx.task_name} ({index}/{ctx.number_of_parallel_subtasks})",
                               resource, properties, share.numerator, share.denominator,
                               ctx.taskexecutor_id, _stack_path()))
         reply = self._recv_control()

@@ -36,7 +36,9 @@ from accelflow.runtime.subtask import _async_operator, _event_operators, _reside
 from accelflow.runtime.subtask._operators import Operator, operator_for
 from accelflow.runtime.subtask._partition import Router
 from accelflow.runtime.subtask._resume import read_split
-from accelflow.runtime.subtask._source_slices import Slicer, Unpushed, push_sliced, snapshot
+from accelflow.runtime.subtask._source_slices import (
+    Slicer, Unpushed, push_sliced, restored_source, snapshot, source_state,
+)
 
 _log = logging.getLogger("accelflow.runtime")
 
@@ -97,6 +99,7 @@ class _Runner(ChainIO):
         self.source: Any = None
         self.splits: list[Any] = []  # the source's splits not yet read (the current first)
         self.split_read = 0  # records of the current split read so far
+        self.source_out = 0  # records read by the source (from the restored checkpoint's count)
         #: how many records of a source's chunk to push at once (whole with buffer-timeout -1)
         self.slicer = Slicer(enabled=self.plan.buffer_timeout_ms >= 0)
         #: between two slices of a source's chunk: (the chunk, the first record not pushed)
@@ -156,7 +159,6 @@ class _Runner(ChainIO):
                      for edge in self.plan.outputs], len(self.plan.nodes) - len(self.ops))
         self.status.send(SubtaskRunning(desc.key))
         if head.source is not None:
-            self.source_out = 0
             assert source_ctx is not None
             self._run_source(head.source, source_ctx)
         else:
@@ -176,7 +178,8 @@ class _Runner(ChainIO):
         all_infos = {r: frozenset(d.info() for d in devices) for r, devices in desc.taskexecutor_infos.items()}
         timeout = self.plan.buffer_timeout_ms
         ctx = RuntimeContext(
-            task_name=self.plan.name, operator_name=name, index_of_this_subtask=desc.key.index,
+            task_name=self.plan.name, operator_name=name,
+            index_of_this_subtask=-1 if desc.standby else desc.key.index, standby=desc.standby,
             number_of_parallel_subtasks=desc.parallelism, attempt_number=desc.key.attempt,
             assigned=assigned, taskexecutor_infos=all_infos,
             taskexecutor_id=desc.taskexecutor_id, cancelled=self.cancelled,
@@ -192,10 +195,11 @@ class _Runner(ChainIO):
         index, parallelism = self.desc.key.index, self.desc.parallelism
         head = self.plan.nodes[0]
         self.splits = list(self.desc.splits or [])
+        self.source_out = 0
         if head.source is not None and head.state_name in restored:
             # the splits not yet read when the checkpoint was taken, spread as at the start
-            remaining = [s for blob in restored[head.state_name] for s in (cloudpickle.loads(blob) or [])]
-            self.splits = remaining[index::parallelism]
+            self.splits, self.source_out = restored_source(
+                [cloudpickle.loads(blob) for blob in restored[head.state_name]], index, parallelism)
         for op in self.ops:
             if op.node.state_name in restored:
                 states = [cloudpickle.loads(b) for b in restored[op.node.state_name]]
@@ -209,7 +213,7 @@ class _Runner(ChainIO):
             if rest:
                 rest[0] = snapshot(self.source.snapshot_split(rest[0], self.split_read, checkpoint_id),
                                    self.unpushed)
-            states[self.plan.nodes[0].state_name] = cloudpickle.dumps(rest)
+            states[self.plan.nodes[0].state_name] = cloudpickle.dumps(source_state(rest, self.source_out))
         for op in self.ops:
             state = op.snapshot_state(checkpoint_id)
             if state is not None:
@@ -355,5 +359,5 @@ class _Runner(ChainIO):
     def _counts(self) -> list[tuple[int, int]]:
         counts = [(op.records_in, op.records_out) for op in self.ops]
         if self.plan.nodes[0].source is not None:
-            counts.insert(0, (0, getattr(self, "source_out", 0)))
+            counts.insert(0, (0, self.source_out))
         return counts

@@ -20,11 +20,12 @@ from accelflow.runtime.subtask._operators import MapOp, Operator, join_chunks, r
 @runs(PrintSinkSpec)
 class PrintSink(Operator):
     def open(self, ctx: RuntimeContext) -> None:
-        n = ctx.number_of_parallel_subtasks
-        self.prefix = f"{ctx.index_of_this_subtask + 1}> " if n > 1 else ""
+        self.ctx = ctx  # read per chunk: a standby's index is the one it takes over
 
     def process(self, chunk: Any) -> Any:
-        text = "".join(f"{self.prefix}{r}\n" for r in iter_records(chunk))
+        ctx = self.ctx
+        prefix = f"{ctx.index_of_this_subtask + 1}> " if ctx.number_of_parallel_subtasks > 1 else ""
+        text = "".join(f"{prefix}{r}\n" for r in iter_records(chunk))
         sys.stdout.write(text)
         sys.stdout.flush()
         return []
@@ -118,11 +119,17 @@ class SinkToOp(Operator):
 
     def open(self, ctx: RuntimeContext) -> None:
         self.ctx = ctx
-        self.obj.open(ctx)
+        self.opened = not ctx.is_standby()
+        if self.opened:  # a standby's sink opens when it takes over (``reset``): it names its output by index
+            self.obj.open(ctx)
 
     def process(self, chunk: Any) -> Any:
         self.obj.write(unstamped(chunk))
         return []
+
+    def close(self) -> None:
+        if self.opened:
+            self.obj.close()
 
     def reset(self) -> None:
         """Close the sink (it discards what was not prepared; an exactly-once sink aborts its
@@ -132,8 +139,10 @@ class SinkToOp(Operator):
         it is the one object a rollback in place opens again (as Flink makes a new writer)."""
         self.pending.clear()
         self.restored = []
-        self.obj.close()
+        if self.opened:
+            self.obj.close()
         self.obj.open(self.ctx)
+        self.opened = True
 
     def finish(self) -> Any:
         self.obj.end_of_input()

@@ -101,6 +101,38 @@ def push_sliced(runner: Any, chunk: Any) -> None:
                 return
 
 
+def source_state(splits: list[Any], records: int) -> dict[str, Any]:
+    """A source subtask's checkpointed state: its ``splits`` not read yet (the current one's
+    snapshot first) and the ``records`` it had read until then, from which a restore counts on
+    (the job's progress counts records as the user sees them: a rollback or a resume from a
+    savepoint goes back to the checkpoint's count, never to 0).
+
+    Example:
+        >>> source_state([(40, 100)], 40)
+        {'splits': [(40, 100)], 'records': 40}
+    """
+    return {"splits": splits, "records": records}
+
+
+def restored_source(blobs: list[Any], index: int, parallelism: int) -> tuple[list[Any], int]:
+    """Subtask ``index``'s splits and records read, from every subtask's unpickled
+    :func:`source_state` (a list of splits: a checkpoint taken before the count was kept;
+    None: a subtask without state). The splits not yet read are spread as at the start, and
+    each subtask counts those of the old subtasks it follows (``index::parallelism``), so
+    the counts add up to the checkpoint's at any parallelism.
+
+    Example:
+        >>> old = [source_state([(40, 50)], 40), source_state([], 50)]
+        >>> restored_source(old, 0, 1)
+        ([(40, 50)], 90)
+        >>> restored_source([[(7, 9)], None], 1, 2)  # an older checkpoint: no count
+        ([], 0)
+    """
+    states: list[dict[str, Any]] = [s if isinstance(s, dict) else {"splits": s or [], "records": 0} for s in blobs]
+    remaining = [split for s in states for split in s["splits"]]
+    return remaining[index::parallelism], sum(s["records"] for s in states[index::parallelism])
+
+
 def snapshot(split: Any, unpushed: tuple[Any, int] | None) -> Any:
     """The split's snapshot with the current chunk's records not yet pushed, if any."""
     if unpushed is None:
