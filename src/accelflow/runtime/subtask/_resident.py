@@ -26,7 +26,7 @@ from collections import deque
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from accelflow._errors import ConfigError, JobError, TransportError, decode_error
+from accelflow._errors import AccelflowError, ConfigError, JobError, TransportError, decode_error
 from accelflow.dataflow import (
     Columns, MapBatchesSpec, Positioned, ResidentFunction, ResidentMapBatchesSpec, ResidentMapSpec,
     RuntimeContext, Transformation,
@@ -108,7 +108,7 @@ class ResidentOp(Operator):
             raise decode_error(reply.error)
         return reply
 
-    def _host_gone(self) -> Exception:
+    def _host_gone(self) -> AccelflowError:
         """The error for the host's connection closing: how the host ended, as its TaskExecutor
         (its parent) saw it."""
         context = f"operator {self.node.name!r}"
