@@ -21,7 +21,7 @@ class FailOnceAfterACheckpoint:
     """A ``map_batches`` function that passes its batches on, and fails once (in any process:
     the marker file ``<dir>/failed`` is created once) at the first batch that holds a record
     ``>= at`` while a checkpoint under ``<dir>/checkpoints`` is complete: ``how`` is ``raise``
-    or ``kill`` (SIGKILL its own process). Failing only after a checkpoint makes the restored
+    or ``kill`` (SIGKILL its own process, whose pid the marker holds). Failing only after a checkpoint makes the restored
     attempt continue from it (not from the start)."""
 
     def __init__(self, directory: str | Path, at: int, how: str = "raise") -> None:
@@ -38,7 +38,9 @@ class FailOnceAfterACheckpoint:
 
 def _once(marker: Path) -> bool:
     try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return False
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
     return True

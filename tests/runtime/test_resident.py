@@ -5,6 +5,7 @@ each batch (with the process that ran it) to a file."""
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from failover_jobs import Counted
+from sink_file_jobs import FailOnceAfterACheckpoint
 from warm_jobs import FailFirstAttempt, Leaky, Model, SmallChunks, install_fake_cupy, lines
 
 from accelflow import AllocationError, ConfigError, Environment, JobError
@@ -94,6 +97,31 @@ def _restart_reuses(gpus: dict[str, Any], tmp_path: Path, extra: dict[str, Any])
     assert sorted(out.execute_and_collect()) == [10 * x for x in range(100)]
     assert [a[2] for a in lines(log, "attempt")] == ["0", "1"]
     assert len(lines(log, "open")) == 1  # attempt 1 found it open
+
+
+def test_a_sigkilled_device_host_fails_its_subtask_at_once_naming_the_host(
+        gpus: dict[str, Any], tmp_path: Path) -> None:
+    """The model SIGKILLs its own process, the device host, in a batch its subtask waits for:
+    the subtask fails at once with an error naming the host, its pid, its device and the signal
+    (it used to take the closed connection for a broken data channel and wait 60 s for a
+    rollback), and the restarted subtask opens the model in a new host and goes on."""
+    env = Environment({**gpus, "execution.checkpointing.interval": "100 ms",
+                       "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+                       "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"})
+    (env.from_source(Counted(2000, chunk=16, delay=0.005), name="numbers")
+        .map_batches(FailOnceAfterACheckpoint(tmp_path, at=600, how="kill"), batch_size=16, name="model",
+                     resident=True, resources={"gpu": 0.5})
+        .sink_to_file(tmp_path / "out.txt"))
+    client = env.execute_async("host killed")
+    result = client.wait(40)  # the failover waited 60 s before the fix
+    host = int((tmp_path / "failed").read_text())
+    [failover] = client.jobmanager.jobs[result.job_id].failovers
+    assert result.attempts == 2 and failover.failed == ["model -> file sink (1/1)"], failover
+    assert re.fullmatch(
+        rf"subtask model -> file sink \(1/1\) on taskexecutor-1 failed: operator 'model': the device host of "
+        rf"gpu \d \(pid {host}\) was killed by signal 9 \(SIGKILL\); its resident instances are gone \(the "
+        r"restarted subtasks open them again in a new host\)", failover.cause), failover.cause
+    assert sorted(int(x) for x in (tmp_path / "out.txt").read_text().split()) == list(range(2000))
 
 
 def test_ordered_collect_keeps_positions_through_the_host(gpus: dict[str, Any], tmp_path: Path) -> None:

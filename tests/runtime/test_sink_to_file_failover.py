@@ -186,7 +186,6 @@ def test_a_hardware_xid_under_a_sink_subtask_keeps_what_the_checkpoint_names(
     assert _lines(tmp_path / "out" / "out.txt") == list(range(N))
 
 
-@pytest.mark.slow  # the subtask notices its host's death about 60 s later (not this test's subject)
 def test_a_sigkilled_device_host_of_a_resident_model_loses_nothing(
         gpu_conf: dict[str, Any], tmp_path: Path) -> None:
     """The review's ``share.py good``: the device host running a resident model dies (here the

@@ -162,10 +162,13 @@ class HostReport(_Message, frozen=True):
 
 
 class HostRequest(_Message, frozen=True):
-    """A subtask asks its TaskExecutor for the device host of one of its devices."""
+    """A subtask asks its TaskExecutor for the device host of one of its devices; ``gone``:
+    the address of that device's host whose connection closed: the answer is how it ended (a
+    :class:`HostFailed` naming the host, its pid and its exit code or signal)."""
 
     resource: str
     properties: dict[str, str]
+    gone: str | None = None
 
 
 class HostAddress(_Message, frozen=True):

@@ -10,6 +10,12 @@ device together, up to ``batch_size`` records a batch, and sends each request's 
 in order. At most :data:`WINDOW` requests are in flight: a subtask with more asks the host to
 run what it holds (``flush``) and waits for the oldest. A checkpoint barrier and the end of the
 input flush and wait for every request (the checkpoint holds no records in flight).
+
+Where the host's connection closes (the host died: its resident instances are gone), the
+subtask asks its TaskExecutor how the host ended and fails at once with a
+:class:`~accelflow.JobError` naming the host, its pid, its device and its exit code or signal
+(not a ``TransportError``, which a subtask takes for a broken data channel and waits for its
+rollback on).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections import deque
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from accelflow._errors import ConfigError, TransportError, decode_error
+from accelflow._errors import AccelflowError, ConfigError, JobError, TransportError, decode_error
 from accelflow.dataflow import (
     Columns, MapBatchesSpec, Positioned, ResidentFunction, ResidentMapBatchesSpec, ResidentMapSpec,
     RuntimeContext, Transformation,
@@ -61,6 +67,8 @@ class ResidentOp(Operator):
         self.outputs: list[Any] = []  # received, not handed on yet
         self.poll_s, self.next_poll = _POLL_FIRST_S, 0.0
         self.device = ""
+        #: where the host of our device is, as :func:`_ask_broker` needs it
+        self.host: tuple[str, dict[str, str], str] | None = None
 
     def open(self, ctx: RuntimeContext) -> None:
         resource, shares = self._device(ctx)
@@ -68,6 +76,7 @@ class ResidentOp(Operator):
         self.device = f"{resource} {info.address}"
         properties = info_properties(info)
         address = _host_address(resource, properties, self.node.name)
+        self.host = (resource, properties, address)
         try:
             self.conn = Client(address, "AF_UNIX", authkey=_hosts_key())
         except OSError as exc:
@@ -100,9 +109,19 @@ class ResidentOp(Operator):
             raise decode_error(reply.error)
         return reply
 
-    def _host_gone(self) -> TransportError:
-        return TransportError(f"operator {self.node.name!r}: the device host of {self.device} went away "
-                              "(it died, or its TaskExecutor stopped); its resident instances are gone")
+    def _host_gone(self) -> AccelflowError:
+        """The error for the host's connection closing: how the host ended, as its TaskExecutor
+        (its parent) saw it."""
+        context = f"operator {self.node.name!r}"
+        assert self.host is not None
+        resource, properties, address = self.host
+        try:
+            reply = _ask_broker(HostRequest(resource, properties, gone=address))
+        except (OSError, EOFError) as exc:
+            return JobError(f"{context}: the device host of {self.device} went away, and its TaskExecutor "
+                            f"is unreachable ({exc}); its resident instances are gone")
+        assert isinstance(reply, HostFailed), reply
+        return decode_error(reply.error, context=context)
 
     # -- records -------------------------------------------------------------------------------
     def process(self, chunk: Any) -> Any:
@@ -204,16 +223,20 @@ def _hosts_key() -> bytes:
     return bytes.fromhex(os.environ.get(HOSTS_KEY_ENV_VAR, ""))
 
 
+def _ask_broker(request: HostRequest) -> Any:
+    """``request``'s answer from this subtask's TaskExecutor (``$ACCELFLOW_DEVICE_HOSTS``)."""
+    with Client(os.environ.get(HOSTS_ENV_VAR, ""), "AF_UNIX", authkey=_hosts_key()) as conn:
+        conn.send(request)
+        return conn.recv()
+
+
 def _host_address(resource: str, properties: dict[str, str], operator: str) -> str:
     """The device host of the device ``properties``, from this subtask's TaskExecutor."""
-    broker = os.environ.get(HOSTS_ENV_VAR)
-    if not broker:
+    if not os.environ.get(HOSTS_ENV_VAR):
         raise ConfigError("resident=True needs a TaskExecutor that keeps device hosts (a local, "
                           "session or Ray cluster of this accelflow version)", key=f"operator {operator!r}")
     try:
-        with Client(broker, "AF_UNIX", authkey=_hosts_key()) as conn:
-            conn.send(HostRequest(resource, properties))
-            reply = conn.recv()
+        reply = _ask_broker(HostRequest(resource, properties))
     except (OSError, EOFError) as exc:
         raise TransportError(f"operator {operator!r}: its TaskExecutor's device hosts are unreachable: {exc}") from exc
     if isinstance(reply, HostFailed):

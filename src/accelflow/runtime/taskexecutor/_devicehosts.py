@@ -7,7 +7,9 @@ A subtask's resident operator asks this TaskExecutor's broker (a Unix socket nam
 environment, ``$ACCELFLOW_DEVICE_HOSTS``) for the host of its device; the broker starts one
 if there is none or the last one died (its resident instances died with it: the subtasks
 using them fail and restart, and the restarted ones open a fresh instance), waits until it
-is ready and answers with its address. Each host is spawned, never forked, with its device's
+is ready and answers with its address. A subtask whose host's connection closes asks again
+with ``HostRequest.gone``: the broker answers how that host ended (:meth:`DeviceHosts.exit_of`),
+which the subtask fails with at once. Each host is spawned, never forked, with its device's
 isolation environment, and reports what is resident on its control socket, which the
 TaskExecutor's loop reads (:meth:`DeviceHosts.controls`, :meth:`DeviceHosts.event`).
 """
@@ -18,9 +20,11 @@ import itertools
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
+from collections import deque
 from collections.abc import Callable
 from multiprocessing import util
 from multiprocessing.connection import Connection
@@ -39,12 +43,27 @@ _log = logging.getLogger("accelflow.runtime")
 HOST_MODULE = (__package__ or "").rsplit(".", 1)[0] + ".devicehost"
 #: how long a device host may take to import its framework and make its CUDA context
 READY_TIMEOUT_S = 300.0
+#: how long the broker waits for a host whose connections closed to exit (it is dying)
+EXIT_WAIT_S = 5.0
+#: how many ended hosts the broker remembers, to say how they ended
+_GONE_KEPT = 16
 T = TypeVar("T")
 
 
 class _Host:
-    def __init__(self, popen: subprocess.Popen[bytes], control: Connection, ready: HostReady) -> None:
+    def __init__(self, device: Device, popen: subprocess.Popen[bytes], control: Connection, ready: HostReady) -> None:
         self.popen, self.control, self.ready = popen, control, ready
+        self.name = f"the device host of {device[0]} {device[1]} (pid {ready.pid})"
+
+    def ended(self) -> str:
+        """How it ended, e.g. ``was killed by signal 9 (SIGKILL)``, once it has."""
+        code = self.popen.returncode
+        if code is None or code >= 0:
+            return f"exited with code {code}"
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {-code}"
 
     def stop(self, grace: float = 2.0) -> None:
         """Closing its control socket ends it (its instances' ``close()`` run); then make sure."""
@@ -75,6 +94,7 @@ class DeviceHosts:
         self.names = itertools.count()
         self.address = os.path.join(self.dir, f"dh-{os.getpid()}.sock")
         self.hosts: dict[Device, _Host] = {}
+        self.gone: deque[_Host] = deque(maxlen=_GONE_KEPT)  # ended, latest last
         self.reports: dict[Device, tuple[ResidentInstance, ...]] = {}
         self.starting: dict[Device, threading.Event] = {}
         self.lock = threading.Lock()
@@ -94,6 +114,8 @@ class DeviceHosts:
             request = conn.recv()
             assert isinstance(request, HostRequest), request
             try:
+                if request.gone is not None:
+                    raise self.exit_of(request.gone)
                 address = self._host_of((request.resource, ExternalResourceInfo(request.properties).address))
             except Exception as exc:
                 conn.send(HostFailed(encode_error(exc)))
@@ -103,6 +125,23 @@ class DeviceHosts:
             pass  # the subtask went away
         finally:
             conn.close()
+
+    def exit_of(self, address: str) -> JobError:
+        """The error of a subtask whose connection to the host at ``address`` closed: which host
+        it was and how it ended (waiting :data:`EXIT_WAIT_S` for it to exit).
+
+        Example: ``the device host of gpu 2 (pid 4242) was killed by signal 9 (SIGKILL); its
+        resident instances are gone (the restarted subtasks open them again in a new host)``."""
+        with self.lock:
+            host = next((h for h in [*self.hosts.values(), *self.gone] if h.ready.address == address), None)
+        if host is None:
+            return JobError(f"the device host at {address} went away (its TaskExecutor does not know it)")
+        try:
+            host.popen.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return JobError(f"{host.name} closed the subtask's connection but still runs; see its output above")
+        return JobError(f"{host.name} {host.ended()}; its resident instances are gone (the restarted "
+                        "subtasks open them again in a new host)")
 
     def _host_of(self, device: Device) -> str:
         """The address of ``device``'s host, started first where there is none (one start at
@@ -160,7 +199,7 @@ class DeviceHosts:
                            "see its output above") from None
         assert isinstance(ready, HostReady), ready
         _log.info("device host of %s %s started (pid %d): %s", resource, address, ready.pid, ready.note)
-        return _Host(popen, control, ready)
+        return _Host(device, popen, control, ready)
 
     # -- on the TaskExecutor's loop ----------------------------------------------------------
     def controls(self) -> list[Connection]:
@@ -180,10 +219,11 @@ class DeviceHosts:
         except (EOFError, OSError):
             with self.lock:
                 host = self.hosts.pop(device)
+                self.gone.append(host)
             self.reports.pop(device, None)
             host.stop(0)
-            _log.warning("the device host of %s %s exited (code %s): its resident instances are gone; the "
-                         "next subtask that needs one starts a new host", *device, host.popen.returncode)
+            _log.warning("%s %s: its resident instances are gone; the next subtask that needs one starts a "
+                         "new host", host.name, host.ended())
         return True
 
     def resident(self) -> tuple[ResidentInstance, ...]:
