@@ -152,8 +152,7 @@ class _Runner(ChainIO):
 
     def _run_epoch(self, source_ctx: RuntimeContext | None) -> None:
         desc, head = self.desc, self.plan.nodes[0]
-        self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
-                     for edge in self.plan.outputs], len(self.plan.nodes) - len(self.ops))
+        self._route(self._connect_outputs(), len(self.plan.nodes) - len(self.ops))
         self.status.send(SubtaskRunning(desc.key))
         if head.source is not None:
             self.source_out = 0
@@ -164,6 +163,21 @@ class _Runner(ChainIO):
             self.in_flight.run()
         self._finish()
         self._final_checkpoint()
+
+    def _connect_outputs(self) -> list[Router]:
+        """Connect to the downstream subtasks, taking commands while one is not listening:
+        a :class:`Rollback` meanwhile (that subtask failed, e.g. at once in ``open()``) ends
+        the wait, with no channel left open, instead of the connect's timeout."""
+        desc, routers = self.desc, []
+        try:
+            for edge in self.plan.outputs:
+                routers.append(Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism,
+                                      meanwhile=self._control))
+        except BaseException:
+            for conn in (conn for router in routers for conn in router.conns):
+                conn.close()
+            raise
+        return routers
 
     def _context(self, node: Any) -> RuntimeContext:
         name = node.name
