@@ -44,3 +44,5 @@ def connect_unix(address: str, authkey: bytes, meanwhile: Callable[[], None] | N
                 meanwhile()
             time.sleep(delay)
             delay = min(delay * 2, 0.01)  # a late listener costs at most 10 ms more
+        except (EOFError, ConnectionResetError, BrokenPipeError):  # it ended before it accepted
+            raise TransportError(f"downstream subtask at {address} closed its data channel") from None
