@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 
 from accelflow._errors import TransportError
@@ -27,8 +28,10 @@ def channel_path(address: str) -> str:
     return address
 
 
-def connect_unix(address: str, authkey: bytes) -> Connection:
-    """Connect to a Unix-socket listener, waiting up to :data:`CONNECT_TIMEOUT_S` for it."""
+def connect_unix(address: str, authkey: bytes, meanwhile: Callable[[], None] | None = None) -> Connection:
+    """Connect to a Unix-socket listener, waiting up to :data:`CONNECT_TIMEOUT_S` for it;
+    ``meanwhile`` runs between two tries (a subtask takes its commands there: a rollback in
+    place ends the wait for a subtask that failed before it listened, or after)."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     delay = 0.001
     while True:
@@ -37,5 +40,9 @@ def connect_unix(address: str, authkey: bytes) -> Connection:
         except (FileNotFoundError, ConnectionRefusedError):
             if time.monotonic() > deadline:
                 raise TransportError(f"downstream subtask at {address} never came up") from None
+            if meanwhile is not None:
+                meanwhile()
             time.sleep(delay)
             delay = min(delay * 2, 0.01)  # a late listener costs at most 10 ms more
+        except (EOFError, ConnectionResetError, BrokenPipeError):  # it ended before it accepted
+            raise TransportError(f"downstream subtask at {address} closed its data channel") from None

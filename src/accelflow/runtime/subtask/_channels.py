@@ -4,6 +4,7 @@ TaskExecutor's relay (the Ray target), with the same ``send``/``close`` interfac
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
@@ -18,15 +19,17 @@ def listen(address: str, authkey: bytes) -> Listener:
     return Listener(channel_path(address), "AF_UNIX", authkey=authkey)
 
 
-def connect(address: str, authkey: bytes, sender: Any = None) -> ShmSender | RelayedChannel:
+def connect(address: str, authkey: bytes, sender: Any = None,
+            meanwhile: Callable[[], None] | None = None) -> ShmSender | RelayedChannel:
     """A channel to the subtask listening at ``address``: direct, with array batches in a
     shared-memory ring (:mod:`._shm`); for a relay address, to the TaskExecutor's relay, told
     first which channel the chunks are for and who sends them (the sender's ``SubtaskKey``,
-    which a relay failure is reported against)."""
+    which a relay failure is reported against). ``meanwhile`` runs while it waits for the
+    listener (the runner's commands: a :class:`Rollback` ends the wait, see ``connect_unix``)."""
     if not address.startswith(RELAY_PREFIX):
-        return ShmSender(connect_unix(address, authkey))
+        return ShmSender(connect_unix(address, authkey, meanwhile))
     name = address[len(RELAY_PREFIX):]
-    conn = connect_unix(os.path.join(os.environ[RELAY_DIR_ENV_VAR], RELAY_SOCKET), authkey)
+    conn = connect_unix(os.path.join(os.environ[RELAY_DIR_ENV_VAR], RELAY_SOCKET), authkey, meanwhile)
     conn.send(OpenChannel(name, sender))
     return RelayedChannel(conn, name)
 

@@ -6,7 +6,8 @@ An *epoch* is one run of the job's data flow between two rollbacks; its data cha
 addresses of their own (the attempt number is in them), so nothing of an aborted epoch reaches
 the next. The JobManager starts an epoch by sending every survivor a :class:`Rollback`; the
 subtask's runner raises :class:`RollingBack` wherever it gets one (between two chunks, waiting
-for input, waiting for the final checkpoint) and hands it to :meth:`Epochs.roll_back` once the
+for input, waiting for the final checkpoint, connecting its channels: a subtask that failed in
+``open()`` may never listen, or accept) and hands it to :meth:`Epochs.roll_back` once the
 stack is unwound (so the source's reading generator is closed). A data channel that breaks
 (the failed subtask's) makes a survivor wait for its rollback (:meth:`Epochs.await_rollback`)
 instead of failing, when the job rolls back in place.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections.abc import Callable
 from typing import Any
 
 from accelflow._errors import JobError
@@ -61,7 +62,7 @@ class Router:
     """
 
     def __init__(self, edge: OutputEdge, index: int, authkey: bytes, sender: Any = None,
-                 parallelism: int = 1) -> None:
+                 parallelism: int = 1, meanwhile: Callable[[], None] | None = None) -> None:
         self.edge = edge
         addresses = edge.addresses
         if edge.partitioning == "forward":
@@ -70,7 +71,14 @@ class Router:
             targets = [addresses[i] for i in rescale_targets(index, parallelism, len(addresses))]
         else:
             targets = list(addresses)
-        self.conns: list[ShmSender | RelayedChannel] = [connect(a, authkey, sender) for a in targets]
+        self.conns: list[ShmSender | RelayedChannel] = []
+        try:
+            for address in targets:
+                self.conns.append(connect(address, authkey, sender, meanwhile))
+        except BaseException:  # e.g. a rollback arrived meanwhile: no channel of it stays open
+            for conn in self.conns:
+                conn.close()
+            raise
         hello = InputChannel(edge.input_index)
         for conn in self.conns:
             conn.send(hello)

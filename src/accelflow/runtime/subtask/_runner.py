@@ -155,8 +155,7 @@ class _Runner(ChainIO):
 
     def _run_epoch(self, source_ctx: RuntimeContext | None) -> None:
         desc, head = self.desc, self.plan.nodes[0]
-        self._route([Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism)
-                     for edge in self.plan.outputs], len(self.plan.nodes) - len(self.ops))
+        self._route(self._connect_outputs(), len(self.plan.nodes) - len(self.ops))
         self.status.send(SubtaskRunning(desc.key))
         if head.source is not None:
             assert source_ctx is not None
@@ -166,6 +165,41 @@ class _Runner(ChainIO):
             self.in_flight.run()
         self._finish()
         self._final_checkpoint()
+
+    def _connect_outputs(self) -> list[Router]:
+        """Connect to the downstream subtasks, taking commands while one is not listening:
+        a :class:`Rollback` meanwhile (that subtask failed, e.g. at once in ``open()``) ends
+        the wait, with no channel left open, instead of the connect's timeout."""
+        desc, routers = self.desc, []
+        try:
+            with self.beat.waiting():  # on the downstream subtasks, not busy
+                for edge in self.plan.outputs:
+                    routers.append(Router(edge, desc.key.index, desc.authkey, desc.key, desc.parallelism,
+                                          meanwhile=self._commands))
+        except BaseException:
+            for conn in (conn for router in routers for conn in router.conns):
+                conn.close()
+            raise
+        return routers
+
+    def _accept_inputs(self, listener: Listener) -> list[Connection]:
+        """Accept the upstream subtasks' channels, taking commands meanwhile: a
+        :class:`Rollback` (an upstream subtask failed before it connected, e.g. in ``open()``)
+        ends the wait, with no channel left open."""
+        sock = listener._listener._socket  # type: ignore[attr-defined]  # readable: one to accept
+        conns: list[Connection] = []
+        try:
+            while len(conns) < self.desc.expected_senders:
+                ready = self.beat.wait([sock, self.status], None)
+                if self.status in ready:
+                    self._commands()
+                if sock in ready:
+                    conns.append(listener.accept())
+        except BaseException:
+            for conn in conns:
+                conn.close()
+            raise
+        return conns
 
     def _context(self, node: Any) -> RuntimeContext:
         name = node.name
@@ -237,6 +271,10 @@ class _Runner(ChainIO):
         """Handle the JobManager's checkpoint commands that have arrived (never blocks; a
         ``select.poll`` made once costs a microsecond, ``Connection.poll`` a selector each call)."""
         self.beat.tick()
+        self._commands()
+
+    def _commands(self) -> None:
+        """:meth:`_control`, busy or not as before (e.g. while waiting for another subtask)."""
         while self.commands.poll(0):
             self._command(self.status.recv())
 
@@ -307,7 +345,7 @@ class _Runner(ChainIO):
             self.split_read = 0
 
     def _run_inputs(self, listener: Listener | None) -> None:
-        gate = InputGate([listener.accept() for _ in range(self.desc.expected_senders)] if listener else [])
+        gate = InputGate(self._accept_inputs(listener) if listener else [])
         self.in_flight.gate = gate
         wakers = [w for op in self.ops if (w := op.waker()) is not None]
         try:
