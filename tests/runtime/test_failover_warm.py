@@ -5,18 +5,16 @@ Fake GPUs and a fake CuPy, real processes."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from failover_jobs import Counted, Model, opens, published
 from warm_jobs import Model as ResidentModel
-from warm_jobs import install_fake_cupy, lines
+from warm_jobs import use_fake_gpus_with_cupy, lines
 
 from accelflow import Environment
 from accelflow.connectors.files import FileSink
-from accelflow.testing import use_fake_nvidia_smi
 
 N = 600
 
@@ -25,11 +23,7 @@ N = 600
 def gpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs, a fake CuPy and the warm marker module importable
     by every process; checkpoints every 100 ms, hangs found after 1 s."""
-    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 2)
-    site = install_fake_cupy(tmp_path / "site")
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
-    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
     monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
     monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "cupy.log"))
     (tmp_path / "device").mkdir()

@@ -6,7 +6,6 @@ each batch (with the process that ran it) to a file."""
 from __future__ import annotations
 
 import re
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,20 +15,16 @@ import numpy as np
 import pytest
 from failover_jobs import Counted
 from sink_file_jobs import FailOnceAfterACheckpoint
-from warm_jobs import FailFirstAttempt, Leaky, Model, SmallChunks, install_fake_cupy, lines
+from warm_jobs import FailFirstAttempt, Leaky, Model, SmallChunks, use_fake_gpus_with_cupy, lines
 
 from accelflow import AllocationError, ConfigError, Environment, JobError
-from accelflow.testing import FakeGPU, use_fake_nvidia_smi
+from accelflow.testing import FakeGPU
 
 
 @pytest.fixture
 def gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs of 64 MiB (and a fake CuPy with as much), 4 slots."""
-    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", [FakeGPU(index=i, memory_total=64) for i in range(2)])
-    site = install_fake_cupy(tmp_path / "site")
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
-    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, [FakeGPU(index=i, memory_total=64) for i in range(2)])
     (tmp_path / "device").mkdir()
     monkeypatch.setenv("FAKE_CUPY_DEVICE", str(tmp_path / "device"))
     monkeypatch.setenv("FAKE_CUPY_MEMORY", str(64 << 20))

@@ -4,27 +4,20 @@ initialised (a fake CuPy here) and ``warm.preload`` imported; fake GPUs, real pr
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from warm_jobs import WhereAmI, install_fake_cupy, lines
+from warm_jobs import WhereAmI, use_fake_gpus_with_cupy, lines
 
 from accelflow import ConfigError, Environment
-from accelflow.testing import use_fake_nvidia_smi
 
 
 @pytest.fixture
 def warm_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs, a fake CuPy and the marker module importable by
     every process, a restart after the first failure."""
-    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 2)
-    site = install_fake_cupy(tmp_path / "site")
-    here = Path(__file__).parent
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{here}")
-    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
     monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
     monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "cupy.log"))
     return {

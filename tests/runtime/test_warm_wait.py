@@ -13,17 +13,15 @@ The TaskExecutor's trace (``$ACCELFLOW_STARTUP_TRACE``) says how each subtask st
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from warm_jobs import WhereAmI, install_fake_cupy, lines
+from warm_jobs import WhereAmI, use_fake_gpus_with_cupy, lines
 
 from accelflow import Environment, JobCancelledError
-from accelflow.testing import use_fake_nvidia_smi
 
 #: the trace line of the TaskExecutor's choice for attempt 1's GPU subtask (wait or fork),
 #: which ends the warm process's import (``slow_marker``)
@@ -32,11 +30,7 @@ ATTEMPT_1_DEPLOYED = r"subtask (waits for warm|forked) .*attempt=1, chain=1,"
 
 @pytest.fixture
 def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    use_fake_nvidia_smi(monkeypatch, tmp_path / "bin", 1)
-    site = install_fake_cupy(tmp_path / "site")
-    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
-    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
-    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     monkeypatch.setenv("SLOW_MARKER_LOG", str(tmp_path / "slow.log"))
     monkeypatch.setenv("ACCELFLOW_STARTUP_TRACE", str(tmp_path / "trace.log"))
     monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\t{ATTEMPT_1_DEPLOYED}")

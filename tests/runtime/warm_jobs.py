@@ -9,6 +9,7 @@ one batch.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,15 @@ def install_fake_cupy(directory: Path) -> Path:
     (directory / "cupy").mkdir(parents=True, exist_ok=True)
     (directory / "cupy" / "__init__.py").write_text(FAKE_CUPY, encoding="utf-8")
     return directory
+
+
+def use_fake_gpus_with_cupy(monkeypatch: Any, tmp: Path, gpus: Any) -> None:
+    """Fake GPUs (``gpus``: a count or ``FakeGPU``s) and the fake CuPy for every process of a
+    test's cluster, with this folder's modules importable (``monkeypatch``: pytest's)."""
+    from accelflow.testing import use_fake_nvidia_smi
+
+    use_fake_nvidia_smi(monkeypatch, tmp / "bin", gpus)
+    site = install_fake_cupy(tmp / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
+    monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
