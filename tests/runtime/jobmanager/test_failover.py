@@ -20,6 +20,7 @@ from accelflow.runtime import (
 from accelflow.runtime.jobmanager import Job
 from accelflow.runtime.jobmanager._checkpoint_store import CheckpointStore
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator
+from accelflow.runtime.jobmanager._collected import CollectedResults
 from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer
 from accelflow.runtime.jobmanager._events import EventPump
 from accelflow.runtime.jobmanager._failover import (
@@ -53,7 +54,7 @@ class Cluster:
                                  self.launcher, self.clock, RestartBudget(restarts))
         self.keys = self.deployer.deploy(self.job)
         self.coordinator.start_attempt(self.keys)
-        self.attempt = Attempt(self.keys)
+        self.attempt = Attempt(self.keys, CollectedResults())
         self.launcher.sent.clear()
 
     def key(self, chain: int, index: int) -> SubtaskKey:

@@ -41,6 +41,7 @@ from accelflow.runtime import (
     Clock, Rollback, SubtaskExited, SubtaskFailed, SubtaskFinished, SubtaskKey,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator
+from accelflow.runtime.jobmanager._collected import CollectedResults
 from accelflow.runtime.jobmanager._deployment import EXIT_WAIT_S, Deployer, devices_of
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, TaskExecutorDied
 from accelflow.runtime.jobmanager._job_sinks import FinalAcks
@@ -84,13 +85,15 @@ class Failure:
 class Attempt:
     """What one attempt (one epoch of the job's data flow) has heard so far."""
 
-    def __init__(self, keys: list[SubtaskKey], *, recovery: FailoverRecord | None = None,
+    def __init__(self, keys: list[SubtaskKey], results: CollectedResults, *, recovery: FailoverRecord | None = None,
                  failed_at: float = 0.0, first_record: float | None = None) -> None:
         self.keys = list(keys)
+        self.current = set(keys)  # an event of a key not in it is an earlier attempt's
         self.pending = set(keys)
         self.finished: set[SubtaskKey] = set()
         self.exited: set[SubtaskKey] = set()
-        self.collected: dict[SubtaskKey, list[Any]] = {key: [] for key in keys}
+        #: what ``execute_and_collect`` received, over every attempt of the job
+        self.results = results
         self.finals: FinalAcks = {}
         self.first_record = first_record
         self.failure: Failure | None = None
@@ -215,7 +218,7 @@ class Failover:
                     return f"{te_id} was lost too"
                 continue
             other = getattr(msg, "key", None)
-            if other not in attempt.collected:
+            if other not in attempt.current:
                 continue
             if isinstance(msg, SubtaskExited):
                 attempt.exited.add(other)
@@ -310,7 +313,7 @@ class Failover:
             self.clock.sleep(job.config.get(k.RESTART_DELAY))
             for key in rest:
                 self.deployer.deploy_one(job, new[key])
-        return Attempt(list(new.values()), recovery=record, failed_at=failure.seen,
+        return Attempt(list(new.values()), attempt.results, recovery=record, failed_at=failure.seen,
                        first_record=attempt.first_record)
 
     def _move(self, new: dict[SubtaskKey, SubtaskKey], failed: list[SubtaskKey],

@@ -31,6 +31,7 @@ from accelflow.runtime import (
     SubtaskRunning, release_arrays, share_arrays,
 )
 from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, SavepointRequest
+from accelflow.runtime.jobmanager._collected import CollectedResults
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
 from accelflow.runtime.jobmanager._failover import Attempt, Failover, Failure, RestartBudget, in_place_off
@@ -265,12 +266,13 @@ class JobManager:
         failover = Failover(job, coordinator, self.state, self.deployer, self.pump, self.launcher, self.clock,
                             RestartBudget(restarts))
         restarting: tuple[FailoverRecord, float] | None = None  # what the next attempt recovers from
+        results = CollectedResults()
         while True:
             try:
                 if restarting:  # a replacement that cannot start yet fails this attempt only
                     self.membership.replace_lost()
                 job.restore_from, job.restore_id = coordinator.restored_states()
-                collected, first_record, finals = self._run_attempt(job, coordinator, failover, restarting)
+                collected, first_record, finals = self._run_attempt(job, coordinator, failover, restarting, results)
                 break
             except (JobCancelledError, AllocationError, CheckpointError):
                 raise
@@ -293,7 +295,8 @@ class JobManager:
         return result_of(job, states, first_record, collected)
 
     def _run_attempt(self, job: Job, coordinator: CheckpointCoordinator, failover: Failover,
-                     restarting: tuple[FailoverRecord, float] | None) -> tuple[list[Any], float | None, FinalAcks]:
+                     restarting: tuple[FailoverRecord, float] | None,
+                     results: CollectedResults) -> tuple[list[Any], float | None, FinalAcks]:
         """Run one attempt to its end; a failure it confines rolls it back in place and the
         attempt goes on as the next one (``_failover``).
 
@@ -302,7 +305,8 @@ class JobManager:
                 ``failover.failure`` says what failed.
         """
         keys = self.deployer.deploy(job)
-        attempt = Attempt(keys, recovery=restarting[0] if restarting else None,
+        results.rewind(job.restore_id)  # the restored subtasks send again what they sent after it
+        attempt = Attempt(keys, results, recovery=restarting[0] if restarting else None,
                           failed_at=restarting[1] if restarting else 0.0)
         coordinator.start_attempt(keys)
         failover.pool.fill()
@@ -324,9 +328,8 @@ class JobManager:
                     self.deployer.abort(job, attempt.keys, attempt.exited)
                     raise
                 attempt = rolled
-        chunks = [chunk for key in sorted(attempt.keys, key=lambda k_: (k_.chain, k_.index))
-                  for chunk in attempt.collected[key] if len(chunk)]
-        return chunks, attempt.first_record, attempt.finals
+                results.rewind(job.restore_id)
+        return results.chunks(), attempt.first_record, attempt.finals
 
     def _drive(self, job: Job, attempt: Attempt, coordinator: CheckpointCoordinator, failover: Failover) -> None:
         """Handle ``attempt``'s events until every subtask has finished."""
@@ -352,7 +355,7 @@ class JobManager:
                 raise JobError(f"{te_id} died while running {job.id} ({job.name})")
             return
         key = getattr(msg, "key", None)
-        if key not in attempt.collected:
+        if key not in attempt.current:
             return  # an earlier attempt's
         st = self.state.subtasks[key]
         with self.state.lock:
@@ -379,14 +382,17 @@ class JobManager:
         if isinstance(msg, CheckpointAck):
             if msg.final:  # what its sinks prepared last: their job-level commit's input
                 attempt.finals[key] = (msg.checkpoint_id, msg.states)
+            attempt.results.mark(key, msg.checkpoint_id)
             coordinator.on_ack(msg)
+            if coordinator.latest is not None:
+                attempt.results.forget_before(coordinator.latest.checkpoint_id)
         elif isinstance(msg, CheckpointCommitted) and coordinator.on_committed(msg):
             job.stopped_with_savepoint = coordinator.finish_stop()
             raise _Stopped()
         if isinstance(msg, CheckpointAck | SubtaskFinished):
             coordinator.on_subtask_ended(attempt.finished)
         if isinstance(msg, Collected):
-            attempt.collected[key].append(msg.chunk)
+            attempt.results.add(key, msg.chunk)
         if isinstance(msg, SubtaskProgress | SubtaskFinished):
             is_source = job.graph.chains[key.chain].head.source is not None
             if attempt.first_record is None and is_source and msg.counts[0][1]:
