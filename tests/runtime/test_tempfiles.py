@@ -20,7 +20,7 @@ import pytest
 from warm_jobs import WhereAmI
 
 from accelflow import Environment
-from accelflow.runtime import make_work_dir, sweep_work_dirs
+from accelflow.runtime import make_work_dir, pid_namespace, sweep_work_dirs
 from accelflow.testing import use_fake_nvidia_smi
 
 SLOW_JOB = """\
@@ -181,16 +181,18 @@ def test_only_work_dirs_whose_owner_died_are_swept(tmpdir_of_test: Path) -> None
     try:
         live = make_work_dir(sweep=False)
         started = psutil.Process(owner.pid).create_time()
-        (live / "owner").write_text(f"{owner.pid} {started:.3f}\n", encoding="ascii")
+        (live / "owner").write_text(f"{owner.pid} {started:.3f} {pid_namespace()}\n", encoding="ascii")
         reused = make_work_dir(sweep=False)  # this pid is alive, but not the process that made it
-        (reused / "owner").write_text(f"{owner.pid} {started - 100:.3f}\n", encoding="ascii")
+        (reused / "owner").write_text(f"{owner.pid} {started - 100:.3f} {pid_namespace()}\n", encoding="ascii")
+        elsewhere = make_work_dir(sweep=False)  # its owner's pid is in another PID namespace: unknown here
+        (elsewhere / "owner").write_text(f"{owner.pid} {started - 100:.3f} {pid_namespace() + 1}\n", encoding="ascii")
         unowned = tmpdir_of_test / "accelflow-1000"  # as the GPU coordination file's accelflow-<uid>
         unowned.mkdir()
         other = tmpdir_of_test / "pymp-abc"
         other.mkdir()
         assert sweep_work_dirs() == [(reused, owner.pid)]
-        assert live.is_dir() and unowned.is_dir() and other.is_dir() and not reused.exists()
+        assert live.is_dir() and elsewhere.is_dir() and unowned.is_dir() and other.is_dir() and not reused.exists()
     finally:
         owner.communicate(b"")
     assert sweep_work_dirs() == [(live, owner.pid)]
-    assert sorted(p.name for p in tmpdir_of_test.iterdir()) == ["accelflow-1000", "pymp-abc"]
+    assert sorted(p.name for p in tmpdir_of_test.iterdir()) == sorted(["accelflow-1000", elsewhere.name, "pymp-abc"])

@@ -103,5 +103,7 @@ class Sink(ABC, Generic[IN]):
         savepoint. The default does nothing."""
 
     def close_job(self, committed: bool) -> None:
-        """The job has ended (``committed``: :meth:`commit_job` ran): give back what
-        :meth:`open_job` took, remove what an unpublished job left. Must not raise."""
+        """The job has ended (``committed``: :meth:`commit_job` ran, or no checkpoint or
+        savepoint of the job can name what it left, as when checkpointing is off): give back
+        what :meth:`open_job` took, remove what an unpublished job left (all of it when
+        ``committed``). Must not raise."""

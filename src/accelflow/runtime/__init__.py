@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from accelflow.runtime._statefile import (
         OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, write_private,
     )
-    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, socket_dir, sweep_work_dirs
+    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, pid_namespace, socket_dir, sweep_work_dirs
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -163,7 +163,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._statefile": (
         "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "write_private",
     ),
-    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "socket_dir", "sweep_work_dirs"),
+    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "pid_namespace", "socket_dir", "sweep_work_dirs"),
 }
 
 __all__ = [
@@ -277,6 +277,7 @@ __all__ = [
     "memory_text",
     "object_handles",
     "parent_env",
+    "pid_namespace",
     "preload",
     "python_command",
     "recv_chunk",

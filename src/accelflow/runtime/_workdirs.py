@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -31,12 +32,13 @@ from pathlib import Path
 
 import psutil
 
-from accelflow.runtime._statefile import OWNER, SOCKET_PREFIX, same_process, write_private
+from accelflow.runtime._statefile import SOCKET_PREFIX, same_process, write_private
 
 #: the prefix of every work directory (a session cluster's is ``accelflow-session-``)
 WORK_DIR_PREFIX = "accelflow-"
-#: the file in a work directory that names its owner: ``<pid> <start time>``
+#: the file in a work directory that names its owner: ``<pid> <start time> <PID namespace>``
 OWNER_FILE = "owner"
+_OWNER = re.compile(r"^(?P<pid>[0-9]{1,10}) (?P<start>[0-9]{1,12}(?:\.[0-9]{1,6})?) (?P<ns>[0-9]{1,20})\n?$")
 _log = logging.getLogger("accelflow.runtime")
 
 
@@ -53,8 +55,16 @@ def make_work_dir(prefix: str = WORK_DIR_PREFIX, *, sweep: bool = True) -> Path:
     if sweep:
         sweep_work_dirs()
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    write_private(path / OWNER_FILE, f"{os.getpid()} {psutil.Process().create_time():.3f}\n")
+    write_private(path / OWNER_FILE, f"{os.getpid()} {psutil.Process().create_time():.3f} {pid_namespace()}\n")
     return path
+
+
+def pid_namespace() -> int:
+    """This process's PID namespace (the inode of ``/proc/self/ns/pid``; 0 where unknown)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def socket_dir() -> Path:
@@ -98,9 +108,9 @@ def _dead_owner(entry: os.DirEntry[str]) -> int | None:
         if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
             return None
         with open(os.path.join(entry.path, OWNER_FILE), encoding="ascii") as f:
-            match = OWNER.match(f.read(64))
+            match = _OWNER.match(f.read(64))
     except (OSError, UnicodeDecodeError):
         return None
-    if match is None or same_process(int(match["pid"]), float(match["start"]), None) is not None:
+    if match is None or int(match["ns"]) != pid_namespace() or same_process(int(match["pid"]), float(match["start"]), None) is not None:
         return None
     return int(match["pid"])

@@ -11,6 +11,7 @@ at that checkpoint (:func:`accelflow.runtime.committables_at`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -27,14 +28,17 @@ FinalAcks = dict[SubtaskKey, tuple[int, dict[str, bytes]]]
 
 class JobSinks:
     """The sinks of ``graph`` for one job run: ``with JobSinks(graph) as sinks: ...
-    sinks.commit(...)``; leaving the block closes them (committed or not).
+    sinks.commit(...)``; leaving the block closes them (committed or not). ``resumable``
+    says, when the job ended unpublished, whether a checkpoint or savepoint may still name
+    what its sinks left (one completed, or the job was restored from one): where none can,
+    the sinks are closed as after a commit, so they keep nothing for a resume that cannot come.
 
     Raises:
         JobError: from a sink's ``open_job`` (e.g. another running job writes its file).
     """
 
-    def __init__(self, graph: JobGraph) -> None:
-        self.graph = graph
+    def __init__(self, graph: JobGraph, resumable: Callable[[], bool] = lambda: True) -> None:
+        self.graph, self.resumable = graph, resumable
         self.opened: list[Sink[Any]] = []
         self.committed = False
 
@@ -50,7 +54,7 @@ class JobSinks:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        self._close(committed=self.committed and error is None)
+        self._close(committed=(self.committed and error is None) or not self.resumable())
 
     def commit(self, job_id: str, attempt: int, finals: FinalAcks) -> None:
         """Give each sink that commits for the job its subtasks' final committables, in

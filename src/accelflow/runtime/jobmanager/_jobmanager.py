@@ -142,7 +142,8 @@ class JobManager:
         try:
             coordinator = CheckpointCoordinator(job, self._send_to_subtask, self.state.lock, clock=self.clock)
             job.savepoints = coordinator.requests
-            with JobSinks(job.graph) as sinks:  # e.g. a second job on a sink_to_file target fails
+            restored = coordinator.restore is not None
+            with JobSinks(job.graph, lambda: restored or job.checkpoints.completed > 0) as sinks:
                 result = self._run_attempts(job, coordinator, sinks)
         except JobCancelledError as exc:
             with self.state.lock:
