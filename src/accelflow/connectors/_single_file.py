@@ -84,6 +84,7 @@ class SingleFileSink(Sink[Any]):
         #: subtask that does not read the same there is on a machine of its own
         self.target, self._token = target, token
         self._hold: ExitStack | None = None  # the target's lock, in the JobManager's process
+        self._resumable = True  # whether a checkpoint of the job may name its sealed parts
         self._file: TextIO | None = None  # a subtask's part being written, and what it knows of it
         self._part = ""
         self._index = self._attempt = 0
@@ -225,6 +226,10 @@ class SingleFileSink(Sink[Any]):
             if part.data is None:
                 _remove_file(part.path)
 
+    def unresumable(self) -> None:
+        """No checkpoint of the job can name its sealed parts: :meth:`close_job` removes them."""
+        self._resumable = False
+
     def close_job(self, committed: bool) -> None:
         """Remove the unsealed parts left next to the target (of attempts that failed, or of
         a job that published nothing), and after a success the sealed ones too (no checkpoint
@@ -233,7 +238,7 @@ class SingleFileSink(Sink[Any]):
         if hold is None:
             return
         try:
-            remove_parts(self.target, sealed=committed)
+            remove_parts(self.target, sealed=committed or not self._resumable)
         finally:
             hold.close()
 

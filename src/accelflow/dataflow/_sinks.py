@@ -102,8 +102,12 @@ class Sink(ABC, Generic[IN]):
         passed to :meth:`commit` in that subtask). Not called for a job stopped with a
         savepoint. The default does nothing."""
 
+    def unresumable(self) -> None:
+        """The job ended unpublished and no checkpoint or savepoint of it can be resumed (none
+        completed and it was not restored from one, e.g. checkpointing off): what the sink
+        keeps for a resume may go at :meth:`close_job`. Called just before it. The default
+        does nothing."""
+
     def close_job(self, committed: bool) -> None:
-        """The job has ended (``committed``: :meth:`commit_job` ran, or no checkpoint or
-        savepoint of the job can name what it left, as when checkpointing is off): give back
-        what :meth:`open_job` took, remove what an unpublished job left (all of it when
-        ``committed``). Must not raise."""
+        """The job has ended (``committed``: :meth:`commit_job` ran): give back what
+        :meth:`open_job` took, remove what an unpublished job left. Must not raise."""

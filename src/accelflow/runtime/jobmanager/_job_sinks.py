@@ -31,7 +31,7 @@ class JobSinks:
     sinks.commit(...)``; leaving the block closes them (committed or not). ``resumable``
     says, when the job ended unpublished, whether a checkpoint or savepoint may still name
     what its sinks left (one completed, or the job was restored from one): where none can,
-    the sinks are closed as after a commit, so they keep nothing for a resume that cannot come.
+    each sink is told so (``Sink.unresumable``) before it closes.
 
     Raises:
         JobError: from a sink's ``open_job`` (e.g. another running job writes its file).
@@ -54,7 +54,14 @@ class JobSinks:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        self._close(committed=(self.committed and error is None) or not self.resumable())
+        committed = self.committed and error is None
+        if not committed and not self.resumable():
+            for sink in self.opened:
+                try:
+                    sink.unresumable()
+                except Exception as exc:  # the job's outcome stands
+                    _log.warning("sink %r: unresumable() raised %s: %s", sink, type(exc).__name__, exc)
+        self._close(committed)
 
     def commit(self, job_id: str, attempt: int, finals: FinalAcks) -> None:
         """Give each sink that commits for the job its subtasks' final committables, in
