@@ -31,6 +31,7 @@ Example (a parent spawning a child that must not outlive it; the child's first l
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -122,3 +123,19 @@ def python_command(*args: str) -> list[str]:
         ['-P', '-m', 'json.tool']
     """
     return [sys.executable, SAFE_PATH_FLAG, *args]
+
+
+@functools.cache  # a process keeps its namespace
+def pid_namespace() -> int | None:
+    """This process's PID namespace: the inode of ``/proc/self/ns/pid`` (None without
+    ``/proc``). A pid recorded by a process of another namespace (a container or a Ray node
+    sharing a file or ``$TMPDIR``) names nothing here.
+
+    Example:
+        >>> pid_namespace() == os.stat("/proc/self/ns/pid").st_ino
+        True
+    """
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None

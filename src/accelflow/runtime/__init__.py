@@ -94,13 +94,13 @@ if TYPE_CHECKING:
     from accelflow.runtime._pickle import ByValue, dumps, send_pickled
     from accelflow.runtime._process import (
         PARENT_PID_ENV_VAR, WORK_DIR_ENV_VAR, die_with_parent, expected_parent, keep_tempdir_in, parent_env,
-        python_command, whole_lines, work_dir_env,
+        pid_namespace, python_command, whole_lines, work_dir_env,
     )
     from accelflow.runtime._sink_state import committables_at, sink_state
     from accelflow.runtime._statefile import (
         OWNER, SOCKET_PREFIX, SessionInfo, same_process, session_process, write_private,
     )
-    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, pid_namespace, socket_dir, sweep_work_dirs
+    from accelflow.runtime._workdirs import WORK_DIR_PREFIX, make_work_dir, socket_dir, sweep_work_dirs
 
 #: module (relative) -> the names it provides, imported on first use (PEP 562): a TaskExecutor
 #: starts its forkserver before it pays for the messages (and NumPy through ``dataflow``)
@@ -155,7 +155,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ),
     "._process": (
         "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
-        "parent_env", "python_command", "whole_lines", "work_dir_env",
+        "parent_env", "pid_namespace", "python_command", "whole_lines", "work_dir_env",
     ),
     "._sink_state": (
         "committables_at", "sink_state",
@@ -163,7 +163,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "._statefile": (
         "OWNER", "SOCKET_PREFIX", "SessionInfo", "same_process", "session_process", "write_private",
     ),
-    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "pid_namespace", "socket_dir", "sweep_work_dirs"),
+    "._workdirs": ("WORK_DIR_PREFIX", "make_work_dir", "socket_dir", "sweep_work_dirs"),
 }
 
 __all__ = [

@@ -14,11 +14,13 @@ import os
 import sys
 from multiprocessing import process
 
-from accelflow._parent import PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, python_command
+from accelflow._parent import (
+    PARENT_PID_ENV_VAR, die_with_parent, expected_parent, parent_env, pid_namespace, python_command,
+)
 
 __all__ = [
     "PARENT_PID_ENV_VAR", "WORK_DIR_ENV_VAR", "die_with_parent", "expected_parent", "keep_tempdir_in",
-    "parent_env", "python_command", "whole_lines", "work_dir_env",
+    "parent_env", "pid_namespace", "python_command", "whole_lines", "work_dir_env",
 ]
 
 #: the cluster's work directory, in the environment of the processes a TaskExecutor spawns

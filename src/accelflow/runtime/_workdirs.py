@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from accelflow._parent import pid_namespace
 from accelflow.runtime._statefile import SOCKET_PREFIX, same_process, write_private
 
 #: the prefix of every work directory (a session cluster's is ``accelflow-session-``)
@@ -55,16 +56,9 @@ def make_work_dir(prefix: str = WORK_DIR_PREFIX, *, sweep: bool = True) -> Path:
     if sweep:
         sweep_work_dirs()
     path = Path(tempfile.mkdtemp(prefix=prefix))
-    write_private(path / OWNER_FILE, f"{os.getpid()} {psutil.Process().create_time():.3f} {pid_namespace()}\n")
+    write_private(path / OWNER_FILE, f"{os.getpid()} {psutil.Process().create_time():.3f} {pid_namespace() or 0}\n")
     return path
 
-
-def pid_namespace() -> int:
-    """This process's PID namespace (the inode of ``/proc/self/ns/pid``; 0 where unknown)."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
 
 
 def socket_dir() -> Path:
@@ -111,6 +105,7 @@ def _dead_owner(entry: os.DirEntry[str]) -> int | None:
             match = _OWNER.match(f.read(64))
     except (OSError, UnicodeDecodeError):
         return None
-    if match is None or int(match["ns"]) != pid_namespace() or same_process(int(match["pid"]), float(match["start"]), None) is not None:
+    if match is None or int(match["ns"]) != (pid_namespace() or 0) \
+            or same_process(int(match["pid"]), float(match["start"]), None) is not None:
         return None
     return int(match["pid"])

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeGuard
 
+from accelflow._parent import pid_namespace
 from accelflow.resources.coordination._names import check_resource, noun
 
 import psutil
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-_PID_NAMESPACE_PATH = "/proc/self/ns/pid"
 _STAT_PATH = "/proc/{pid}/stat"
 _START_TIME_TOLERANCE_S = 1.0  # only where /proc is missing: wall-clock start times
 _DEAD_STATES = ("Z", "X")  # zombie (killed, not yet reaped), dead
@@ -118,7 +118,7 @@ class Owner:
             start_time=process.create_time(),
             host=socket.gethostname(),
             boot_id=_boot_id(),
-            pid_namespace=_pid_namespace(),
+            pid_namespace=pid_namespace(),
             parent_pid=parent_pid or None,
             parent_start_ticks=parent[1] if parent else None,
         )
@@ -152,8 +152,8 @@ class Owner:
             return Liveness.UNKNOWN
         if None not in (self.boot_id, _boot_id()) and self.boot_id != _boot_id():
             return Liveness.DEAD  # the host rebooted since the allocation
-        if None not in (self.pid_namespace, _pid_namespace()) and (
-            self.pid_namespace != _pid_namespace()
+        if None not in (self.pid_namespace, pid_namespace()) and (
+            self.pid_namespace != pid_namespace()
         ):
             return Liveness.UNKNOWN
         return self._process_liveness()
@@ -324,13 +324,5 @@ def _boot_id() -> str | None:
     try:
         with open(_BOOT_ID_PATH, encoding="ascii") as f:
             return f.read().strip() or None
-    except OSError:
-        return None
-
-
-@cache
-def _pid_namespace() -> int | None:
-    try:
-        return os.stat(_PID_NAMESPACE_PATH).st_ino
     except OSError:
         return None
