@@ -31,7 +31,9 @@ third; "flowing again" counts from that kill, "survivor opens" counts the 2 othe
 The summary gives
 the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
 ``accelflow.testing`` (``--fake-gpus``, default 6), and ``open()`` sleeps; ``--gpu`` uses the
-host's GPUs and fails at once when ``nvidia-smi -L`` lists none. The job fits what there is
+host's GPUs and fails at once when ``nvidia-smi -L`` lists none; its ``open()`` imports PyTorch
+and puts weights on the subtask's GPU (a CUDA context, which a replacement pays again; the rest
+of ``--open-s`` is slept) and each batch goes through the device. The job fits what there is
 (printed in the header): with 6 GPUs or more, whole GPUs (``{"gpu": 1}``, 3 per TaskExecutor:
 room for the standby; ``lost te``: 2 per TaskExecutor); with fewer (a one-GPU host, as
 ``scripts/gpu-check``'s), fractional shares of one GPU (``{"gpu": 0.3}``, 3 per TaskExecutor;
@@ -87,16 +89,25 @@ class Model:
     (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung;
     with ``survive``: goes on, and :class:`TaskExecutorKiller` kills its TaskExecutor)."""
 
-    def __init__(self, directory: Path, open_s: float, hang: bool = False, survive: bool = False) -> None:
-        self.dir, self.open_s, self.hang, self.survive = directory, open_s, hang, survive
+    def __init__(self, directory: Path, open_s: float, hang: bool = False, survive: bool = False,
+                 cuda: bool = False) -> None:
+        self.dir, self.open_s, self.hang, self.survive, self.cuda = directory, open_s, hang, survive, cuda
 
     def open(self, ctx: RuntimeContext) -> None:
-        time.sleep(self.open_s)
+        started = time.monotonic()
+        if self.cuda:  # a real model's first costs: torch, a CUDA context, weights on the device
+            import torch
+
+            self.torch, self.weights = torch, torch.ones(1024, device="cuda")
+            torch.cuda.synchronize()
+        time.sleep(max(0.0, self.open_s - (time.monotonic() - started)))
         self.ctx = ctx  # a standby learns its index when it takes over: read it at each call
         _append(self.dir / "opens.log", f"{time.time():.6f} {ctx.index_of_this_subtask}")
 
     def __call__(self, batch: Any) -> Any:
         records = [int(r) for r in iter_records(batch)]
+        if self.cuda:  # the batch through the device, as a model's would go
+            assert int((self.torch.as_tensor(records, device="cuda") * self.weights[0]).sum().item()) == sum(records)
         time.sleep(0.005)
         if AT in records:
             try:
@@ -197,7 +208,7 @@ class GpuLayout:
                "(gpu 0.3 per subtask, lost te 0.5)"
 
 
-def run_once(layout: GpuLayout, work: Path, path: str, open_s: float) -> dict[str, float]:
+def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool = False) -> dict[str, float]:
     """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
     module's description."""
     in_place, standbys = path != "full restart", int(path == "standby")
@@ -210,7 +221,7 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float) -> dict[st
                        "execution.failover.standby-subtasks": standbys,
                        "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
     (env.from_source(Numbers(N), name="numbers")
-        .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te"), batch_size=10,
+        .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te", cuda=cuda), batch_size=10,
                      name="model", resources={"gpu": share})
         .sink_to(FileSink(work / "out"), name="files"))
     client = env.execute_async("failover")
@@ -297,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for r in range(args.repeat):
             for path in PATHS:  # interleaved
-                figures = run_once(layout, work / "job", path, args.open_s)
+                figures = run_once(layout, work / "job", path, args.open_s, cuda=args.gpu)
                 runs[path].append(figures)
                 lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
                 print(lines[-1], flush=True)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from warm import Cluster, _pids
@@ -42,15 +43,23 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
     n, model = len(images), model if model is not None else Classify()
     for p in [p for p in args.parallelism if p > 1]:
         runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        memory: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
         for _ in range(args.repeat):  # in turns, in this run
             for resident in (False, True):
-                runs[resident].append(accelflow_job(images, args.batch_size, args.prefetch, p, resident=resident))
+                with GpuMemory(enabled=not fake_gpu) as sampled:
+                    runs[resident].append(accelflow_job(images, args.batch_size, args.prefetch, p,
+                                                        resident=resident))
+                memory[resident].append((sampled.peak_mib, sampled.processes))
         for resident, done in runs.items():
             running = min(r["running"] for r in done)
             agree = max(float(np.mean(r["predictions"] == expected)) for r in done)
             print(f"accelflow p={p} at 1/{p} each, resident={resident}: running {n / running / 1e3:8.1f}k img/s "
                   f"({bare_s / running:.2f}x), whole {bare_s / min(r['whole'] for r in done):.2f}x, "
                   f"predictions agreeing {agree:.5f}")
+            if not fake_gpu:
+                print("      GPU memory of the job's processes at its peak, per run: "
+                      + ", ".join(f"{mib} MiB in {count} process{'es' if count != 1 else ''}"
+                                  for mib, count in memory[resident]))
     with tempfile.TemporaryDirectory(prefix="accelflow-gpu-warm-") as name:
         tmp = Path(name)
         (tmp / "lib").mkdir()
@@ -71,6 +80,40 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
                           f"{f['recovery']:.3f} s")
         finally:
             cluster.stop()
+
+
+class GpuMemory:
+    """While entered, samples ``nvidia-smi``'s compute processes every 50 ms (those that held the
+    GPU before, this process among them, left out): the peak of their summed memory and how many
+    there were then. Resident sharers should hold one CUDA context and one model between them."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled, self.peak_mib, self.processes = enabled, 0, 0
+        self._stop = threading.Event()
+
+    def _sample(self) -> dict[int, int]:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             check=False, capture_output=True, text=True, timeout=10).stdout
+        rows = [line.split(",") for line in out.splitlines() if line.strip()]
+        return {int(pid): int(mib) for pid, mib in rows if mib.strip().isdigit()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            now = {pid: mib for pid, mib in self._sample().items() if pid not in self._before}
+            if sum(now.values()) > self.peak_mib:
+                self.peak_mib, self.processes = sum(now.values()), len(now)
+
+    def __enter__(self) -> Self:
+        if self.enabled:
+            self._before = set(self._sample()) | {os.getpid()}
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
 
 
 def session_job(cluster: Cluster, tmp: Path, model: Any, batch: int, *, resident: bool, device: str | None,
