@@ -165,6 +165,27 @@ def test_an_ended_subtasks_leftover_is_killed_and_the_share_freed_once_it_is_gon
     assert monitor.drain() == [DevicesFree(KEY)]
 
 
+def test_a_sharer_of_the_ended_subtasks_gpu_runs_on_and_does_not_hold_its_share() -> None:
+    # two subtasks of this TaskExecutor share GPU 0 (say 0.5 each): when one ends, the other,
+    # still computing there, is not its leftover (a real GPU lists both; found on an H100)
+    other = SubtaskKey(KEY.job_id, KEY.attempt, KEY.chain, KEY.index + 1)
+    env = dict(os.environ, **{SUBTASK_ENV_VAR: subtask_marker(other)})
+    sharer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        watch = ScriptedWatch()
+        monitor, _ = _monitor(watch)
+        monitor.subtask_started(KEY, 999_999, {"gpu": ["0"]})
+        monitor.subtask_started(other, sharer.pid, {"gpu": ["0"]})
+        monitor.subtask_ended(KEY)
+        watch.processes = [ComputeProcess(sharer.pid, "GPU-0", GIB)]
+        monitor.step(0)
+        assert monitor.drain() == [DevicesFree(KEY)]
+        assert sharer.poll() is None  # not killed
+    finally:
+        sharer.kill()
+        sharer.wait()
+
+
 def test_memory_still_held_after_the_timeout_quarantines_the_device_then_frees_the_share(
         leftover: subprocess.Popen[bytes]) -> None:
     watch = ScriptedWatch()

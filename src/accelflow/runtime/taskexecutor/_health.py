@@ -35,6 +35,7 @@ import signal
 import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Union
 
 from accelflow._errors import AccelflowError, DeviceFault, DiscoveryError, HardwareFailure
@@ -164,8 +165,8 @@ class HealthMonitor:
             if sub is None or sub.checks is not None:
                 return
             sub.checks = [
-                (r, a, LeftoverCheck(self.health[(r, a)].device, self._is_ours, self.watches[r][1].memory_release_timeout,
-                                     self.clock.monotonic))
+                (r, a, LeftoverCheck(self.health[(r, a)].device, partial(self._is_of, sub.key),
+                                     self.watches[r][1].memory_release_timeout, self.clock.monotonic))
                 for r, addresses in sub.devices.items() for a in addresses if (r, a) in self.health
             ]
             self._next_check = self.clock.monotonic()
@@ -289,8 +290,11 @@ class HealthMonitor:
             del self._subtasks[sub.key]
             self._post(DevicesFree(sub.key))
 
-    def _is_ours(self, pid: int) -> bool:
-        return self._owner(pid) is not None
+    def _is_of(self, key: SubtaskKey, pid: int) -> bool:
+        """Whether ``pid`` is subtask ``key``'s process or one it started: only those are its
+        leftovers. The TaskExecutor's other subtasks on the device (sharers of a GPU, a
+        survivor rolled back in place) run on and are never killed for it."""
+        return self._owner(pid) == key
 
     def _owner(self, pid: int) -> SubtaskKey | None:
         """The subtask ``pid`` is, or was started by (its ``ACCELFLOW_SUBTASK``), if ours; a
