@@ -85,6 +85,15 @@ def _append(path: Path, line: str) -> None:
         f.write(line + "\n")
 
 
+def _lines(path: Path) -> list[str]:
+    """The whole lines of ``path`` (none if it does not exist yet)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [line for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
 class Model:
     """``open()`` costs ``open_s``; the subtask that meets record ``AT`` first SIGKILLs itself
     (with ``hang``: sleeps in ``time.sleep(10**6)``, until its TaskExecutor finds it hung;
@@ -126,10 +135,13 @@ class Model:
 
 
 class Numbers(Source[int]):
-    """``0..n-1`` in chunks of 10, 20 ms apart per split, with exact positions."""
+    """``0..n-1`` in chunks of 10, 20 ms apart per split, with exact positions. The first
+    attempt starts once every model subtask opened (``opens.log`` in ``directory``): a subtask
+    that opened late (four CUDA contexts made at once on one GPU) would otherwise meet record
+    ``AT`` after the others finished their splits, with nothing left to roll back."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, directory: Path) -> None:
+        self.n, self.dir = n, directory
 
     def create_splits(self, parallelism: int) -> Sequence[Any]:
         return list(even_ranges(self.n, parallelism))
@@ -139,6 +151,10 @@ class Numbers(Source[int]):
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
         first, stop = split
+        deadline = time.monotonic() + 120
+        while not (self.dir / "killed").exists() and time.monotonic() < deadline and len(
+                {line.split()[1] for line in _lines(self.dir / "opens.log")} - {"-1"}) < PARALLELISM:
+            time.sleep(0.01)
         for start in range(first, stop, 10):
             time.sleep(0.02)
             yield np.arange(start, min(start + 10, stop), dtype=np.int64)
@@ -221,7 +237,7 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
                        "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
                        "execution.failover.standby-subtasks": standbys,
                        "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
-    (env.from_source(Numbers(N), name="numbers")
+    (env.from_source(Numbers(N, work), name="numbers")
         .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te", cuda=cuda), batch_size=10,
                      name="model", resources={"gpu": share})
         .sink_to(FileSink(work / "out"), name="files"))
@@ -236,6 +252,9 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
         killed, victims = killer.killed, killer.victims
     calls = [(float(t), int(i), int(n)) for t, i, n in
              (line.split() for line in (work / "calls.log").read_text().splitlines())]
+    idle = [index for index in range(PARALLELISM) if not any(i == index and t > killed for t, i, _ in calls)]
+    if idle:
+        raise RuntimeError(f"{path}: subtask index(es) {idle} processed no batch after the kill")
     resumed = max(min(t for t, i, _ in calls if i == index and t > killed) for index in range(PARALLELISM))
     survivors = [(t, n) for t, i, n in calls if i not in victims]
     before = sum(n for t, n in survivors if killed - 2.0 <= t < killed) / 2.0
