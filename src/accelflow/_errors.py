@@ -208,15 +208,7 @@ class TransportError(JobError):
 
 
 class ChannelClosed(TransportError):
-    """A neighbouring subtask closed its data channel mid-stream: it failed (raised, was
-    killed, lost its TaskExecutor) and this subtask's failure is only a consequence. The
-    JobManager reports the neighbour's own failure as the job's error when it arrives
-    (``docs/failover.md``, *Which failure is reported*); this one only when none does.
-
-    Example:
-        >>> issubclass(ChannelClosed, TransportError)
-        True
-    """
+    """A neighbouring subtask closed its data channel mid-stream: a consequence of its failure (docs/failover.md)."""
 
 
 class DeviceFault(JobError):
