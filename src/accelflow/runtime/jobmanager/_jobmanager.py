@@ -41,10 +41,10 @@ from accelflow.runtime.jobmanager._jobs import (
 )
 from accelflow.runtime.jobmanager._membership import Membership
 from accelflow.runtime.jobmanager._quarantine import inject_fault
-from accelflow.runtime.jobmanager._root_cause import exit_text
 from accelflow.runtime.jobmanager._plan import (
     job_config, never_deployed, progress_of, result_of, slot_requests,
 )
+from accelflow.runtime.jobmanager._root_cause import exit_text
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import DeviceLedger
