@@ -4,9 +4,12 @@ channel close (real processes, local cluster).
 
 Each job: a source of parallelism 2 whose chunks go through the channels' shared-memory rings
 (``rebalance``: both sources send to both maps) into a ``map_batches`` whose second subtask
-dies at its first batch while the sources are blocked on its credits. Both sources then fail
-with ``ChannelClosed`` at the same moment as the map's own failure is reported: before the
-fix, whichever reached the JobManager first was the job's error, often a source's.
+dies at its first batch while the sources are blocked on its credits. Where the job does not
+roll back in place, both sources then fail with ``ChannelClosed`` at the same moment as the
+map's own failure is reported: before the fix, whichever reached the JobManager first was the
+job's error (and the full restart's failed subtask), often a source's. Where it rolls back in
+place, the sources wait for their rollback instead: that test guards that only the map is
+replaced.
 """
 
 from __future__ import annotations
