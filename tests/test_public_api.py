@@ -26,6 +26,7 @@ ACCELFLOW = [
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
+    "ChannelClosed",
     "CheckpointConfig",
     "CheckpointError",
     "CheckpointingMode",

@@ -17,6 +17,7 @@ message and a non-zero exit code, without a traceback::
     │   ├── JobCancelledError    the job was cancelled on request
     │   ├── SubtaskHung          a subtask made no progress for heartbeat.timeout (has its stack)
     │   ├── TransportError       a channel between accelflow's own processes broke
+    │   │   └── ChannelClosed    a neighbouring subtask closed its data channel mid-stream
     │   ├── DeviceFault          a device faulted under a subtask (an application Xid: it stays)
     │   │   └── HardwareFailure  the device failed and is quarantined (a hardware Xid, ECC, lost)
     │   └── DeviceMemoryExceeded a subtask used more device memory than it asked for
@@ -204,6 +205,10 @@ class SubtaskHung(JobError):
 class TransportError(JobError):
     """A data or control channel between accelflow's own processes broke (e.g. a downstream
     subtask never came up, or a relay lost its receiver). Not a bug in user code."""
+
+
+class ChannelClosed(TransportError):
+    """A neighbouring subtask closed its data channel mid-stream: a consequence of its failure (docs/failover.md)."""
 
 
 class DeviceFault(JobError):
@@ -420,6 +425,7 @@ __all__ = [
     "AccelflowError",
     "AccelflowInternalError",
     "AllocationError",
+    "ChannelClosed",
     "CheckpointError",
     "ConfigError",
     "ConfigProblem",

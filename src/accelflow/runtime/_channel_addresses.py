@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 
-from accelflow._errors import TransportError
+from accelflow._errors import ChannelClosed, TransportError
 
 CONNECT_TIMEOUT_S = 60.0
 #: channel addresses with this prefix go through the TaskExecutor's relay (the Ray target):
@@ -45,4 +45,4 @@ def connect_unix(address: str, authkey: bytes, meanwhile: Callable[[], None] | N
             time.sleep(delay)
             delay = min(delay * 2, 0.01)  # a late listener costs at most 10 ms more
         except (EOFError, ConnectionResetError, BrokenPipeError):  # it ended before it accepted
-            raise TransportError(f"downstream subtask at {address} closed its data channel") from None
+            raise ChannelClosed(f"downstream subtask at {address} closed its data channel") from None

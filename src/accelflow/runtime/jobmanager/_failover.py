@@ -48,6 +48,7 @@ from accelflow.runtime.jobmanager._job_sinks import FinalAcks
 from accelflow.runtime.jobmanager._jobs import SUBTASK_ENDED, FailoverRecord, Job, SubtaskState
 from accelflow.runtime.jobmanager._plan import requester_name, restored_of
 from accelflow.runtime.jobmanager._repeats import RepeatedFailures
+from accelflow.runtime.jobmanager._root_cause import HeldFailures, first_line
 from accelflow.runtime.jobmanager._standby import StandbyPool
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
@@ -100,6 +101,17 @@ class Attempt:
         #: the failover this attempt recovers from, until every subtask runs
         self.recovery = recovery
         self.failed_at = failed_at
+        #: failures that only say a neighbour closed its data channel, until its own comes
+        self.held = HeldFailures()
+
+    def fail(self, keys: list[SubtaskKey], error: BaseException, now: float,
+             taskexecutor: str | None = None) -> BaseException:
+        """Record that ``keys`` failed with ``error`` (their TaskExecutor, if it was lost): the
+        attempt's :attr:`failure`, with the held failures as its consequences; the error to
+        raise (see ``_root_cause``)."""
+        keys, error = self.held.root(keys, error)
+        self.failure = Failure(keys, taskexecutor, now)
+        return error
 
 
 def in_place_off(config: Configuration, restarts: int) -> str | None:
@@ -183,7 +195,7 @@ class Failover:
             return None
         assert failure is not None and self.budget.take()
         self.repeats.note(error)
-        return self._roll_back(attempt, failure, placements, _first_line(error))
+        return self._roll_back(attempt, failure, placements, first_line(error))
 
     def _await_exit(self, attempt: Attempt, failure: Failure) -> str | None:
         """Wait (bounded) until the failed subtasks' processes are gone, and, for those whose
@@ -273,7 +285,7 @@ class Failover:
             assignments = self.state.place(requests, self.job.config.get(k.PLACEMENT_POLICY))  # type: ignore[arg-type]
         except AllocationError as exc:
             names = ", ".join(self._name(key) for keys in moving.values() for key in keys)
-            return {}, f"no TaskExecutor has room for {names}: {_first_line(exc)}"
+            return {}, f"no TaskExecutor has room for {names}: {first_line(exc)}"
         return {key: assignment for keys, assignment in zip(moving.values(), assignments, strict=True)
                 for key in keys}, None
 
@@ -392,12 +404,12 @@ class Failover:
         from, and since when (``clock.monotonic()``)."""
         why = self.why_full or "the failure is the JobManager's own, not a subtask's"
         failure, self.why_full, self.failure = self.failure, None, None
-        record = FailoverRecord(attempt_failed, "full", _first_line(error),
+        record = FailoverRecord(attempt_failed, "full", first_line(error),
                                 [self._name(key) for key in failure.keys] if failure else [], why_full=why)
         with self.state.lock:
             self.job.failovers.append(record)
         self.repeats.warning("%s failed, restarting (attempt %d): full restart: %s: %s", self.job.id,
-                             self.job.attempt + 1, why, _first_line(error), attempt=self.job.attempt + 1, error=error)
+                             self.job.attempt + 1, why, first_line(error), attempt=self.job.attempt + 1, error=error)
         return record, failure.seen if failure else self.clock.monotonic()
 
     def recovered(self, attempt: Attempt) -> None:
@@ -414,7 +426,3 @@ class Failover:
     def _name(self, key: SubtaskKey) -> str:
         st = self.state.subtasks.get(key)
         return st.name if st is not None else str(key)
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]

@@ -34,7 +34,7 @@ from accelflow.runtime.jobmanager._checkpoints import CheckpointCoordinator, Sav
 from accelflow.runtime.jobmanager._collected import CollectedResults
 from accelflow.runtime.jobmanager._deployment import Deployer
 from accelflow.runtime.jobmanager._events import POLL_S, EventPump, RoutedEvent, TaskExecutorDied
-from accelflow.runtime.jobmanager._failover import Attempt, Failover, Failure, RestartBudget, in_place_off
+from accelflow.runtime.jobmanager._failover import Attempt, Failover, RestartBudget, in_place_off
 from accelflow.runtime.jobmanager._job_sinks import FinalAcks, JobSinks, discard_sinks
 from accelflow.runtime.jobmanager._jobs import (
     SUBTASK_ENDED, FailoverRecord, Job, JobResult, SubtaskState, TaskExecutorInfo,
@@ -44,6 +44,7 @@ from accelflow.runtime.jobmanager._quarantine import inject_fault
 from accelflow.runtime.jobmanager._plan import (
     job_config, never_deployed, progress_of, result_of, slot_requests,
 )
+from accelflow.runtime.jobmanager._root_cause import exit_text
 from accelflow.runtime.jobmanager._state import ClusterState
 from accelflow.runtime.launchers import Launcher
 from accelflow.scheduling import DeviceLedger
@@ -342,6 +343,8 @@ class JobManager:
                 self._on_event(job, attempt, event, coordinator)
                 if attempt.recovery is not None and isinstance(event[1], SubtaskRunning):
                     failover.recovered(attempt)
+            if (held := attempt.held.overdue(self.clock.monotonic())) is not None:  # no neighbour's came
+                raise attempt.fail([], held, self.clock.monotonic())
             with self.state.lock:
                 running = all(self.state.subtasks[key].state in ("RUNNING", "FINISHED") for key in attempt.keys)
             coordinator.tick(running)
@@ -352,8 +355,8 @@ class JobManager:
         if isinstance(msg, TaskExecutorDied):
             lost = [key for key in attempt.pending if self.state.subtasks[key].taskexecutor == te_id]
             if lost:
-                attempt.failure = Failure(lost, te_id, self.clock.monotonic())
-                raise JobError(f"{te_id} died while running {job.id} ({job.name})")
+                raise attempt.fail(lost, JobError(f"{te_id} died while running {job.id} ({job.name})"),
+                                   self.clock.monotonic(), te_id)
             return
         key = getattr(msg, "key", None)
         if key not in attempt.current:
@@ -371,15 +374,16 @@ class JobManager:
                 attempt.finished.add(key)
             elif isinstance(msg, SubtaskFailed):
                 st.state = "FAILED"
-                attempt.failure = Failure([key], None, self.clock.monotonic())
-                raise decode_error(msg.error, context=f"subtask {st.name} on {st.taskexecutor} failed")
+                error = decode_error(msg.error, context=f"subtask {st.name} on {st.taskexecutor} failed")
+                if not attempt.held.hold(key, error, self.clock.monotonic()):  # a neighbour's may come
+                    raise attempt.fail([key], error, self.clock.monotonic())
             elif isinstance(msg, SubtaskExited):
                 attempt.exited.add(key)
-                if st.state != "FINISHED":
+                if st.state != "FINISHED" and key not in attempt.held:
                     st.state = "FAILED"
-                    attempt.failure = Failure([key], None, self.clock.monotonic())
-                    code = "" if msg.exitcode is None else f" with code {msg.exitcode}"  # None: before its rollback
-                    raise JobError(f"subtask {st.name} on {st.taskexecutor} exited{code} without finishing")
+                    raise attempt.fail([key], JobError(
+                        f"subtask {st.name} on {st.taskexecutor} exited{exit_text(msg.exitcode)} without finishing"),
+                        self.clock.monotonic())
         if isinstance(msg, CheckpointAck):
             if msg.final:  # what its sinks prepared last: their job-level commit's input
                 attempt.finals[key] = (msg.checkpoint_id, msg.states)

@@ -146,7 +146,7 @@ class FailoverRecord:
     """One failure of a job and how it recovered (REST, the UI and ``/metrics`` show them).
 
     Example: ``FailoverRecord(attempt=0, path="in-place", cause="subtask model (2/4) on
-    taskexecutor-1 exited with code -9 without finishing", failed=["model (2/4)"],
+    taskexecutor-1 exited with code -9 (killed by SIGKILL) without finishing", failed=["model (2/4)"],
     replaced=["model (2/4)"], rolled_back=["model (1/4)", "model (3/4)", "model (4/4)"])``
     """
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accelflow._errors import AccelflowInternalError, TransportError
+from accelflow._errors import AccelflowInternalError, ChannelClosed
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP
 from accelflow.runtime import Barrier, InputChannel, StreamStatus, Watermark
 from accelflow.runtime.subtask._shm import ShmReceiver
@@ -57,7 +57,7 @@ class InputGate:
         try:
             return self.receiver.recv(conn)
         except (EOFError, OSError):
-            raise TransportError("an upstream subtask disconnected before ending its stream") from None
+            raise ChannelClosed("an upstream subtask disconnected before ending its stream") from None
 
     def receive(self, conn: Connection) -> list[tuple[Any, ...]]:
         """Read one item of ``conn``; the events it makes (see the module)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from accelflow._errors import TransportError
+from accelflow._errors import ChannelClosed
 from accelflow.dataflow import Columns
 from accelflow.runtime.subtask import _heartbeat
 
@@ -128,7 +128,7 @@ class ShmSender:
             try:
                 send_handle(self.conn, fd, 0)
             except OSError:
-                raise TransportError("the downstream subtask closed its data channel") from None
+                raise ChannelClosed("the downstream subtask closed its data channel") from None
         finally:
             os.close(fd)  # the mapping (and the receiver's copy of the descriptor) keep it
         self.size = size
@@ -170,14 +170,14 @@ class ShmSender:
                 self.in_flight.popleft()
                 block = False
         except (EOFError, OSError):
-            raise TransportError("the downstream subtask closed its data channel") from None
+            raise ChannelClosed("the downstream subtask closed its data channel") from None
 
     def _send(self, message: Any) -> None:
         try:
             with _heartbeat.current.waiting():  # a full socket: the receiver's delay
                 self.conn.send(message)
         except OSError:
-            raise TransportError("the downstream subtask closed its data channel") from None
+            raise ChannelClosed("the downstream subtask closed its data channel") from None
 
     def close(self) -> None:
         try:
