@@ -28,15 +28,15 @@ jobs whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-del
 * ``in place after SIGKILL``: checkpoints every 500 ms: the same, back to the last checkpoint.
 
 Printed per job: ``start-up`` (``JobResult.startup_s``), ``first output`` (seconds from
-``execute()`` to the first output at the sink), ``slower first output`` (to the first output
-of the later of the job's two subtasks: one that started cold shows here), the ``open()`` calls and the imports of the
-model's module on the job's way during the job (by the processes that opened it: a forked
-subtask, a device host; not a warm process's ``warm.preload`` import ahead of its subtask,
-even one the subtask waited for), and for the killed jobs ``recovery`` (the kill to the first
-output of a replacement process) and the ``open()`` calls and imports on the way after the
-kill; times: the median of the rounds and the spread (min - max); counts: the median and each
-round's. Also the round trip of a 4096x784 uint8 batch between two
-processes through ``conn.send`` and through the out-of-band frames a resident operator uses.
+``execute()`` to the first output at the sink), ``slower first output`` (to the first output of
+the later of the job's two subtasks: one that started cold shows here), the ``open()`` calls
+and the imports of the model's module on the job's way during the job (by the processes that
+opened it: a forked subtask, a device host; not a warm process's ``warm.preload`` import ahead
+of its subtask, even one the subtask waited for), and for the killed jobs ``recovery`` (the
+kill to the first output of a replacement process) and the ``open()`` calls and imports on the
+way after the kill; times: the median of the rounds and the spread (min - max); counts: the
+median and each round's. Also the round trip of a 4096x784 uint8 batch between two processes
+through ``conn.send`` and through the out-of-band frames a resident operator uses.
 """
 
 from __future__ import annotations
