@@ -80,11 +80,12 @@ def test_a_session_keeps_resident_instances_between_jobs_and_stop_ends_them(tmp_
     # one open() per operator on the device: the second job reused the first one's instance
     assert [o[2] for o in lines(log, "open")] == ["10", "20"]
     status = wait_until(lambda: (out := cli(session.env, "cluster", "status", "--cluster", session.url))
-                        and "warm processes: 1 ready of 1" in out.stdout and out, "a warm process ready")
+                        and "warm processes: 2 ready of 2" in out.stdout and out, "warm processes ready")
     resident = [line.strip() for line in status.stdout.splitlines() if line.strip().startswith("resident:")]
     assert len(resident) == 2 and all(r.startswith("resident: scaled on taskexecutor-1 gpu 0 (key ")
                                       and "0 subtask(s)" in r for r in resident), status.stdout
-    assert "warm processes: 1 ready of 1 on taskexecutor-1 gpu 0" in status.stdout
+    # one per subtask that ran on the device at once (two sharers), at least device-pool.size (1)
+    assert "warm processes: 2 ready of 2 on taskexecutor-1 gpu 0" in status.stdout
     te = session.get("/v1/taskexecutors")["taskexecutors"][0]
     assert sorted(i["operator"] for i in te["resident"]) == ["scaled", "scaled"]
     assert len({i["key"] for i in te["resident"]}) == 2 and all(i["memory"] == 0 for i in te["resident"])
@@ -92,6 +93,60 @@ def test_a_session_keeps_resident_instances_between_jobs_and_stop_ends_them(tmp_
     assert len(hosts) == 1  # one device, one host
     stop_and_check(session)  # no process of the cluster is left, device hosts included
     assert not any(p.is_running() for p in hosts)
+
+
+WHERE = '''
+import os
+from accelflow import Environment
+from warm_jobs import WhereAmI
+
+env = Environment()
+out = env.from_sequence(0, 99, parallelism=2).map(
+    WhereAmI(os.environ["WHERE_LOG"], fail_first=False), resources={"gpu": 0.5}, parallelism=2,
+    name="where").execute_and_collect()
+assert sorted(out) == list(range(100))
+'''
+
+
+def _pools(session: Session) -> list[tuple[int, int]]:
+    """``(ready, size)`` of each warm pool ``accelflow cluster status`` shows."""
+    out = cli(session.env, "cluster", "status", "--cluster", session.url)
+    assert out.returncode == 0, out.stderr
+    return [(int(w[2]), int(w[5])) for w in (line.split() for line in out.stdout.splitlines())
+            if w[:2] == ["warm", "processes:"]]
+
+
+def _refilled(session: Session) -> list[tuple[int, int]]:
+    """The warm pools once every process of each is ready."""
+    return wait_until(lambda: (pools := _pools(session)) and all(r >= n for r, n in pools) and pools,
+                      "every warm process ready", timeout=60)
+
+
+def test_a_second_job_finds_a_warm_process_ready_for_each_subtask_sharing_its_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two subtasks at ``{"gpu": 0.5}`` on one GPU, ``taskmanager.device-pool.size`` at its
+    default (1): the pool keeps a process per subtask the device ran at once, so the second
+    job's two subtasks both start in processes that were ready before it began (each imported
+    ``warm.preload`` ahead, none during the job); with one ready, the other forked or waited
+    for a fresh one's imports, and the whole job with it."""
+    marker, where = tmp_path / "marker.log", tmp_path / "where.log"
+    monkeypatch.setenv("WARM_MARKER_LOG", str(marker))
+    session = _session(tmp_path, **{"external-resource.gpu.warm.preload": "warm_marker"})
+    try:
+        assert _run(session, WHERE, WHERE_LOG=str(where)).returncode == 0
+        _refilled(session)
+        warm_before = {int(line) for line in marker.read_text().splitlines()}
+        first = len(lines(where, "where"))
+        out = _run(session, WHERE, WHERE_LOG=str(where))
+        assert out.returncode == 0, out.stderr
+        second = lines(where, "where")[first:]
+        assert len(second) == 2 and all(int(w[0]) in warm_before and "warm_marker" in w[5].split(",")
+                                       for w in second), (second, warm_before)
+        # 2 kept, not more: each subtask took one, and each was replaced once
+        assert _refilled(session) == [(2, 2)]
+        assert len(marker.read_text().splitlines()) == len(warm_before) + 2
+    finally:
+        stop_and_check(session)
 
 
 LEAKY = '''

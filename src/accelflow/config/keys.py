@@ -146,8 +146,9 @@ NUMBER_OF_TASK_SLOTS = _key(
 DEVICE_POOL_SIZE = _key(
     "taskmanager.device-pool.size", p.int_in_range(0, 16, "each is a process holding a device context"), 1,
     "Warm subtask processes a TaskExecutor keeps ready per device that has had work (its device "
-    "framework imported, its CUDA context made); a subtask holding one device starts in one. "
-    "0: none (every subtask is forked).",
+    "framework imported, its CUDA context made), at least: a device keeps one per subtask it ran "
+    "at once (e.g. 2 for two subtasks at gpu 0.5), up to 16; a subtask holding one device starts "
+    "in one. 0: none (every subtask is forked).",
 )
 RESIDENT_MAX_INSTANCES = _key(
     "taskmanager.resident.max-instances", p.int_in_range(1, 1024, "each holds a model in device memory"), 8,

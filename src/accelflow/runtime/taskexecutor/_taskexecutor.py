@@ -64,7 +64,8 @@ class TaskExecutor:
             name: [i.address for i in provider.get_external_resource_infos(name)] for name in watches
         }) if watches else None
         #: warm subtask processes and device hosts, per device with work (``_warm``)
-        self.devices = WarmDevices(te_id, provider, warm or WarmSettings(), dict(self.base_env))
+        self.devices = WarmDevices(te_id, provider, warm or WarmSettings(), dict(self.base_env),
+                                   lambda: self.descriptors.values())
         self.base_env.update(self.devices.subtask_env)
 
     #: True when the JobManager's connection dropped without a shutdown command

@@ -116,11 +116,14 @@ class WarmDevices:
     """What the TaskExecutor's loop uses: :meth:`start_subtask` (or, first,
     :meth:`wait_for_warm`, then :meth:`hold`, :meth:`cancel`, :meth:`due` and :meth:`due_in`
     for the subtasks that wait), :meth:`sources`, :meth:`event`, :meth:`status` and
-    :meth:`close`; :attr:`subtask_env` goes into every subtask's environment."""
+    :meth:`close`; :attr:`subtask_env` goes into every subtask's environment. ``running``
+    gives the subtasks that run now (the pool of a device keeps a process per subtask it ran
+    at once)."""
 
     def __init__(self, taskexecutor_id: str, provider: ExternalResourceInfoProvider, settings: WarmSettings,
-                 base_env: dict[str, str]) -> None:
+                 base_env: dict[str, str], running: Callable[[], Iterable[SubtaskDescriptor]]) -> None:
         self.taskexecutor_id, self.provider, self.base_env = taskexecutor_id, provider, base_env
+        self.running = running  # the subtasks that run now (started: forked or warm)
         self.spawner = Spawner()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.pool = WarmPool(settings.pool_size, self.spawner.submit, self._warm_command, self._env, self._wake)
@@ -187,12 +190,19 @@ class WarmDevices:
         that is still starting (none is ready, and no other subtask waits for that one):
         :meth:`due` gives it back once the process is ready, exited, or past its bound."""
         device = self._device(desc)
+        if device is not None:
+            self.pool.running(device, self._sharers(device, desc.key))
         process = None if device is None or not self._imports_ahead(device) else self.pool.claim(device)
         if device is None or process is None:
             return False
         self.waiting[desc.key] = Waiting(desc.key, desc, env, process, process.spawned + self.pool.bound(device))
         _log.debug("subtask %s waits for warm process %d of %s %s, still starting", desc.key, process.pid, *device)
         return True
+
+    def _sharers(self, device: Device, key: SubtaskKey) -> int:
+        """The subtasks on ``device`` once ``key``'s starts: those running or waiting there, and it."""
+        others = [*self.running(), *(w.desc for w in self.waiting.values())]
+        return 1 + sum(1 for d in others if d.key != key and self._device(d) == device)
 
     def _imports_ahead(self, device: Device) -> bool:
         """Whether a warm process of ``device`` imports what a fork would import again (a device

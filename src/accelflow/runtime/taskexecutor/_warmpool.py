@@ -11,6 +11,11 @@ it is closer to ready than a fork, which would start the same imports from zero)
 until :meth:`WarmPool.bound` after its spawn; without either it is forked as any other
 (logged at debug). A process runs one subtask only: a subtask never inherits another's state.
 
+A device keeps as many processes as subtasks it ran at once (:meth:`WarmPool.target`: two
+sharers at ``{"gpu": 0.5}``, two), at least ``size``: the next job's sharers, or a full
+restart's, all start warm; one ready for the first and a fresh one for the second would make
+the whole job wait for the second's imports.
+
 To the TaskExecutor a taken process is what a forked subtask is (:class:`WarmProcess` has the
 parts of ``multiprocessing.Process`` it uses: ``sentinel``, ``exitcode``, ``join``...), and
 its socket becomes the subtask's status pipe.
@@ -44,6 +49,9 @@ FIRST_WAIT_S = 60.0
 #: device's warm processes after the spawn (load makes start-ups vary 2x), and never sooner
 #: than :data:`MIN_WAIT_S` after it
 SLOWEST_FACTOR, MIN_WAIT_S = 3.0, 5.0
+#: the most warm processes a device keeps, however many subtasks it ran at once: the most
+#: ``taskmanager.device-pool.size`` may ask for (each holds a CUDA context on a real GPU)
+MAX_PER_DEVICE = 16
 
 
 class WarmProcess:
@@ -105,7 +113,8 @@ class WarmProcess:
 
 
 class WarmPool:
-    """``size`` warm processes per device that has had work.
+    """Warm processes per device that has had work: ``size``, or as many as the device's
+    subtasks that ran at once (:meth:`target`).
 
     Args:
         spawn_in: runs a function on the thread that spawns the TaskExecutor's children (their
@@ -121,8 +130,29 @@ class WarmPool:
         self.size, self.spawn_in, self.command, self.env, self.changed = size, spawn_in, command, env, changed
         self.pools: dict[Device, list[WarmProcess]] = {}
         self.slowest: dict[Device, float] = {}  # the longest start-up seen per device (``bound``)
+        self.peak: dict[Device, int] = {}  # the most subtasks seen at once per device (``target``)
+        self.spawning: dict[Device, int] = {}  # spawns asked for and not done yet (``_refill``)
         self.lock = threading.Lock()
         self.closed = False
+
+    def target(self, device: Device) -> int:
+        """How many processes ``device`` keeps: as many as its subtasks that ran at once, at
+        least ``size``, at most :data:`MAX_PER_DEVICE`; none when ``size`` is 0. E.g. size 1
+        and 4 subtasks at ``{"gpu": 0.25}`` seen: 4."""
+        return 0 if self.size < 1 else max(self.size, min(self.peak.get(device, 0), MAX_PER_DEVICE))
+
+    def running(self, device: Device, subtasks: int) -> None:
+        """``subtasks`` run (or start) on ``device`` at once now: when that is more than it
+        ever ran, its pool grows to match, in the background."""
+        if self.size < 1:
+            return
+        with self.lock:
+            raised = subtasks > self.peak.get(device, 0)
+            if raised:
+                self.peak[device] = subtasks
+                self.pools.setdefault(device, [])
+        if raised:
+            self._refill(device)
 
     def take(self, device: Device, start: StartSubtask, claimed: WarmProcess | None = None) -> WarmProcess | None:
         """A ready process of ``device`` running ``start``'s subtask (``claimed``: the one it
@@ -196,16 +226,33 @@ class WarmPool:
             self.slowest[process.device] = max(self.slowest.get(process.device, 0.0), process.ready_after)
 
     def _refill(self, device: Device) -> None:
+        """Spawn, in the background, what ``device`` lacks of :meth:`target` (counting the
+        spawns asked for and not done yet: two takes in a row do not spawn twice)."""
         with self.lock:
             pool = self.pools[device]
             for dead in [p for p in pool if not p.is_alive()]:
                 pool.remove(dead)
                 dead.join()
-            missing = self.size - len(pool)
+            missing = self.target(device) - len(pool) - self.spawning.get(device, 0)
+            self.spawning[device] = self.spawning.get(device, 0) + max(0, missing)
         for _ in range(missing):
             self.spawn_in(lambda: self._spawn(device))
 
     def _spawn(self, device: Device) -> None:
+        process = self._start(device)
+        with self.lock:
+            self.spawning[device] -= 1
+            kept = not self.closed
+            if process is not None and kept:
+                self.pools.setdefault(device, []).append(process)
+        if process is None:
+            return
+        if not kept:  # the TaskExecutor is stopping
+            process.stop()
+            return
+        self.changed()
+
+    def _start(self, device: Device) -> WarmProcess | None:
         mine, theirs = socket.socketpair()
         try:
             popen = subprocess.Popen(
@@ -215,18 +262,10 @@ class WarmPool:
         except OSError as exc:
             _log.warning("cannot start a warm process for %s %s: %s", *device, exc)
             mine.close()
-            return
+            return None
         finally:
             theirs.close()
-        process = WarmProcess(popen, Connection(mine.detach()), device)
-        with self.lock:
-            kept = not self.closed
-            if kept:
-                self.pools.setdefault(device, []).append(process)
-        if not kept:  # the TaskExecutor is stopping
-            process.stop()
-            return
-        self.changed()
+        return WarmProcess(popen, Connection(mine.detach()), device)
 
     def waiting(self) -> list[Connection]:
         """The sockets of processes not ready yet (readable when they say so)."""
@@ -253,8 +292,8 @@ class WarmPool:
 
     def status(self) -> tuple[DevicePool, ...]:
         with self.lock:
-            return tuple(DevicePool(resource, address, sum(p.poll_ready() for p in pool), self.size)
-                         for (resource, address), pool in sorted(self.pools.items()))
+            return tuple(DevicePool(device[0], device[1], sum(p.poll_ready() for p in pool), self.target(device))
+                         for device, pool in sorted(self.pools.items()))
 
     def close(self) -> None:
         with self.lock:
