@@ -160,6 +160,7 @@ class Instance:
             if self.options.kind == "map_batches":
                 batch, carried = self._gather(first)
             self._run(batch)
+            del first, batch  # views of subtasks' rings: one that left is unmapped once they go
 
     def _next(self, timeout: float | None) -> Request | None:
         """The next request; with the stage holding batches, drained when none comes soon."""

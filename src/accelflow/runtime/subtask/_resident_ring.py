@@ -14,9 +14,11 @@ space of request ``seq`` is free once its reply came (the host is done with the 
 reply is sent after the batch's outputs are); the host's space of reply ``seq`` is free once
 a later request says the subtask has read it (``ResidentRequest.read``). The window of
 requests a subtask keeps in flight (``_resident.WINDOW``) bounds both: a ring holds
-``WINDOW + 2`` chunks as large as its first, so a chunk never waits for space; one that finds
-none, or is larger, or holds no arrays (Python records, object arrays), or is too small to be
-worth it, is pickled on the connection as before (arrays out of band, ``runtime/_oob.py``).
+``WINDOW + 2`` chunks as large as the largest so far (a larger chunk comes with a new ring, the
+old one unmapped once the other end is done with its chunks), so a chunk never waits for
+space. One that finds none anyway, or holds no arrays (Python records, object arrays), or is
+too small to be worth it (under 64 KiB) or too large for a ring (over ``RING_MAX_BYTES / 6``),
+is pickled on the connection as before (arrays out of band, ``runtime/_oob.py``).
 
 The host hands the records it receives on as views of the ring (the device stage copies them
 to pinned memory or the device; a batch of several requests is joined, a copy); the subtask
@@ -51,8 +53,8 @@ from accelflow.dataflow import Columns
 from accelflow.runtime import SharedArrays, recv_chunk, send_chunk
 from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of
 
-#: a ring holds at least this many bytes
-RING_MIN_BYTES = 4 * 1024 * 1024
+#: a ring holds at least, and at most, this many bytes
+RING_MIN_BYTES, RING_MAX_BYTES = 4 * 1024 * 1024, 512 * 1024 * 1024
 
 
 class SharedChunks:
@@ -60,7 +62,7 @@ class SharedChunks:
     first use) and the other end's ring it reads from.
 
     Args:
-        slots: chunks in flight at most (a ring holds ``slots + 2`` of its first chunk's size).
+        slots: chunks in flight at most (a ring holds ``slots + 2`` of its largest chunk).
         min_batch: chunks of fewer bytes are pickled on the connection.
     """
 
@@ -82,9 +84,9 @@ class SharedChunks:
         if arrays is None:
             return None
         need = sum(_aligned(a.nbytes) for a in arrays)
-        if need < self.min_batch:
+        if need < self.min_batch or need * (self.slots + 2) > RING_MAX_BYTES:
             return None
-        new = self._open(need) if self.ring is None else 0
+        new = self._open(need) if need * (self.slots + 2) > self.size else 0
         start = self._fit(need)
         if start is None:
             return None
@@ -99,6 +101,9 @@ class SharedChunks:
         return SharedArrays(tuple(specs), isinstance(chunk, Columns), new)
 
     def _open(self, need: int) -> int:
+        """A first ring, or a larger one instead of the old (the other end maps both until it
+        is done with the old one's chunks); its size."""
+        self._close_ring()
         size = max(RING_MIN_BYTES, (self.slots + 2) * need)
         size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
         self.fd = os.memfd_create("accelflow-resident", os.MFD_CLOEXEC)
@@ -145,8 +150,7 @@ class SharedChunks:
         if shared.ring:
             fd = recv_handle(conn)
             try:
-                self._drop_peer()
-                self.peer = mmap.mmap(fd, shared.ring)
+                self.peer = mmap.mmap(fd, shared.ring)  # the old one: unmapped once its last view goes
             finally:
                 os.close(fd)
         assert self.peer is not None
@@ -155,20 +159,19 @@ class SharedChunks:
             arrays = [a.copy() for a in arrays]
         return header, Columns(arrays) if shared.columns else arrays[0]
 
-    def _drop_peer(self) -> None:
-        peer, self.peer = self.peer, None
-        if peer is not None:
-            try:
-                peer.close()
-            except BufferError:
-                pass  # views of it are still in use: unmapped when the last one goes
-
     def close(self) -> None:
-        """Unmap both rings and close this end's descriptor."""
-        self._drop_peer()
+        """Unmap this end's ring, close its descriptor, and let go of the other end's ring (an
+        array that is a view of it keeps it mapped, as its ``base``: unmapped once the last one
+        goes; ``mmap.close()`` would leave such views dangling)."""
+        self.peer = None
+        self._close_ring()
+
+    def _close_ring(self) -> None:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        self.size = self.head = 0
+        self.used.clear()
