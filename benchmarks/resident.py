@@ -19,10 +19,22 @@ total as the whole bare loop. Two measurements, on this machine's CPU:
   ``nvidia-smi``): two subtasks at half the GPU each, ``resident=True`` (one instance in
   the device host) and not (each subtask its own), against a bare loop calling the same model
   in this process. ``Linear`` is a NumPy stand-in for a model (images to float32, a 784x10
-  matmul, argmax: about 2 ms a batch here, as the H100's bare torch loop takes 2.3 ms a
-  batch): the job's transport is what differs. A ratio is the bare loop's seconds over a job's
+  matmul, argmax: about 3 ms a batch here on one thread, as the H100's bare torch loop takes
+  2.3 ms a batch): the job's transport is what differs. Every process of the run computes on
+  one thread (``OMP_NUM_THREADS=1`` and the like, unless set): as a GPU's compute, the model
+  leaves the other core to the transport (BLAS threads spinning on 2 shared cores would
+  measure their contention instead). A ratio is the bare loop's seconds over a job's
   running time (its duration less its start-up) in the same round; ways run in turns,
-  ``--repeat`` rounds; printed: the medians and the spread (min - max) over the rounds.
+  ``--repeat`` rounds; printed: the medians and the spread (min - max) over the rounds of the
+  running time, the ratio and the CPU seconds of the processes that ran the model, all their
+  threads, from their first batch to their last (the bare loop's process; each subtask; the
+  device host, whose receiving threads do the transport: the figure contention moves least),
+  and the resident job's running time over the not resident one's of the same round.
+
+``jobs()`` and ``report()`` use only the public API, so they also measure an older accelflow
+(``benchmarks/results/resident.txt`` has both), from the repository's root:
+``PYTHONPATH=<its src> .venv/bin/python -c "import sys; sys.path.insert(0, 'benchmarks'); import
+resident; resident.report(resident.jobs(500_000, 5))"``.
 
 The machine's 2 cores are shared: figures are noisy, compare the ways of one run.
 """
@@ -40,20 +52,43 @@ import time
 from pathlib import Path
 from typing import Any
 
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before NumPy loads
+    os.environ.setdefault(_threads, "1")  # and for every process of the cluster, which inherit it
+
 import numpy as np
 
 BATCH = 4096
+WAYS = ("bare loop", "p=2 at 0.5, not resident", "p=2 at 0.5, resident")
 
 
 class Linear:
-    """A NumPy stand-in for a model: 28x28 uint8 images -> 10 scores -> the best one's index."""
+    """A NumPy stand-in for a model: 28x28 uint8 images -> 10 scores -> the best one's index;
+    with ``log``, each batch appends ``<pid> <CPU seconds of its process before> <after>``."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: str | None = None) -> None:
         self.weights = np.random.default_rng(0).standard_normal((784, 10)).astype(np.float32)
+        self.log = log
 
     def map_batch(self, images: Any) -> Any:
+        before = time.process_time()
         x = np.asarray(images).reshape(len(images), 784).astype(np.float32)
-        return (x @ self.weights).argmax(1).astype(np.uint8)
+        out = (x @ self.weights).argmax(1).astype(np.uint8)
+        if self.log is not None:
+            with open(self.log, "a", encoding="ascii") as f:
+                f.write(f"{os.getpid()} {before} {time.process_time()}\n")
+        return out
+
+
+def cpu_seconds(log: str) -> float:
+    """The CPU seconds the processes that ran :class:`Linear` spent (all their threads: the
+    device host's receiving ones too) from their first batch's start to their last one's end."""
+    spans: dict[str, tuple[float, float]] = {}
+    with open(log, encoding="ascii") as f:
+        for line in f:
+            pid, before, after = line.split()
+            first, _ = spans.get(pid, (float(before), 0.0))
+            spans[pid] = (first, float(after))
+    return sum(last - first for first, last in spans.values())
 
 
 # -- the round trip of one batch -------------------------------------------------------------------
@@ -130,25 +165,28 @@ def _echo(conn: Any, way: str, reply: str) -> None:
 
 
 # -- whole jobs ------------------------------------------------------------------------------------
-def bare_loop(images: np.ndarray[Any, Any]) -> tuple[float, np.ndarray[Any, Any]]:
+def bare_loop(images: np.ndarray[Any, Any]) -> tuple[float, float, np.ndarray[Any, Any]]:
+    """Seconds and CPU seconds of the loop, and its outputs."""
     model, out = Linear(), []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(images), BATCH):
         out.append(model.map_batch(images[start:start + BATCH]))
-    return time.perf_counter() - started, np.concatenate(out)
+    return time.perf_counter() - started, time.process_time() - cpu, np.concatenate(out)
 
 
-def job(images: np.ndarray[Any, Any], conf: dict[str, Any], resident: bool) -> tuple[float, np.ndarray[Any, Any]]:
-    """Running seconds of the p=2 job at half the fake GPU each, and its outputs in order."""
+def job(images: np.ndarray[Any, Any], conf: dict[str, Any], resident: bool,
+        log: str) -> tuple[float, float, np.ndarray[Any, Any]]:
+    """Running seconds of the p=2 job at half the fake GPU each, the CPU seconds of the
+    processes running the model (:func:`cpu_seconds`), and its outputs in order."""
     from accelflow import Environment
 
     env = Environment(conf)
     out = env.from_collection(images, parallelism=2).map_batches(
-        Linear(), batch_size=BATCH, resident=resident, resources={"gpu": 0.5}, parallelism=2)
+        Linear(log), batch_size=BATCH, resident=resident, resources={"gpu": 0.5}, parallelism=2)
     predictions = out.execute_and_collect_batch()
     result = env.last_result
     assert result is not None and result.startup_s is not None
-    return result.duration_s - result.startup_s, np.asarray(predictions)
+    return result.duration_s - result.startup_s, cpu_seconds(log), np.asarray(predictions)
 
 
 def fake_gpu_conf(tmp: Path) -> dict[str, Any]:
@@ -165,19 +203,36 @@ def fake_gpu_conf(tmp: Path) -> dict[str, Any]:
     }
 
 
-def jobs(n: int, repeat: int) -> dict[str, list[float]]:
+def jobs(n: int, repeat: int) -> dict[str, list[tuple[float, float]]]:
+    """Per way, each round's ``(running seconds, CPU seconds of the model's processes)``."""
     images = np.random.default_rng(0).integers(0, 256, (n, 28, 28), dtype=np.uint8)
-    times: dict[str, list[float]] = {"bare loop": [], "p=2 at 0.5, not resident": [], "p=2 at 0.5, resident": []}
+    figures: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory(prefix="resident-bench-") as tmp:
         conf = fake_gpu_conf(Path(tmp))
-        for _ in range(repeat):
-            seconds, expected = bare_loop(images)
-            times["bare loop"].append(seconds)
+        for i in range(repeat):
+            seconds, cpu, expected = bare_loop(images)
+            figures["bare loop"].append((seconds, cpu))
             for resident in (False, True):
-                seconds, got = job(images, conf, resident)
+                seconds, cpu, got = job(images, conf, resident, f"{tmp}/cpu-{i}-{resident}.log")
                 assert np.array_equal(got, expected), f"resident={resident}: outputs differ from the bare loop's"
-                times[f"p=2 at 0.5, {'' if resident else 'not '}resident"].append(seconds)
-    return times
+                figures[WAYS[1 + resident]].append((seconds, cpu))
+    return figures
+
+
+def report(figures: dict[str, list[tuple[float, float]]]) -> None:
+    """Print per way: running seconds, the ratio to the bare loop, CPU seconds; medians and
+    spreads over the rounds; then the resident job's running time over the not resident one's."""
+    def spread(values: list[float], form: str) -> str:
+        return f"{statistics.median(values):{form}} ({min(values):{form}} - {max(values):{form}})"
+
+    bare = [s for s, _ in figures["bare loop"]]
+    for way, rounds in figures.items():
+        seconds, cpu = [s for s, _ in rounds], [c for _, c in rounds]
+        ratios = [b / s for b, s in zip(bare, seconds, strict=True)]
+        print(f"  {way:26s} running {spread(seconds, '.3f')} s  {spread(ratios, '.2f')}x  "
+              f"CPU of the model's processes {spread(cpu, '.2f')} s")
+    same = [r / n for (r, _), (n, _) in zip(figures[WAYS[2]], figures[WAYS[1]], strict=True)]
+    print(f"  resident / not resident running time, per round: {spread(same, '.2f')}; below 1: resident is faster")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,13 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         old, new = trip[reply, "connection"], trip[reply, "shared memory"]
         print(f"  back {'whole' if reply == 'batch' else 'as 4096 labels':15s} connection {old * 1e3:.2f} ms, "
               f"shared memory {new * 1e3:.2f} ms ({old / new:.1f}x)")
-    times = jobs(args.images, args.repeat)
+    figures = jobs(args.images, args.repeat)
     print(f"{args.images:,} 28x28 uint8 images, batch {BATCH}, 1 fake GPU; median of {args.repeat} rounds "
           "(min - max), ways in turns; ratio: the bare loop's seconds / the job's running seconds, per round")
-    for way, seconds in times.items():
-        ratios = [bare / s for bare, s in zip(times["bare loop"], seconds, strict=True)]
-        print(f"  {way:26s} running {statistics.median(seconds):6.3f} s ({min(seconds):.3f} - {max(seconds):.3f})"
-              f"  {statistics.median(ratios):.2f}x ({min(ratios):.2f} - {max(ratios):.2f})")
+    report(figures)
     return 0
 
 
