@@ -109,7 +109,7 @@ class KillSubtaskOnce:
 
 def test_outputs_are_identical_and_in_order_with_several_sharers(gpu: dict[str, Any], tmp_path: Path) -> None:
     """Four subtasks at a quarter of the GPU each share one instance; each request and reply
-    (1024 images in, as many int16 images out) goes through the rings."""
+    (its images in, as many int16 images out) goes through the rings."""
     images, log = _images(20_000), str(tmp_path / "model.log")
     env = Environment(gpu)
     out = env.from_collection(images, parallelism=1).rebalance().map_batches(

@@ -87,7 +87,7 @@ class SharedChunks:
         if need < self.min_batch or need * (self.slots + 2) > RING_MAX_BYTES:
             return None
         new = self._open(need) if need * (self.slots + 2) > self.size else 0
-        start = self._fit(need)
+        start = 0 if new else self._fit(need)  # a new ring is announced by this chunk: it goes in
         if start is None:
             return None
         assert self.ring is not None
