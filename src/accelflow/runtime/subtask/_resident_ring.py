@@ -51,7 +51,7 @@ import numpy as np
 
 from accelflow.dataflow import Columns
 from accelflow.runtime import SharedArrays, recv_chunk, send_chunk
-from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of
+from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, ring_fit
 
 #: a ring holds at least, and at most, this many bytes
 RING_MIN_BYTES, RING_MAX_BYTES = 4 * 1024 * 1024, 512 * 1024 * 1024
@@ -115,12 +115,7 @@ class SharedChunks:
         """Where ``need`` bytes fit now (the ring holds ``[tail, head)``, possibly wrapped)."""
         if not self.used:
             return 0 if need <= self.size else None
-        tail = self.used[0][1]
-        if self.head > tail:
-            if self.head + need <= self.size:
-                return self.head
-            return 0 if need <= tail else None  # wrap around to the start
-        return self.head if self.head + need <= tail else None
+        return ring_fit(self.head, self.used[0][1], self.size, need)
 
     def release(self, tag: int) -> None:
         """The other end is done with every chunk tagged up to ``tag``: their space is free."""
