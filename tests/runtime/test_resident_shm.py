@@ -192,8 +192,9 @@ def test_shared_chunks_round_trip_columns_and_fall_back_to_pickling() -> None:
             seq += 1
         assert seq - 6 >= 2, "the ring holds slots + 2 chunks of its largest one's size"
         mine.release(seq - 1)
-        assert mine.share(big[:500], seq) is not None
-        mine.send(a, ResidentReply(seq, shared=mine.share(big[:500], seq)), big[:500])
+        shared = mine.share(big[:500], seq)  # room again
+        assert shared is not None
+        mine.send(a, ResidentReply(seq, shared=shared), big[:500])
         held = theirs.recv(b, copy=False)[1]  # a view of the old ring (as the host's records are)
         old = mine.size
         chunk = np.full(old, 7, np.uint8)
