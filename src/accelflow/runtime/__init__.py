@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, RESIDENT_STACK_SUFFIX, Attach, Attached,
         DeviceChange, DeviceEvent, DevicePool, DeviceReport, DevicesFree, DeviceStatus, HostAddress, HostFailed,
         HostReady, HostReport, HostRequest, InjectFault, MemoryReport, ResidentInstance, ResidentOptions,
-        ResidentReply, ResidentRequest, StartSubtask, SubtaskMemory, WarmReady,
+        ResidentReply, ResidentRequest, SharedArrays, StartSubtask, SubtaskMemory, WarmReady,
     )
     from accelflow.runtime._accept import close_listener, serve_forever, unix_listener
     from accelflow.runtime._oob import recv_chunk, send_chunk
@@ -124,8 +124,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "HOSTS_ENV_VAR", "HOSTS_KEY_ENV_VAR", "RESIDENT_KILLED_SUFFIX", "RESIDENT_STACK_SUFFIX", "Attach",
         "Attached", "DeviceChange", "DeviceEvent", "DevicePool", "DeviceReport", "DevicesFree", "DeviceStatus",
         "HostAddress", "HostFailed", "HostReady", "HostReport", "HostRequest", "InjectFault", "MemoryReport",
-        "ResidentInstance", "ResidentOptions", "ResidentReply", "ResidentRequest", "StartSubtask",
-        "SubtaskMemory", "WarmReady",
+        "ResidentInstance", "ResidentOptions", "ResidentReply", "ResidentRequest", "SharedArrays",
+        "StartSubtask", "SubtaskMemory", "WarmReady",
     ),
     "._accept": (
         "close_listener", "serve_forever", "unix_listener",
@@ -227,6 +227,7 @@ __all__ = [
     "ResidentOptions",
     "ResidentReply",
     "ResidentRequest",
+    "SharedArrays",
     "Rollback",
     "IN_FLIGHT_KIND",
     "in_flight_name",

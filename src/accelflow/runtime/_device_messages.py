@@ -23,8 +23,9 @@ Subtask → TaskExecutor (its device-host broker): :class:`HostRequest` → :cla
 or :class:`HostFailed`.
 
 Subtask ↔ device host: :class:`Attach` → :class:`Attached` or :class:`HostFailed`; then
-:class:`ResidentRequest` → :class:`ResidentReply`, each followed by its chunk (pickle protocol
-5, the arrays' buffers out of band: ``runtime/devicehost/_wire.py``).
+:class:`ResidentRequest` → :class:`ResidentReply`. A chunk of arrays lies in shared memory, where
+the message's :class:`SharedArrays` says (``runtime/subtask/_resident_ring.py``); any other
+chunk follows its message (pickle protocol 5, the arrays' buffers out of band: ``runtime/_oob.py``).
 
 TaskExecutor → JobManager: :class:`DeviceStatus` (what is resident where, and the warm pools),
 shown by ``accelflow cluster status`` and ``/v1/taskexecutors``.
@@ -223,19 +224,34 @@ class Attached(_Message, frozen=True):
     memory: int | None
 
 
+class SharedArrays(_Message, frozen=True):
+    """A chunk's arrays in the sender's shared-memory ring: per array its offset, dtype and
+    shape; ``columns``: they are the columns of a :class:`~accelflow.dataflow.Columns`;
+    ``ring``: the size of a new ring whose descriptor follows this message (``SCM_RIGHTS``)."""
+
+    arrays: tuple[tuple[int, Any, tuple[int, ...]], ...] = ()
+    columns: bool = False
+    ring: int = 0
+
+
 class ResidentRequest(_Message, frozen=True):
-    """``records`` records follow; ``flush``: run what is pending now, full batch or not."""
+    """``records`` records, in ``shared`` memory or following; ``flush``: run what is pending
+    now, full batch or not; ``read``: the subtask has read every reply up to that ``seq`` (the
+    host's ring space of those replies is free again)."""
 
     seq: int
     records: int
     flush: bool = False
+    shared: SharedArrays | None = None
+    read: int = 0
 
 
 class ResidentReply(_Message, frozen=True):
-    """The outputs of request ``seq`` follow, unless ``error``."""
+    """The outputs of request ``seq``, in ``shared`` memory or following, unless ``error``."""
 
     seq: int
     error: RemoteError | None = None
+    shared: SharedArrays | None = None
 
 
 # -- TaskExecutor → JobManager -------------------------------------------------------------------

@@ -40,7 +40,7 @@ from accelflow.scheduling import format_amount
 from accelflow.runtime import (
     HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady,
     HostReport, ResidentInstance, ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in,
-    memory_text, preload, recv_chunk, serve_forever, share_for, unix_listener, warm_device, whole_lines,
+    memory_text, preload, serve_forever, share_for, unix_listener, warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
@@ -86,11 +86,12 @@ class DeviceHost:
             try:
                 conn.send(Attached(opened, instance.memory))
                 while True:
-                    header, chunk = recv_chunk(conn)
+                    header, chunk = client.shared.recv(conn, copy=False)  # views of the subtask's ring
                     assert isinstance(header, ResidentRequest), header
+                    client.read(header.read)
                     instance.submit(Request(client, header.seq, chunk, header.records, header.flush))
             finally:
-                client.gone = True
+                client.leave()
                 with self.lock:
                     instance.users.discard(id(client))
                     self._hang_if_stuck(instance, client)

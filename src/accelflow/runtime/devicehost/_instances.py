@@ -37,30 +37,46 @@ import cloudpickle
 
 from accelflow._errors import JobError, RemoteError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
-from accelflow.runtime import Attach, ByValue, ResidentReply, device_memory, send_chunk
-from accelflow.runtime.subtask import DRAIN_AFTER_S, DeviceStage, PlainStage, bind, open_stage
+from accelflow.runtime import Attach, ByValue, ResidentReply, device_memory
+from accelflow.runtime.subtask import DRAIN_AFTER_S, WINDOW, DeviceStage, PlainStage, SharedChunks, bind, open_stage
 
 _log = logging.getLogger("accelflow.devicehost")
 
 
 class Client:
-    """One attached subtask's connection: replies go out under a lock (the instance's thread
-    sends them while the subtask's own thread reads its requests)."""
+    """One attached subtask's connection and its shared-memory rings (``_resident_ring.py``):
+    replies go out under a lock (the instance's thread sends them while the subtask's own
+    thread reads its requests)."""
 
     def __init__(self, conn: Connection, subtask: str, stack_path: str | None = None) -> None:
         self.conn, self.subtask, self.stack_path = conn, subtask, stack_path
         self.lock = threading.Lock()
         self.gone = False  # its connection ended
+        self.shared = SharedChunks(WINDOW)
 
     def reply(self, seq: int, chunk: Any, error: RemoteError | None = None) -> None:
         with self.lock:
+            if self.gone:
+                return  # it went away (cancelled, failed): it needs no answer
             try:
                 try:
-                    send_chunk(self.conn, ResidentReply(seq, error), chunk)
+                    self.shared.send(self.conn, ResidentReply(seq, error, self.shared.share(chunk, seq)), chunk)
                 except (pickle.PicklingError, AttributeError):  # e.g. records of a by-value class
-                    send_chunk(self.conn, ResidentReply(seq, error), ByValue(chunk))
+                    self.shared.send(self.conn, ResidentReply(seq, error), ByValue(chunk))
             except OSError:
-                pass  # it went away (cancelled, failed): it needs no answer
+                pass  # it went away: as above
+
+    def read(self, seq: int) -> None:
+        """The subtask has read our replies up to ``seq``: their ring space is free again."""
+        with self.lock:
+            self.shared.release(seq)
+
+    def leave(self) -> None:
+        """Its connection ended: unmap its rings (its requests' views still in a batch keep
+        theirs mapped until the batch is done)."""
+        with self.lock:
+            self.gone = True
+            self.shared.close()
 
 
 @dataclass
@@ -144,6 +160,7 @@ class Instance:
             if self.options.kind == "map_batches":
                 batch, carried = self._gather(first)
             self._run(batch)
+            del first, batch  # views of subtasks' rings: one that left is unmapped once they go
 
     def _next(self, timeout: float | None) -> Request | None:
         """The next request; with the stage holding batches, drained when none comes soon."""

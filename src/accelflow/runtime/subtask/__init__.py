@@ -7,12 +7,16 @@ from accelflow.runtime.subtask._calls import bind
 from accelflow.runtime.subtask._keys import stable_hash
 from accelflow.runtime.subtask._device import DRAIN_AFTER_S, DeviceStage, PlainStage, open_stage
 from accelflow.runtime.subtask._operators import join_chunks
+from accelflow.runtime.subtask._resident import WINDOW
+from accelflow.runtime.subtask._resident_ring import SharedChunks
 from accelflow.runtime.subtask._runner import run_subtask
 
 __all__ = [
     "DRAIN_AFTER_S",
     "DeviceStage",
     "PlainStage",
+    "SharedChunks",
+    "WINDOW",
     "bind",
     "join_chunks",
     "open_stage",

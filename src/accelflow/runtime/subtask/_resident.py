@@ -4,8 +4,10 @@ a client of the device host that holds the operator's one instance on this subta
 ``open()`` asks the TaskExecutor for the device host of the subtask's device (started on
 demand) and attaches to the instance of the operator's key: the host opens it the first time
 (``Attached.opened``) and every later subtask, attempt or job with the same operator reuses it.
-Each chunk goes to the host as it comes (at most ``batch_size`` records a request, pickle
-protocol 5 with the arrays out of band); the host runs the requests of every subtask on the
+Each chunk goes to the host as it comes (at most ``batch_size`` records a request): its
+arrays through a shared-memory ring (``_resident_ring.py``: one copy in, the socket carries
+where they lie), other records pickled on the connection (protocol 5, arrays out of band);
+the outputs come back the same way. The host runs the requests of every subtask on the
 device together, up to ``batch_size`` records a batch, and sends each request's outputs back,
 in order. At most :data:`WINDOW` requests are in flight: a subtask with more asks the host to
 run what it holds (``flush``) and waits for the oldest. A checkpoint barrier and the end of the
@@ -34,10 +36,11 @@ from accelflow.dataflow import (
 from accelflow.resources import info_properties
 from accelflow.runtime import (
     HOSTS_ENV_VAR, HOSTS_KEY_ENV_VAR, RESIDENT_STACK_SUFFIX, Attach, Attached, ChainPlan, HostAddress,
-    HostFailed, HostRequest, ResidentOptions, ResidentReply, ResidentRequest, recv_chunk, send_chunk,
+    HostFailed, HostRequest, ResidentOptions, ResidentReply, ResidentRequest,
 )
 from accelflow.runtime.subtask import _heartbeat as heartbeat
 from accelflow.runtime.subtask._operators import Operator, join_chunks, runs
+from accelflow.runtime.subtask._resident_ring import SharedChunks
 
 #: requests a subtask has in flight at most
 WINDOW = 4
@@ -60,7 +63,9 @@ class ResidentOp(Operator):
             self.options = ResidentOptions("map", spec.method)
         self.size = self.options.batch_size if self.options.kind == "map_batches" else 1 << 30
         self.conn: Connection | None = None
+        self.shared = SharedChunks(WINDOW)  # the arrays of our requests, and of the host's replies
         self.seq = 0
+        self.read = 0  # the replies read, up to this seq
         #: requests in flight, oldest first: (seq, positions of their records or None)
         self.in_flight: deque[tuple[int, Any]] = deque()
         self.flushed = True  # no request since the last flush
@@ -147,8 +152,9 @@ class ResidentOp(Operator):
     def _put(self, piece: Any, positions: Any, flush: bool) -> None:
         assert self.conn is not None
         self.seq += 1
+        shared = self.shared.share(piece, self.seq)
         try:
-            send_chunk(self.conn, ResidentRequest(self.seq, len(piece), flush), piece)
+            self.shared.send(self.conn, ResidentRequest(self.seq, len(piece), flush, shared, self.read), piece)
         except OSError:
             raise self._host_gone() from None
         self.in_flight.append((self.seq, positions))
@@ -163,12 +169,14 @@ class ResidentOp(Operator):
         got = 0
         while self.in_flight and (got < want if wait else self.conn.poll(0)):
             try:
-                reply, chunk = recv_chunk(self.conn)
+                reply, chunk = self.shared.recv(self.conn, copy=True)
             except (EOFError, OSError):
                 raise self._host_gone() from None
             assert isinstance(reply, ResidentReply)
             seq, positions = self.in_flight.popleft()
             assert reply.seq == seq, (reply.seq, seq)
+            self.shared.release(seq)  # the host is done with its records
+            self.read = seq
             if reply.error is not None:
                 raise decode_error(reply.error, context=f"operator {self.node.name!r} (resident on {self.device})")
             got += 1
@@ -206,6 +214,7 @@ class ResidentOp(Operator):
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+        self.shared.close()
 
 
 def _stack_path() -> str | None:

@@ -78,6 +78,21 @@ def _aligned(n: int) -> int:
     return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
 
 
+def ring_fit(head: int, tail: int, size: int, need: int) -> int | None:
+    """Where ``need`` bytes fit in a ring of ``size`` bytes holding ``[tail, head)``, possibly
+    wrapped (not empty), or None.
+
+    Example:
+        >>> ring_fit(60, 20, 100, 30), ring_fit(80, 40, 100, 30), ring_fit(80, 20, 100, 30), ring_fit(10, 60, 100, 60)
+        (60, 0, None, None)
+    """
+    if head > tail:
+        if head + need <= size:
+            return head
+        return 0 if need <= tail else None  # wrap around to the start
+    return head if head + need <= tail else None
+
+
 class ShmSender:
     """The sending end of a direct channel: ``send(chunk)``, ``close()`` (sends the end)."""
 
@@ -156,12 +171,7 @@ class ShmSender:
             return 0
         if len(self.in_flight) >= MAX_IN_FLIGHT:
             return None
-        tail = self.in_flight[0][0]
-        if self.head > tail:
-            if self.head + need <= self.size:
-                return self.head
-            return 0 if need <= tail else None  # wrap around to the start
-        return self.head if self.head + need <= tail else None
+        return ring_fit(self.head, self.in_flight[0][0], self.size, need)
 
     def _take_credits(self, *, block: bool) -> None:
         try:

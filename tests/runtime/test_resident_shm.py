@@ -1,0 +1,208 @@
+"""Resident requests and replies carry their arrays through shared memory (issue 27.3): the
+host's socket carries no array bytes, outputs stay identical and in order, a SIGKILLed host
+still fails its subtasks naming it, and no ring outlives the process that used it (nothing in
+``/dev/shm``; a killed subtask's rings unmapped in its host). Fake GPUs, real processes.
+
+The models below run in the device host: they look at their own process (``/proc/self``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
+
+from accelflow import Environment, JobError
+from accelflow.dataflow import Columns
+from accelflow.runtime import ResidentReply, ResidentRequest
+from accelflow.runtime.subtask import SharedChunks
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
+
+RING = "memfd:accelflow-resident"
+
+
+@pytest.fixture
+def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """One TaskExecutor with 1 fake GPU, 4 slots, no warm processes."""
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    return {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": 1,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        "external-resource.gpu.warm.framework": "none",
+        "taskmanager.numberOfTaskSlots": 4,
+        "taskmanager.device-pool.size": 0,
+    }
+
+
+def _images(n: int) -> np.ndarray[Any, Any]:
+    return np.random.default_rng(0).integers(0, 256, (n, 28, 28), dtype=np.uint8)
+
+
+def _dev_shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _io() -> dict[str, int]:
+    with open("/proc/self/io", encoding="ascii") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def _rings() -> int:
+    """How many shared-memory rings of resident connections this process maps."""
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+        return sum(RING in line for line in f)
+
+
+class Brighten:
+    """A model whose outputs are as large as its inputs (int16 images): logs, per batch, its
+    records, the bytes its process has read and written through system calls so far and
+    (``rings``) how many rings it maps."""
+
+    def __init__(self, log: str, rings: bool = False) -> None:
+        self.log, self.rings = log, rings
+
+    def map_batch(self, images: Any) -> Any:
+        io = _io()
+        log_line(self.log, "batch", len(images), io["rchar"], io["wchar"], _rings() if self.rings else -1)
+        return images.astype(np.int16) * 3 - 100
+
+
+class KillHostAt:
+    """Passes batches on; at its ``at``-th batch SIGKILLs its own process, the device host
+    (whose pid it writes to ``<dir>/host`` first)."""
+
+    def __init__(self, directory: str, at: int) -> None:
+        self.dir, self.at, self.seen = directory, at, 0
+
+    def map_batch(self, images: Any) -> Any:
+        self.seen += 1
+        if self.seen == self.at:
+            Path(self.dir, "host").write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return images[:, 0, 0]
+
+
+class KillSubtaskOnce:
+    """A ``map`` after the resident operator, in the subtask's process: SIGKILLs it at the
+    ``at``-th record of the first attempt."""
+
+    def __init__(self, directory: str, at: int) -> None:
+        self.dir, self.at, self.seen = directory, at, 0
+
+    def __call__(self, record: Any) -> Any:
+        self.seen += 1
+        marker = Path(self.dir, "killed")
+        if self.seen == self.at and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return record
+
+
+def test_outputs_are_identical_and_in_order_with_several_sharers(gpu: dict[str, Any], tmp_path: Path) -> None:
+    """Four subtasks at a quarter of the GPU each share one instance; each request and reply
+    (its images in, as many int16 images out) goes through the rings."""
+    images, log = _images(20_000), str(tmp_path / "model.log")
+    env = Environment(gpu)
+    out = env.from_collection(images, parallelism=1).rebalance().map_batches(
+        Brighten(log), batch_size=4096, resident=True, resources={"gpu": 0.25}, parallelism=4)
+    got = np.stack(out.execute_and_collect(ordered=True))
+    assert got.dtype == np.int16 and np.array_equal(got, images.astype(np.int16) * 3 - 100)
+    assert len({b[0] for b in lines(log, "batch")}) == 1  # one instance, in the host
+
+
+def test_the_array_bytes_do_not_go_through_the_hosts_connection(gpu: dict[str, Any], tmp_path: Path) -> None:
+    """The host's bytes read and written through system calls (``/proc/self/io``: its socket
+    reads and writes) grow by less than a tenth of the requests' and replies' array bytes
+    (before: all of them, pickled out of band on the socket)."""
+    images, log = _images(40_000), str(tmp_path / "model.log")
+    env = Environment(gpu)
+    out = env.from_collection(images, parallelism=2).map_batches(
+        Brighten(log), batch_size=4096, resident=True, resources={"gpu": 0.5}, parallelism=2)
+    assert sum(out.map_batches(lambda b: [len(b)]).execute_and_collect()) == 40_000
+    batches = [[int(w) for w in b[2:]] for b in lines(log, "batch")]
+    (_, read0, written0, _), last = batches[0], batches[-1]
+    records = sum(b[0] for b in batches[1:])
+    assert records > 30_000, batches
+    assert last[1] - read0 < records * 784 // 10, (last[1] - read0, records * 784)
+    assert last[2] - written0 < records * 784 * 2 // 10, (last[2] - written0, records * 784 * 2)
+
+
+def test_a_sigkilled_host_fails_its_sharers_naming_it_and_leaves_no_shm(gpu: dict[str, Any], tmp_path: Path) -> None:
+    before = _dev_shm()
+    env = Environment(gpu)
+    env.from_collection(_images(40_000), parallelism=2).map_batches(
+        KillHostAt(str(tmp_path), at=3), batch_size=4096, resident=True, resources={"gpu": 0.5},
+        parallelism=2, name="model").map_batches(lambda b: [len(b)]).print()
+    with pytest.raises(JobError) as failed:
+        env.execute("host killed")
+    host = int((tmp_path / "host").read_text())
+    assert re.search(rf"operator 'model': the device host of gpu 0 \(pid {host}\) was killed by signal 9 "
+                     r"\(SIGKILL\); its resident instances are gone", str(failed.value)), failed.value
+    assert _dev_shm() == before
+
+
+def test_a_killed_subtasks_rings_are_unmapped_in_the_host(gpu: dict[str, Any], tmp_path: Path) -> None:
+    """A subtask SIGKILLed after its resident operator: its replacement attaches to the same
+    host, whose later batches map the rings of one subtask only (its two), not the dead one's."""
+    before, log = _dev_shm(), str(tmp_path / "model.log")
+    env = Environment({**gpu, "restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"})
+    out = env.from_collection(_images(40_000), parallelism=1).map_batches(
+        Brighten(log, rings=True), batch_size=4096, resident=True, resources={"gpu": 0.5}).map(
+        KillSubtaskOnce(str(tmp_path), at=12_000))
+    assert len(out.execute_and_collect()) == 40_000
+    assert (tmp_path / "killed").exists()
+    batches = lines(log, "batch")
+    assert len({b[0] for b in batches}) == 1 and len(batches) > 10  # one host all along
+    assert max(int(b[5]) for b in batches) >= 2 and batches[-1][5] == "2", batches
+    assert _dev_shm() == before
+
+
+def test_shared_chunks_round_trip_columns_and_fall_back_to_pickling() -> None:
+    """In one process: Columns and strided arrays come back equal; records, object arrays and
+    small arrays go pickled (no ``shared``); a full ring pickles until space is released."""
+    a, b = Pipe()
+    mine, theirs = SharedChunks(slots=2), SharedChunks(slots=2)
+    try:
+        big = np.arange(200_000, dtype=np.int64).reshape(1000, 200)
+        chunks = [Columns([big[:, 0].copy(), big[:, 1:].T.copy().T]), big[::2], np.arange(10),
+                  ["a", "b"], np.array([object()] * 10_000)]
+        for seq, chunk in enumerate(chunks, 1):
+            shared = mine.share(chunk, seq)
+            assert (shared is not None) == (seq <= 2), seq
+            mine.send(a, ResidentRequest(seq, len(chunk), shared=shared), chunk)
+            header, got = theirs.recv(b, copy=True)
+            assert header.seq == seq and type(got) is type(chunk)
+            if isinstance(chunk, Columns):
+                assert all(np.array_equal(x, y) for x, y in zip(got.columns(), chunk.columns(), strict=True))
+            elif seq <= 3:
+                assert np.array_equal(got, chunk)
+        seq = 6
+        while (shared := mine.share(big[:500], seq)) is not None:  # 800 KB each, until the ring is full
+            mine.send(a, ResidentReply(seq, shared=shared), big[:500])
+            assert np.array_equal(theirs.recv(b, copy=True)[1], big[:500])
+            seq += 1
+        assert seq - 6 >= 2, "the ring holds slots + 2 chunks of its largest one's size"
+        mine.release(seq - 1)
+        shared = mine.share(big[:500], seq)  # room again
+        assert shared is not None
+        mine.send(a, ResidentReply(seq, shared=shared), big[:500])
+        held = theirs.recv(b, copy=False)[1]  # a view of the old ring (as the host's records are)
+        old = mine.size
+        chunk = np.full(old, 7, np.uint8)
+        larger = mine.share(chunk, seq + 1)  # a new ring, 4 chunks as large (slots + 2), the old one in use
+        assert larger is not None and larger.ring == mine.size >= 4 * old
+        mine.send(a, ResidentReply(seq + 1, shared=larger), chunk)
+        assert np.array_equal(theirs.recv(b, copy=False)[1], chunk)
+        assert np.array_equal(held, big[:500])  # still mapped: the old ring goes with its last view
+    finally:
+        mine.close()
+        theirs.close()
