@@ -167,3 +167,31 @@ def test_a_device_whose_warm_processes_import_nothing_ahead_forks_at_once(conf: 
     assert [w[2] for w in lines(log, "where")] == ["0", "1"]
     assert _trace(tmp_path, 0) == ["subtask forked"]
     assert _trace(tmp_path, 1) in (["subtask forked"], ["subtask warm"])  # never "waits for warm"
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["full-restart", "in-place"])
+def test_sharers_cancelled_while_waiting_for_warm_processes_give_their_gpu_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_place: bool) -> None:
+    # two subtasks at half a GPU; attempt 0 fails in open(); a subtask of the restarted attempt
+    # cancelled while it waits for a warm process never started, so nothing can hold the GPU's
+    # memory: its share goes back at once (it was held for a DevicesFree that never came, and
+    # the restart waited forever for "gpu 0 has 0 free")
+    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    env = Environment({
+        "external-resources": "gpu", "external-resource.gpu.amount": 1,
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        "external-resource.gpu.warm.framework": "cupy", "taskmanager.device-pool.size": 1,
+        "taskmanager.numberOfTaskSlots": 4, "restart-strategy": "fixed-delay",
+        "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
+    })
+    env.from_sequence(0, 99, parallelism=2).map(
+        WhereAmI(str(tmp_path / "where.log"), fail_first=True, marker=None), resources={"gpu": 0.5},
+        parallelism=2, name="where").add_sink(lambda r: None)
+    client = env.execute_async("sharers")
+    try:
+        result = client.wait(120)
+    finally:
+        if client.status() not in ("FINISHED", "FAILED", "CANCELED"):
+            client.cancel()
+    assert result.status == "FINISHED" and result.attempts >= 2  # restarted, and not stuck PENDING

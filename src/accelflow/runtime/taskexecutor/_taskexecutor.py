@@ -30,7 +30,7 @@ from accelflow.config import config_from
 from accelflow.config import keys as k
 from accelflow.resources import SUBTASK_ENV_VAR, ExternalResourceInfoProvider
 from accelflow.runtime import (
-    CancelJob, Deploy, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
+    CancelJob, Deploy, DevicesFree, InjectFault, NotifyCheckpointComplete, RegisteredDevice, RegisteredResource, Registration,
     RegistrationFailed, Rollback, Shutdown, SubtaskDescriptor, SubtaskExited, SubtaskFailed, SubtaskKey,
     TriggerCheckpoint,
 )
@@ -244,8 +244,9 @@ class TaskExecutor:
                 return
 
     def _terminate(self, keys: list[SubtaskKey]) -> None:
-        for key in self.devices.cancel(keys):  # waiting for a warm process: never started
-            self.jm.send(SubtaskExited(key, None))
+        for key in self.devices.cancel(keys):  # waiting for a warm process: never started,
+            self.jm.send(SubtaskExited(key, None))  # so no process of its own holds its devices
+            self.jm.send(DevicesFree(key))
         procs = [self.children[key][0] for key in keys if key in self.children]
         for proc in procs:
             if proc.is_alive():
