@@ -218,13 +218,18 @@ class WarmDevices:
         it is deployed (a local cluster started for it): per resource, ``(devices, subtasks
         per device)``, the first ``devices`` of this TaskExecutor's (the order ``pack``
         fills them in). Only for devices whose warm processes import something ahead (else
-        a fork is as soon ready). E.g. ``{"gpu": (1, 2)}``: 2 processes for GPU 0."""
+        a fork is as soon ready). E.g. ``{"gpu": (1, 2)}``: 2 processes for GPU 0.
+
+        Returns once the processes exist (a few ms each; their imports and CUDA contexts
+        go on meanwhile): a subtask deployed right after the registration then finds them
+        starting and waits for one, where it would fork were they still to be spawned."""
         for resource, (devices, each) in wanted.items():
             status = self.provider.statuses.get(resource)
             for info in status.infos[:devices] if status is not None else ():
                 device = (resource, info.address)
                 if self._env(device) and self._imports_ahead(device):
                     self.pool.running(device, each)
+        self.spawner.call(lambda: None)  # after the spawns asked for: one thread runs them in turn
 
     def hold(self, msg: TriggerCheckpoint | NotifyCheckpointComplete | Rollback) -> bool:
         """Keep ``msg`` for its subtask if that one is waiting (a :class:`Rollback` renames
