@@ -380,9 +380,8 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     trace("te drivers done")
     te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm,
                       heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
-    trace("te warm ahead")
-    te.devices.warm_ahead(read_warm_ahead(workdir))  # spawned: they import while it registers
     try:
+        te.devices.warm_ahead(read_warm_ahead(workdir))  # spawned: they import while it registers
         jm.send(te.registration())
         trace("te registered")
         te.serve()

@@ -229,7 +229,8 @@ class WarmDevices:
                 device = (resource, info.address)
                 if self._env(device) and self._imports_ahead(device):
                     self.pool.running(device, each)
-        self.spawner.call(lambda: None)  # after the spawns asked for: one thread runs them in turn
+        if wanted:
+            self.spawner.call(lambda: None)  # after the spawns asked for: one thread runs them in turn
 
     def hold(self, msg: TriggerCheckpoint | NotifyCheckpointComplete | Rollback) -> bool:
         """Keep ``msg`` for its subtask if that one is waiting (a :class:`Rollback` renames
