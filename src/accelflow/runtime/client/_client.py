@@ -123,11 +123,12 @@ def devices_wanted(graph: JobGraph, config: Configuration) -> dict[str, tuple[in
         return {}
     wanted: dict[str, tuple[int, int]] = {}
     for chain in graph.chains:
-        for resource, amount in chain.resources.items():
-            if 0 < amount <= 1:
-                each = min(chain.parallelism, int(1 / amount))
-                devices, most = wanted.get(resource, (0, 0))
-                wanted[resource] = (devices - (-chain.parallelism // each), max(most, each))
+        asked = [(resource, amount) for resource, amount in chain.resources.items() if amount > 0]
+        if len(asked) == 1 and asked[0][1] <= 1:  # one device (a share of one) per subtask
+            (resource, amount), = asked
+            each = min(chain.parallelism, int(1 / amount))
+            devices, most = wanted.get(resource, (0, 0))
+            wanted[resource] = (devices - (-chain.parallelism // each), max(most, each))
     return wanted
 
 
