@@ -20,8 +20,8 @@ user's. Four ways, in turns (each round starts a fresh cluster per way):
 Each way first runs the job on an embedded local cluster started for it (``local cluster's
 job``: ``accelflow run`` without ``--cluster``, the cluster's start included; its TaskExecutor
 warms the job's device as it starts), then starts the session cluster and runs a first job on
-it, a second job (the same script), then three
-jobs whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay):
+it, a second job (the same script), then three jobs whose subtask is SIGKILLed once outputs
+come (``restart-strategy: fixed-delay``, no delay):
 
 * ``full restart after SIGKILL``: no checkpoints and ``execution.failover.in-place: false``:
   every subtask is cancelled and restarts (Flink's full restart);
