@@ -17,8 +17,11 @@ user's. Four ways, in turns (each round starts a fresh cluster per way):
   keeps a process per subtask its device ran at once (2 here) all the same;
 * ``resident``: ``resident=True``: one instance on the device, in its device host.
 
-Each way runs a first job on the fresh cluster, a second job (the same script), then three
-jobs whose subtask is SIGKILLed once outputs come (``restart-strategy: fixed-delay``, no delay):
+Each way first runs the job on an embedded local cluster started for it (``local cluster's
+job``: ``accelflow run`` without ``--cluster``, the cluster's start included; its TaskExecutor
+warms the job's device as it starts), then starts the session cluster and runs a first job on
+it, a second job (the same script), then three jobs whose subtask is SIGKILLed once outputs
+come (``restart-strategy: fixed-delay``, no delay):
 
 * ``full restart after SIGKILL``: no checkpoints and ``execution.failover.in-place: false``:
   every subtask is cancelled and restarts (Flink's full restart);
@@ -161,8 +164,10 @@ print(json.dumps({"t0": t0, "startup": env.last_result.startup_s, "pid": os.getp
 
 
 class Cluster:
-    """A session cluster with one GPU (a fake one unless ``fake_gpu`` is False), its own state
-    directory, in ``tmp``; ``tmp/lib`` and this process's import path on its import path."""
+    """A cluster with one GPU (a fake one unless ``fake_gpu`` is False), its own state
+    directory, in ``tmp``; ``tmp/lib`` and this process's import path on its import path.
+    A session cluster once :meth:`start` ran; before, each job starts its own embedded local
+    cluster (``accelflow run`` without ``--cluster``) with the same keys."""
 
     def __init__(self, tmp: Path, definitions: dict[str, Any], fake_gpu: bool = True) -> None:
         from accelflow.testing import install_fake_nvidia_smi
@@ -173,11 +178,16 @@ class Cluster:
         if fake_gpu:
             install_fake_nvidia_smi(tmp / "bin", 1, environ=self.env)
             self.env.pop("CUDA_VISIBLE_DEVICES", None)
-        defs = {"external-resources": "gpu", "external-resource.gpu.amount": 1,
-                "external-resource.gpu.driver-factory.class": "gpu", "taskmanager.numberOfTaskSlots": 4,
-                "external-resource.gpu.param.coordination-file": str(tmp / "coordination.json"),
-                "rest.port": 0, **definitions}
-        out = self.cli("cluster", "start", *[a for k, v in defs.items() for a in ("-D", f"{k}={v}")])
+        self.defs = {"external-resources": "gpu", "external-resource.gpu.amount": 1,
+                     "external-resource.gpu.driver-factory.class": "gpu", "taskmanager.numberOfTaskSlots": 4,
+                     "external-resource.gpu.param.coordination-file": str(tmp / "coordination.json"),
+                     **definitions}
+        self.url = ""
+
+    def start(self) -> None:
+        """Start the session cluster."""
+        out = self.cli("cluster", "start", *[a for k, v in dict(self.defs, **{"rest.port": 0}).items()
+                                             for a in ("-D", f"{k}={v}")])
         if out.returncode:
             raise RuntimeError(out.stderr)
         self.url = next(line.split()[-1] for line in out.stdout.splitlines() if line.startswith("REST API"))
@@ -212,12 +222,15 @@ def _pids(outputs: Path) -> list[int]:
 
 def run_job(cluster: Cluster, tmp: Path, name: str, resident: bool, *, n: int = 20_000, delay: float = 0.02,
             kill: bool = False, conf: dict[str, Any] | None = None) -> dict[str, float]:
-    """One job through ``accelflow run --cluster``; its figures (see the module). A killed
-    job runs long enough (``n`` records, ``delay`` between chunks) to be killed mid-way."""
+    """One job through ``accelflow run --cluster`` (``accelflow run``: a local cluster for the
+    job, before :meth:`Cluster.start`); its figures (see the module). A killed job runs long
+    enough (``n`` records, ``delay`` between chunks) to be killed mid-way."""
     outputs, log = tmp / f"{name}.outputs", tmp / "model.log"
-    args = {"conf": conf or {}, "resident": resident, "outputs": str(outputs), "n": n, "delay": delay}
+    conf = {**({} if cluster.url else cluster.defs), **(conf or {})}
+    args = {"conf": conf, "resident": resident, "outputs": str(outputs), "n": n, "delay": delay}
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "accelflow", "run", "--cluster", cluster.url,
+    target = ["--cluster", cluster.url] if cluster.url else []
+    proc = subprocess.Popen([sys.executable, "-m", "accelflow", "run", *target,
                              str(tmp / "job" / "job.py"), json.dumps(args)], env=cluster.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed_at, before = None, set[int]()
@@ -261,10 +274,15 @@ def one_round(way: str, open_s: float, import_s: float) -> dict[str, dict[str, f
         (tmp / "job").mkdir()
         (tmp / "job" / "job.py").write_text(textwrap.dedent(JOB))
         cluster = Cluster(tmp, WAYS[way])
+        resident = way == "resident"
+        # a local cluster started for the job (``Environment.execute()`` in a script): its
+        # start-up and first output include the cluster's start
+        local = run_job(cluster, tmp, "local", resident, n=2_000, delay=0.005)
+        cluster.start()
         try:
-            resident = way == "resident"
             restart = {"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.delay": "0 s"}
             return {
+                "local cluster's job": local,
                 "first job": run_job(cluster, tmp, "first", resident, n=2_000, delay=0.005),
                 "second job": run_job(cluster, tmp, "second", resident, n=2_000, delay=0.005),
                 # every subtask restarts: both open (forked, warm) or reuse the instance again

@@ -40,23 +40,41 @@ def _run(conf: dict[str, Any], log: Path) -> list[int]:
     return sorted(stream.execute_and_collect())
 
 
-def test_a_restarted_gpu_subtask_runs_in_a_warm_process_of_its_device(warm_conf: dict[str, Any],
-                                                                      tmp_path: Path) -> None:
-    """One GPU (see test_resident.py: with a second GPU free, the restart may be placed there,
-    where no process is warm yet)."""
+def test_a_gpu_subtask_runs_in_a_warm_process_of_its_device_from_the_first_attempt(
+        warm_conf: dict[str, Any], tmp_path: Path) -> None:
+    """The local cluster is started for this job: its TaskExecutor spawns a warm process for
+    the job's device at its start, so attempt 0 runs in one (without that, it is forked);
+    the restart runs in the replacement spawned when attempt 0 took the first. One GPU (see
+    test_resident.py: with a second GPU free, the restart may be placed there)."""
     log = tmp_path / "where.log"
-    assert _run(dict(warm_conf, **{"external-resource.gpu.amount": 1}), log) == list(range(1, 21))
+    conf = dict(warm_conf, **{"external-resource.gpu.amount": 1})
+    env = Environment(conf)
+    stream = env.from_sequence(1, 20).map(WhereAmI(str(log), ahead=2), resources={"gpu": 1}, name="where")
+    assert sorted(stream.execute_and_collect()) == list(range(1, 21))
     first, second = lines(log, "where")
-    warm = {int(line.split()[0]) for line in (tmp_path / "marker.log").read_text().splitlines()}
-    # attempt 0 was forked (no warm process for its device yet): it imported neither
-    assert first[2] == "0" and int(first[0]) not in warm and first[5] == "-"
-    # attempt 1 runs in the process spawned for the device: the marker and CuPy imported, the
+    warm = [int(line.split()[0]) for line in (tmp_path / "marker.log").read_text().splitlines()]
+    # each attempt ran in a process spawned for the device: the marker and CuPy imported, the
     # device made current, before it got its subtask; started by the TaskExecutor itself
-    assert second[2] == "1" and int(second[0]) in warm and second[5] == "warm_marker,cupy"
+    assert [first[2], second[2]] == ["0", "1"] and [int(first[0]), int(second[0])] == warm[:2]
+    assert first[5] == second[5] == "warm_marker,cupy"
     assert second[4] == first[4] and second[4].startswith("GPU-")  # the device's isolation
     cupy_calls = [line.split() for line in (tmp_path / "cupy.log").read_text().splitlines()]
-    assert [second[0], "Device.use"] in cupy_calls and [second[0], "zeros"] in cupy_calls
-    assert int(second[3]) != int(first[3])  # its parent: the TaskExecutor, not the forkserver
+    assert all([w[0], "Device.use"] in cupy_calls and [w[0], "zeros"] in cupy_calls for w in (first, second))
+    assert first[3] == second[3]  # their parent: the TaskExecutor (a forked one's: the forkserver)
+
+
+def test_two_sharers_of_a_device_both_start_warm_in_the_first_job(warm_conf: dict[str, Any], tmp_path: Path) -> None:
+    """Two subtasks at ``{"gpu": 0.5}``: the TaskExecutor warms two processes for the device
+    they are packed on, at its start."""
+    log = tmp_path / "where.log"
+    env = Environment(dict(warm_conf, **{"restart-strategy": "none"}))
+    stream = env.from_sequence(1, 20).map(WhereAmI(str(log), fail_first=False), resources={"gpu": 0.5},
+                                          parallelism=2, name="where")
+    assert sorted(stream.execute_and_collect()) == list(range(1, 21))
+    where = lines(log, "where")
+    warm = {int(line.split()[0]) for line in (tmp_path / "marker.log").read_text().splitlines()}
+    assert len(where) == 2 and {int(w[0]) for w in where} <= warm and len({w[0] for w in where}) == 2
+    assert {w[4] for w in where} == {where[0][4]} and {w[5] for w in where} == {"warm_marker,cupy"}
 
 
 def test_a_pool_of_size_zero_forks_every_subtask(warm_conf: dict[str, Any], tmp_path: Path) -> None:

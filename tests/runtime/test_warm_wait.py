@@ -4,10 +4,10 @@ forks at once if it dies while starting or when it is not ready within a bound, 
 while it waits starts nothing.
 
 One TaskExecutor with 1 fake GPU, a fake CuPy, ``warm.preload: slow_marker`` (whose import
-the test holds until the TaskExecutor chose how to start the restarted attempt), real
-processes. Attempt 0 is forked (no warm process yet) and fails as soon as the warm process
-spawned for its device begins importing ``slow_marker``; attempt 1 is deployed while that
-process is still starting.
+the test holds until the TaskExecutor chose how to start the GPU subtask), real processes.
+The local cluster is started for the job, so its TaskExecutor spawns the warm process of the
+job's device at its start, before anything is deployed: attempt 0's GPU subtask is deployed
+while that process is still starting.
 The TaskExecutor's trace (``$ACCELFLOW_STARTUP_TRACE``) says how each subtask started.
 """
 
@@ -23,9 +23,9 @@ from warm_jobs import WhereAmI, use_fake_gpus_with_cupy, lines
 
 from accelflow import Environment, JobCancelledError
 
-#: the trace line of the TaskExecutor's choice for attempt 1's GPU subtask (wait or fork),
+#: the trace line of the TaskExecutor's choice for attempt 0's GPU subtask (wait or fork),
 #: which ends the warm process's import (``slow_marker``)
-ATTEMPT_1_DEPLOYED = r"subtask (waits for warm|forked) .*attempt=1, chain=1,"
+ATTEMPT_0_DEPLOYED = r"subtask (waits for warm|forked) .*attempt=0, chain=1,"
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     monkeypatch.setenv("SLOW_MARKER_LOG", str(tmp_path / "slow.log"))
     monkeypatch.setenv("ACCELFLOW_STARTUP_TRACE", str(tmp_path / "trace.log"))
-    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\t{ATTEMPT_1_DEPLOYED}")
+    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\t{ATTEMPT_0_DEPLOYED}")
     return {
         "external-resources": "gpu",
         "external-resource.gpu.amount": 1,
@@ -50,7 +50,7 @@ def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def _job(conf: dict[str, Any], log: Path) -> Environment:
     env = Environment(conf)
-    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG"), resources={"gpu": 1}, name="where") \
+    env.from_sequence(1, 20).map(WhereAmI(str(log), fail_first=False), resources={"gpu": 1}, name="where") \
         .add_sink(lambda x: None)
     return env
 
@@ -77,18 +77,19 @@ def _trace(tmp: Path, attempt: int) -> list[str]:
             if w.startswith("subtask ") and w.endswith(f"attempt={attempt}, chain=1, index=0)")]
 
 
-def test_a_subtask_waits_for_its_devices_warm_process_still_starting(conf: dict[str, Any], tmp_path: Path) -> None:
+def test_a_local_clusters_first_gpu_subtask_waits_for_the_warm_process_spawned_at_start(
+        conf: dict[str, Any], tmp_path: Path) -> None:
+    """Before anything was deployed, the TaskExecutor of the cluster started for this job
+    spawned a warm process for the job's device; attempt 0 was deployed while it was still
+    importing ``slow_marker`` (the import waited for the TaskExecutor's choice): it waited for
+    it and ran in it, with nothing to import again (without the spawn at start it forks)."""
     log = tmp_path / "where.log"
     _job(conf, log).execute()
-    first, second = lines(log, "where")
+    (first,) = lines(log, "where")
     marker = _marker(tmp_path)
-    warm = marker["start"][0]  # spawned for the device when attempt 0 was forked
-    assert first[2] == "0" and int(first[0]) != warm and first[5] == "-"
-    # attempt 1 was deployed while that process was still importing slow_marker (the import
-    # waited for the TaskExecutor's choice): it waited for it and ran in it, with nothing to
-    # import again
-    assert second[2] == "1" and int(second[0]) == warm and second[5] == "slow_marker,cupy"
-    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask warm"]
+    warm = marker["start"][0]  # spawned at the TaskExecutor's start
+    assert first[2] == "0" and int(first[0]) == warm and first[5] == "slow_marker,cupy"
+    assert _trace(tmp_path, 0) == ["subtask waits for warm", "subtask warm"]
     assert marker["start"].count(warm) == 1 and marker["done"][0] == warm  # imported once, in that process
 
 
@@ -100,31 +101,30 @@ def test_a_warm_process_that_dies_while_starting_makes_the_waiting_subtask_fork(
     log = tmp_path / "where.log"
     client = _job(conf, log).execute_async("dies")
     client.wait(40)
-    first, second = lines(log, "where")
+    (first,) = lines(log, "where")
     marker = _marker(tmp_path)
-    assert marker["died"] == marker["start"][:1]  # the process attempt 1 waited for
-    assert second[2] == "1" and int(second[0]) not in marker["start"] and second[5] == "-"  # forked
-    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask forked"]
+    assert marker["died"] == marker["start"][:1]  # the process attempt 0 waited for
+    assert first[2] == "0" and int(first[0]) not in marker["start"] and first[5] == "-"  # forked
+    assert _trace(tmp_path, 0) == ["subtask waits for warm", "subtask forked"]
 
 
 def test_a_cancel_while_waiting_starts_nothing_and_leaves_no_process(
         conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm process is held starting until the TaskExecutor got the cancel (its second:
-    the first one stopped attempt 0 for the restart); had the pending start been kept, it
-    would run the cancelled subtask once ready (the JobManager waits up to 15 s for a
-    subtask it cancelled to exit)."""
-    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\tcancel received job-\t2")
+    """The warm process is held starting until the TaskExecutor got the cancel; had the
+    pending start been kept, it would run the cancelled subtask once ready (the JobManager
+    waits up to 15 s for a subtask it cancelled to exit)."""
+    monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\tcancel received job-")
     log = tmp_path / "where.log"
     client = _job(conf, log).execute_async("cancelled")
     deadline = time.monotonic() + 60
-    while "subtask waits for warm" not in _trace(tmp_path, 1):
-        assert time.monotonic() < deadline and client.status() in ("STARTING", "RUNNING"), "attempt 1 did not wait"
+    while "subtask waits for warm" not in _trace(tmp_path, 0) or "start" not in _marker(tmp_path):
+        assert time.monotonic() < deadline and client.status() in ("STARTING", "RUNNING"), "attempt 0 did not wait"
         time.sleep(0.02)
     client.cancel()  # the warm process gets ready once the TaskExecutor got it
     with pytest.raises(JobCancelledError):
         client.wait(60)
-    assert [w[2] for w in lines(log, "where")] == ["0"]  # attempt 1 never ran
-    assert _trace(tmp_path, 1) == ["subtask waits for warm"]  # neither warm nor forked
+    assert lines(log, "where") == []  # attempt 0 never ran
+    assert _trace(tmp_path, 0) == ["subtask waits for warm"]  # neither warm nor forked
     started = {pid for pid, _ in _lines_of(tmp_path / "slow.log")}
     assert started and not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                                for pid in started)
@@ -132,23 +132,23 @@ def test_a_cancel_while_waiting_starts_nothing_and_leaves_no_process(
 
 def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_forks(
         conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first warm process gets ready (attempt 1 runs in it): the bound is then three times
-    its start-up, at least 5 s; its replacement hangs in its import, so attempt 2 waits for it
-    until the bound, then forks; the hung one is stopped (and replaced)."""
+    """The warm process spawned at start gets ready (attempt 0 runs in it): the bound is then
+    three times its start-up, at least 5 s; its replacement hangs in its import, so attempt 1
+    waits for it until the bound, then forks; the hung one is stopped (and replaced)."""
     monkeypatch.delenv("SLOW_MARKER_UNTIL")
     monkeypatch.setenv("SLOW_MARKER_S", "0.2")
     monkeypatch.setenv("SLOW_MARKER_HANG", "2")
     log = tmp_path / "where.log"
-    env = Environment(dict(conf, **{"restart-strategy.fixed-delay.attempts": 2}))
-    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", failures=2), resources={"gpu": 1},
+    env = Environment(conf)
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", ahead=2), resources={"gpu": 1},
                                  name="where").add_sink(lambda x: None)
     env.execute()
     marker = _marker(tmp_path)
     first_warm, hung = marker["start"][:2]
     attempts = {w[2]: w for w in lines(log, "where")}
-    assert int(attempts["1"][0]) == first_warm and attempts["1"][5] == "slow_marker,cupy"
-    assert int(attempts["2"][0]) not in marker["start"] and attempts["2"][5] == "-"  # forked
-    assert _trace(tmp_path, 2) == ["subtask waits for warm", "subtask forked"]
+    assert int(attempts["0"][0]) == first_warm and attempts["0"][5] == "slow_marker,cupy"
+    assert int(attempts["1"][0]) not in marker["start"] and attempts["1"][5] == "-"  # forked
+    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask forked"]
     assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped, never ready
 
 

@@ -71,14 +71,16 @@ class FailFirstAttempt:
 class WhereAmI:
     """A GPU map: logs ``where <attempt> <parent pid> <CUDA_VISIBLE_DEVICES> <modules>``, with
     ``modules`` which of ``warm_marker``, ``slow_marker`` and cupy were imported before
-    ``open()``. Attempt ``n`` < ``failures`` waits until ``n + 1`` warm processes announced
+    ``open()``. Attempt ``n`` < ``failures`` waits until ``n + ahead`` warm processes announced
     themselves in the log named by ``$<marker>`` (``$WARM_MARKER_LOG``: they are ready;
     ``$SLOW_MARKER_LOG``: they began importing ``slow_marker``; None: it fails at once), then
-    fails (so that attempt ``n + 1`` finds the last one)."""
+    fails (so that attempt ``n + 1`` finds the last one; ``ahead`` 2 where attempt 0 runs in a
+    warm process itself)."""
 
     def __init__(self, log: str, fail_first: bool = True, marker: str | None = "WARM_MARKER_LOG",
-                 failures: int = 1) -> None:
+                 failures: int = 1, ahead: int = 1) -> None:
         self.log, self.fail_first, self.marker, self.failures = log, fail_first, marker, failures
+        self.ahead = ahead
 
     def open(self, ctx: RuntimeContext) -> None:
         import sys
@@ -88,7 +90,7 @@ class WhereAmI:
         if self.fail_first and ctx.attempt_number < self.failures:
             marker = Path(os.environ.get(self.marker, "")) if self.marker else None
             deadline = time.monotonic() + 30
-            while marker and self._announced(marker) <= ctx.attempt_number and time.monotonic() < deadline:
+            while marker and self._announced(marker) < ctx.attempt_number + self.ahead and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.marker == "WARM_MARKER_LOG":
                 time.sleep(0.3)  # its ready message follows its last import at once

@@ -146,7 +146,8 @@ NUMBER_OF_TASK_SLOTS = _key(
 DEVICE_POOL_SIZE = _key(
     "taskmanager.device-pool.size", p.int_in_range(0, 16, "each is a process holding a device context"), 1,
     "Warm subtask processes a TaskExecutor keeps ready per device that has had work (its device "
-    "framework imported, its CUDA context made), at least: a device keeps one per subtask it ran "
+    "framework imported, its CUDA context made; a local cluster started for a job spawns them for "
+    "the devices the job will use as it starts), at least: a device keeps one per subtask it ran "
     "at once (e.g. 2 for two subtasks at gpu 0.5), up to 16; a subtask holding one device starts "
     "in one. 0: none (every subtask is forked).",
 )

@@ -32,6 +32,7 @@ class JobClient(Waitable):
         self.graph = graph
         config = sized_for(graph, config)
         self.launcher = make_launcher(config)
+        self.launcher.warm_ahead(devices_wanted(graph, config))  # warmed while the cluster starts
         self.jobmanager = JobManager(config, self.launcher)
         self.rest: Any = None  # a RestServer while rest.enabled
         self._status = "CREATED"
@@ -103,6 +104,32 @@ def sized_for(graph: JobGraph, config: Configuration) -> Configuration:
     taskexecutors = config.get(k.RAY_NUMBER_TASKMANAGER if ray else k.NUMBER_TASKMANAGER)
     slots = local_slots(config, graph.max_parallelism, taskexecutors)
     return config_from(values={**config.to_raw_dict(), k.NUMBER_OF_TASK_SLOTS.name: slots})
+
+
+def devices_wanted(graph: JobGraph, config: Configuration) -> dict[str, tuple[int, int]]:
+    """The devices ``graph``'s subtasks that hold one device (or a share of one) will want,
+    per resource: ``(devices, subtasks per device)``, packed as ``pack`` places them; none
+    without device isolation (no subtask runs in a warm process then).
+
+    Example:
+        >>> from accelflow.dataflow import MapSpec, Transformation, build_job_graph
+        >>> from accelflow.scheduling import ResourceProfile
+        >>> half = ResourceProfile.parse({"gpu": 0.5}, operator="m")
+        >>> graph = build_job_graph("j", [Transformation(0, "m", MapSpec(abs), 3, half)])
+        >>> devices_wanted(graph, config_from(values={}))
+        {'gpu': (2, 2)}
+    """
+    if not config.get(k.DEVICE_ISOLATION):
+        return {}
+    wanted: dict[str, tuple[int, int]] = {}
+    for chain in graph.chains:
+        asked = [(resource, amount) for resource, amount in chain.resources.items() if amount > 0]
+        if len(asked) == 1 and asked[0][1] <= 1:  # one device (a share of one) per subtask
+            (resource, amount), = asked
+            each = min(chain.parallelism, int(1 / amount))
+            devices, most = wanted.get(resource, (0, 0))
+            wanted[resource] = (devices - (-chain.parallelism // each), max(most, each))
+    return wanted
 
 
 def warm_up(config: Configuration, context: ExecutionContext) -> None:

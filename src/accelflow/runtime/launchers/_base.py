@@ -14,7 +14,7 @@ import secrets
 import shutil
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,12 @@ class Launcher(ABC):
     def start(self, ids: list[str]) -> None:
         """Start TaskExecutors with these ids; each reports a ``Registration`` or a
         ``RegistrationFailed`` as an event."""
+
+    def warm_ahead(self, wanted: Mapping[str, tuple[int, int]]) -> None:
+        """Before :meth:`start`: the devices the job this cluster is started for wants warm,
+        ``{resource: (devices, subtasks per device)}``; the local launcher's TaskExecutors
+        spawn their warm processes at start. Others ignore it (a session cluster warms a
+        device once it has had work)."""
 
     @abstractmethod
     def handle(self, te_id: str) -> TaskExecutorHandle: ...

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import threading
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 
 from accelflow.config import Configuration
@@ -16,7 +17,7 @@ from accelflow.runtime import (
     Command, Registration, RegistrationFailed, Shutdown, TaskExecutorExited, TaskExecutorLost,
 )
 from accelflow.runtime import taskexecutor
-from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR, trace
+from accelflow.runtime.taskexecutor import AUTHKEY_ENV_VAR, trace, write_warm_ahead
 from accelflow.runtime.launchers._base import Launcher, TaskExecutorHandle, child_environment
 from accelflow.runtime.launchers._zygote import ForkedProcess, ZygoteUnavailable, get_zygote
 
@@ -52,6 +53,10 @@ class LocalLauncher(Launcher):
         threading.Thread(target=serve_forever, daemon=True, name="accelflow-accept",
                          args=(self.listener, self.authkey, self._read, lambda: self._stopped,
                                "accelflow-taskexecutor-connection")).start()
+
+    def warm_ahead(self, wanted: Mapping[str, tuple[int, int]]) -> None:
+        if wanted:
+            write_warm_ahead(str(self.workdir), wanted)
 
     def start(self, ids: list[str]) -> None:
         env = dict(os.environ, **child_environment())

@@ -15,6 +15,7 @@ from accelflow._exports import lazy_exports
 
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, start_forkserver
 from accelflow.runtime.taskexecutor._trace import TRACE_ENV_VAR, process_started, trace
+from accelflow.runtime.taskexecutor._ahead import write_warm_ahead
 from accelflow.runtime.taskexecutor import _zygote as zygote  # the zygote's program (stdlib only)
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTHKEY_ENV_VAR", "TRACE_ENV_VAR", "TaskExecutor", "TaskExecutorActor", "main", "process_started", "start_forkserver",
-    "trace", "zygote",
+    "trace", "write_warm_ahead", "zygote",
 ]
 
 

@@ -36,6 +36,7 @@ from accelflow.runtime import (
 )
 from accelflow.runtime import die_with_parent
 from accelflow.runtime import whole_lines
+from accelflow.runtime.taskexecutor._ahead import read_warm_ahead
 from accelflow.runtime.taskexecutor._early import AUTHKEY_ENV_VAR, SubtaskEntry, start_forkserver
 from accelflow.runtime.taskexecutor._health import FailDevice, HealthMonitor, subtask_marker
 from accelflow.runtime.taskexecutor._trace import process_started, trace
@@ -381,6 +382,7 @@ def _main(argv: list[str] | None, client: int | None) -> int:
     te = TaskExecutor(te_id, jm, provider, config.get(k.NUMBER_OF_TASK_SLOTS), warm=warm,
                       heartbeat=(config.get(k.HEARTBEAT_INTERVAL), config.get(k.HEARTBEAT_TIMEOUT)))
     try:
+        te.devices.warm_ahead(read_warm_ahead(workdir))  # spawned: they import while it registers
         jm.send(te.registration())
         trace("te registered")
         te.serve()

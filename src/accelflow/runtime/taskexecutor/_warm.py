@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +212,25 @@ class WarmDevices:
             framework, _, modules = self._framework(device)
             self.ahead[device] = bool(modules) or resolve_framework(framework) != "none"
         return self.ahead[device]
+
+    def warm_ahead(self, wanted: Mapping[str, tuple[int, int]]) -> None:
+        """Spawn, in the background, the warm processes of the devices a job will want before
+        it is deployed (a local cluster started for it): per resource, ``(devices, subtasks
+        per device)``, the first ``devices`` of this TaskExecutor's (the order ``pack``
+        fills them in). Only for devices whose warm processes import something ahead (else
+        a fork is as soon ready). E.g. ``{"gpu": (1, 2)}``: 2 processes for GPU 0.
+
+        Returns once the processes exist (a few ms each; their imports and CUDA contexts
+        go on meanwhile): a subtask deployed right after the registration then finds them
+        starting and waits for one, where it would fork were they still to be spawned."""
+        for resource, (devices, each) in wanted.items():
+            status = self.provider.statuses.get(resource)
+            for info in status.infos[:devices] if status is not None else ():
+                device = (resource, info.address)
+                if self._env(device) and self._imports_ahead(device):
+                    self.pool.running(device, each)
+        if wanted:
+            self.spawner.call(lambda: None)  # after the spawns asked for: one thread runs them in turn
 
     def hold(self, msg: TriggerCheckpoint | NotifyCheckpointComplete | Rollback) -> bool:
         """Keep ``msg`` for its subtask if that one is waiting (a :class:`Rollback` renames
