@@ -12,6 +12,7 @@ trace (``$ACCELFLOW_STARTUP_TRACE``) says how each subtask started.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -48,10 +49,9 @@ def _starts(tmp: Path, chain: int) -> dict[int, list[str]]:
     path = tmp / "trace.log"
     found: dict[int, list[str]] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
-        event = line.split(maxsplit=2)[2]
-        for index in range(8):
-            if event.startswith("subtask ") and event.endswith(f"attempt=0, chain={chain}, index={index})"):
-                found.setdefault(index, []).append(event.split(" SubtaskKey")[0])
+        start = re.fullmatch(rf"\S+ \d+ (subtask .*) SubtaskKey\(.*attempt=0, chain={chain}, index=(\d+)\)", line)
+        if start:
+            found.setdefault(int(start[2]), []).append(start[1])
     return found
 
 

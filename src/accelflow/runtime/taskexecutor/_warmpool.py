@@ -1,18 +1,18 @@
 """Warm subtask processes: a small pool per device a TaskExecutor has had work for.
 
-A subtask that holds exactly one device (all of it or a share) and computes on it starts in a
-process spawned ahead for that device (``python -m accelflow.runtime.subtask``,
-``runtime/subtask/_warm.py``): started with the device's isolation environment, its device
-framework imported and its CUDA context made, the subtask runtime and NumPy imported, and
-``warm.preload`` too. Taking one starts a replacement in the background, so the next subtask
-on the device (a restart, or the next job of a session cluster) finds one ready. Without one
-ready but with one still starting (importing, making its CUDA context) the subtask waits for
-that one (:meth:`WarmPool.claim`: it is closer to ready than a fork, which would start the
-same imports from zero), at most until :meth:`WarmPool.bound` after its spawn; without either
-it is forked as any other (logged at debug). A process runs one subtask only: a subtask never
-inherits another's state. A subtask of a resident-only chain
-(``SubtaskDescriptor.resident_only``: its device's host computes for it) is forked, never
-started here nor counted in the pool: it needs no device context.
+A subtask that holds exactly one device (all of it or a share) starts in a process spawned
+ahead for that device (``python -m accelflow.runtime.subtask``, ``runtime/subtask/_warm.py``):
+started with the device's isolation environment, its device framework imported and its CUDA
+context made, the subtask runtime and NumPy imported, and ``warm.preload`` too. Taking one
+starts a replacement in the background, so the next subtask on the device (a restart, or the
+next job of a session cluster) finds one ready. Without one ready but with one still starting
+(importing, making its CUDA context) the subtask waits for that one (:meth:`WarmPool.claim`:
+it is closer to ready than a fork, which would start the same imports from zero), at most
+until :meth:`WarmPool.bound` after its spawn; without either it is forked as any other
+(logged at debug). A process runs one subtask only: a subtask never inherits another's state.
+
+A subtask of a resident-only chain (``SubtaskDescriptor.resident_only``: its device's host
+computes for it) needs no device context: it is forked, never started here nor counted here.
 
 A device keeps as many processes as subtasks it ran at once (:meth:`WarmPool.target`: two
 sharers at ``{"gpu": 0.5}``, two), at least ``size``: the next job's sharers, or a full
