@@ -34,8 +34,11 @@ class Twice:  # resident: an instance per GPU stays in its device host after the
     def map_batch(self, batch):
         return 2 * batch
 
+# chained with a plain GPU map, so its subtasks start in warm processes (a resident-only chain
+# is forked): a warm process per GPU stays too
 out = Environment().from_sequence(0, 9, parallelism=2).map_batches(
-    Twice(), batch_size=4, resident=True, name="twice", resources={"gpu": 1}, parallelism=2).execute_and_collect()
+    Twice(), batch_size=4, resident=True, name="twice", resources={"gpu": 1}, parallelism=2).map(
+    abs, resources={"gpu": 1}, parallelism=2).execute_and_collect()
 assert sorted(int(x) for x in out) == [2 * x for x in range(10)]
 '''
 

@@ -212,6 +212,10 @@ class SubtaskDescriptor(_Message, frozen=True):
     #: a standby subtask (``execution.failover.standby-subtasks``): opened, then idle until a
     #: :class:`Rollback` gives it the index of a failed subtask
     standby: bool = False
+    #: every operator of its chain that uses a device is resident (its device host computes
+    #: on the device): it needs no device context of its own, so it is forked, never started
+    #: in a warm process of its device (which makes one), and not counted in that device's pool
+    resident_only: bool = False
 
 
 def in_flight_name(operator: str) -> str:

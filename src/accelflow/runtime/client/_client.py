@@ -20,7 +20,7 @@ from accelflow.config import keys as k
 from accelflow.dataflow import JobGraph
 from accelflow.runtime.client._context import ExecutionContext
 from accelflow.runtime.client._waitable import Waitable
-from accelflow.runtime.jobmanager import JobManager, JobResult
+from accelflow.runtime.jobmanager import JobManager, JobResult, resident_only
 from accelflow.runtime.launchers import make_launcher, start_zygote
 
 class JobClient(Waitable):
@@ -109,20 +109,27 @@ def sized_for(graph: JobGraph, config: Configuration) -> Configuration:
 def devices_wanted(graph: JobGraph, config: Configuration) -> dict[str, tuple[int, int]]:
     """The devices ``graph``'s subtasks that hold one device (or a share of one) will want,
     per resource: ``(devices, subtasks per device)``, packed as ``pack`` places them; none
-    without device isolation (no subtask runs in a warm process then).
+    without device isolation (no subtask runs in a warm process then). Resident-only chains
+    (:func:`~accelflow.runtime.jobmanager.resident_only`) are not counted: their subtasks are
+    forked (their device host, which makes the device's context, starts on first use).
 
     Example:
-        >>> from accelflow.dataflow import MapSpec, Transformation, build_job_graph
+        >>> from accelflow.dataflow import MapSpec, ResidentMapSpec, Transformation, build_job_graph
         >>> from accelflow.scheduling import ResourceProfile
         >>> half = ResourceProfile.parse({"gpu": 0.5}, operator="m")
         >>> graph = build_job_graph("j", [Transformation(0, "m", MapSpec(abs), 3, half)])
         >>> devices_wanted(graph, config_from(values={}))
         {'gpu': (2, 2)}
+        >>> resident = build_job_graph("j", [Transformation(0, "m", ResidentMapSpec(abs), 3, half)])
+        >>> devices_wanted(resident, config_from(values={}))
+        {}
     """
     if not config.get(k.DEVICE_ISOLATION):
         return {}
     wanted: dict[str, tuple[int, int]] = {}
     for chain in graph.chains:
+        if resident_only(chain):
+            continue
         asked = [(resource, amount) for resource, amount in chain.resources.items() if amount > 0]
         if len(asked) == 1 and asked[0][1] <= 1:  # one device (a share of one) per subtask
             (resource, amount), = asked

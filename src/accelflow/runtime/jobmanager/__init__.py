@@ -2,6 +2,7 @@
 
 from accelflow.runtime.jobmanager._checkpoint_signing import CheckpointSigning
 from accelflow.runtime.jobmanager._checkpoint_store import load_checkpoint
+from accelflow.runtime.jobmanager._deployment import resident_only
 from accelflow.runtime.jobmanager._jobmanager import JobManager
 from accelflow.runtime.jobmanager._jobs import (
     JOB_ENDED,
@@ -34,5 +35,6 @@ __all__ = [
     "TaskExecutorInfo",
     "checkpoints_retained",
     "load_checkpoint",
+    "resident_only",
     "source_total",
 ]

@@ -14,6 +14,7 @@ import msgspec
 
 from accelflow._errors import AllocationError, JobCancelledError
 from accelflow.config import keys as k
+from accelflow.dataflow import Chain, ResidentMapBatchesSpec, ResidentMapSpec
 from accelflow.runtime import (
     SYSTEM_CLOCK, CancelJob, Clock, Deploy, DeviceShare, SubtaskDescriptor, SubtaskExited,
     SubtaskKey, object_handles,
@@ -162,6 +163,7 @@ class Deployer:
             restored_checkpoint=job.restore_id,
             arrays={} if chain.head.source is None else object_handles(chain.head.source),
             memory=self._memory(key),
+            resident_only=resident_only(chain),
         )
 
     def _memory(self, key: SubtaskKey) -> dict[str, dict[str, int]]:
@@ -224,6 +226,24 @@ class Deployer:
                     os.unlink(path)
                 except OSError:
                     pass
+
+
+def resident_only(chain: Chain) -> bool:
+    """Whether every operator of ``chain`` that asks for a device is resident
+    (``resident=True``), and one does: its subtasks ship their batches to the device's host and
+    need no device context of their own (``SubtaskDescriptor.resident_only``).
+
+    Example:
+        >>> from accelflow.dataflow import MapSpec, ResidentMapSpec, Transformation, build_job_graph
+        >>> from accelflow.scheduling import ResourceProfile
+        >>> half = ResourceProfile.parse({"gpu": 0.5}, operator="m")
+        >>> def chain(spec):
+        ...     return build_job_graph("j", [Transformation(0, "m", spec, 2, half)]).chains[0]
+        >>> resident_only(chain(ResidentMapSpec(abs))), resident_only(chain(MapSpec(abs)))
+        (True, False)
+    """
+    users = [node for node in chain.nodes if node.resources]
+    return bool(users) and all(isinstance(node.spec, ResidentMapSpec | ResidentMapBatchesSpec) for node in users)
 
 
 def devices_of(assignment: SlotAssignment, key: SubtaskKey) -> dict[str, list[tuple[str, Fraction]]]:

@@ -173,9 +173,10 @@ class WarmDevices:
     # -- the TaskExecutor's loop -------------------------------------------------------------
     def _device(self, desc: SubtaskDescriptor) -> Device | None:
         """The device of a subtask that may run in a warm process: it holds exactly one device,
-        which has an isolation environment."""
+        which has an isolation environment, and computes on it (not ``resident_only``: its
+        device's host does; a warm process would make a device context it never uses)."""
         held = [(resource, d.info().address) for resource, shares in desc.assigned.items() for d in shares]
-        return held[0] if desc.isolate and len(held) == 1 and self._env(held[0]) else None
+        return held[0] if desc.isolate and not desc.resident_only and len(held) == 1 and self._env(held[0]) else None
 
     def start_subtask(self, desc: SubtaskDescriptor, env: dict[str, str], watch: tuple[str, str, float] | None = None,
                       claimed: WarmProcess | None = None) -> WarmProcess | None:

@@ -11,6 +11,9 @@ it is closer to ready than a fork, which would start the same imports from zero)
 until :meth:`WarmPool.bound` after its spawn; without either it is forked as any other
 (logged at debug). A process runs one subtask only: a subtask never inherits another's state.
 
+A subtask of a resident-only chain (``SubtaskDescriptor.resident_only``: its device's host
+computes for it) needs no device context: it is forked, never started here nor counted here.
+
 A device keeps as many processes as subtasks it ran at once (:meth:`WarmPool.target`: two
 sharers at ``{"gpu": 0.5}``, two), at least ``size``: the next job's sharers, or a full
 restart's, all start warm; one ready for the first and a fresh one for the second would make
