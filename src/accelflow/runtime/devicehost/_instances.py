@@ -58,9 +58,10 @@ class Client:
         with self.lock:
             if self.gone:
                 return  # it went away (cancelled, failed): it needs no answer
+            header = ResidentReply(seq, error, self.shared.share(chunk, seq))  # None: no ring, pickled
             try:
                 try:
-                    self.shared.send(self.conn, ResidentReply(seq, error, self.shared.share(chunk, seq)), chunk)
+                    self.shared.send(self.conn, header, chunk)
                 except (pickle.PicklingError, AttributeError):  # e.g. records of a by-value class
                     self.shared.send(self.conn, ResidentReply(seq, error), ByValue(chunk))
             except OSError:
@@ -125,9 +126,17 @@ class Instance:
         self.memory = None if after is None else after - (before or 0)
         self.thread.start()
 
+    @property
+    def takes_views(self) -> bool:
+        """Whether its requests' arrays may stay views of the subtask's ring, reused once their
+        outputs are sent: only for a device stage, which copies them (to pinned memory or the
+        device) before the user's code sees them. Any other resident call gets copies it may
+        keep (as Flink with object reuse off)."""
+        return self.options.kind == "map_batches" and self.options.device is not None
+
     def _stage(self) -> DeviceStage | PlainStage | None:
         o = self.options
-        if o.kind != "map_batches" or o.device is None:
+        if not self.takes_views:
             return None
         spec = MapBatchesSpec(self.fn, batch_size=o.batch_size, max_wait=o.max_wait, device=o.device,
                               prefetch=o.prefetch, device_backend=o.device_backend)
