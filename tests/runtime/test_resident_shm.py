@@ -1,7 +1,9 @@
 """Resident requests and replies carry their arrays through shared memory (issue 27.3): the
 host's socket carries no array bytes, outputs stay identical and in order, a SIGKILLed host
 still fails its subtasks naming it, and no ring outlives the process that used it (nothing in
-``/dev/shm``; a killed subtask's rings unmapped in its host). Fake GPUs, real processes.
+``/dev/shm``; a killed subtask's rings unmapped in its host). A side that cannot make its ring
+sends its chunks pickled, none lost; the records a resident operator gets are its own to keep
+(review s8, findings 2-4). Fake GPUs, real processes.
 
 The models below run in the device host: they look at their own process (``/proc/self``)."""
 
@@ -307,12 +309,15 @@ def test_a_resident_map_may_keep_its_input_records(gpu: dict[str, Any]) -> None:
     assert set(kept) == {int(images[4999].astype(np.int64).sum())} and len(kept) == 35_001
 
 
-def test_a_resident_map_batches_without_a_device_stage_may_keep_its_input_batches(gpu: dict[str, Any]) -> None:
-    """Review s8, finding 4: the same for ``map_batches`` without ``device=``, whose batch of
-    one request (1024 records: as many as a source chunk) was a view of the ring."""
+@pytest.mark.parametrize("device", [{}, {"device": "auto", "device_backend": "torch"}], ids=["no-device", "auto-numpy"])
+def test_a_resident_map_batches_without_a_device_stage_may_keep_its_input_batches(
+        gpu: dict[str, Any], device: dict[str, str]) -> None:
+    """Review s8, finding 4: the same for ``map_batches`` without ``device=``, or with
+    ``device="auto"`` that finds no CUDA device (torch has none here), whose batch of one request
+    (1024 records: as many as a source chunk) was a view of the ring."""
     env = Environment(gpu)
     out = env.from_collection(_images(40_000), parallelism=1).map_batches(
-        KeepBatch(at=5), batch_size=1024, resident=True, resources={"gpu": 0.5})
+        KeepBatch(at=5), batch_size=1024, resident=True, resources={"gpu": 0.5}, **device)
     kept = [s for s in out.execute_and_collect(ordered=True) if s != -1]
     assert len(kept) > 30_000 and len(set(kept)) == 1, sorted(set(kept))[:5]
 

@@ -129,14 +129,15 @@ class Instance:
     @property
     def takes_views(self) -> bool:
         """Whether its requests' arrays may stay views of the subtask's ring, reused once their
-        outputs are sent: only for a device stage, which copies them (to pinned memory or the
-        device) before the user's code sees them. Any other resident call gets copies it may
-        keep (as Flink with object reuse off)."""
-        return self.options.kind == "map_batches" and self.options.device is not None
+        outputs are sent: only for a device stage, which copies them (to pinned memory, then
+        the device) before the user's code sees them. Any other resident call (``map``,
+        ``map_batches`` without ``device=`` or with ``device="auto"`` on NumPy) gets copies it
+        may keep, as in Flink with object reuse off."""
+        return isinstance(self.stage, DeviceStage)
 
     def _stage(self) -> DeviceStage | PlainStage | None:
         o = self.options
-        if not self.takes_views:
+        if o.kind != "map_batches" or o.device is None:
             return None
         spec = MapBatchesSpec(self.fn, batch_size=o.batch_size, max_wait=o.max_wait, device=o.device,
                               prefetch=o.prefetch, device_backend=o.device_backend)
