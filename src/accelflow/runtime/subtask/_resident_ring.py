@@ -22,11 +22,11 @@ is pickled on the connection as before (arrays out of band, ``runtime/_oob.py``)
 chunk of an end that could not make a ring (no descriptor left, ``memfd`` refused, no memory
 to map it): its rings are off from then on, said once in the log.
 
-The receiver takes a chunk's arrays as views of the ring, or copies (``recv(copy=True)``): the
-host keeps views only for a device stage (which copies them to pinned memory or the device);
-a resident ``map``, or ``map_batches`` without a device stage, gets copies, as the user's code
-may keep them (Flink's object reuse off). The subtask copies its outputs out, as their space
-is reused.
+The receiver takes a chunk's arrays as views of the ring, or copies (``recv(copy=True)``). The
+host copies what the user's code gets, which it may keep (as Flink with object reuse off): a
+``map``'s records as they arrive, a ``map_batches`` batch as it is made (several requests are
+joined, a copy; one is copied); a device stage copies each batch to pinned memory, then the
+device. The subtask copies its outputs out, as their space is reused.
 
 Example:
     >>> import numpy as np
