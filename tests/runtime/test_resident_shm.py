@@ -23,8 +23,10 @@ from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
 
 from accelflow import Environment, JobError
 from accelflow.dataflow import Columns
-from accelflow.runtime import ResidentReply, ResidentRequest
+from accelflow.runtime import ChainPlan, ResidentReply, ResidentRequest, recv_chunk, send_chunk
 from accelflow.runtime.subtask import SharedChunks
+from accelflow.runtime.subtask._operators import operator_for
+from accelflow.runtime.subtask._resident import ResidentOp
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
 
@@ -341,3 +343,26 @@ def test_shared_chunks_without_a_ring_pickle_every_chunk(monkeypatch: pytest.Mon
     finally:
         mine.close()
         theirs.close()
+
+
+def test_a_reply_out_of_order_fails_naming_the_operator_and_its_host() -> None:
+    """In one process, the subtask's side (a real ``ResidentOp`` on a pipe, wired as its
+    ``open()`` wires it): a reply that is not the one due is a ``JobError`` naming the operator
+    and its device host (before: a bare ``AssertionError: (2, 1)``)."""
+    env = Environment()
+    env.from_sequence(0, 1).map(lambda x: x, resident=True, resources={"gpu": 0.5}, name="model")
+    node = env._transformations[-1]
+    op = operator_for(node, ChainPlan("model", [node], (), rolling=False))
+    assert isinstance(op, ResidentOp)
+    host, op.conn = Pipe()
+    op.device, op.host = "gpu 0", ("gpu", {}, "/tmp/dh-0.sock")
+    try:
+        op.process(np.arange(3))  # request 1
+        assert isinstance(recv_chunk(host)[0], ResidentRequest)
+        send_chunk(host, ResidentReply(2), [0, 1, 2])  # the reply of a request never made
+        with pytest.raises(JobError, match=r"operator 'model': its device host of gpu 0 \(/tmp/dh-0\.sock\) "
+                                           r"answered request 2 where request 1 was due"):
+            op.finish()
+    finally:
+        op.close()
+        host.close()
