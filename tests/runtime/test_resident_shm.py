@@ -1,12 +1,15 @@
 """Resident requests and replies carry their arrays through shared memory (issue 27.3): the
 host's socket carries no array bytes, outputs stay identical and in order, a SIGKILLed host
 still fails its subtasks naming it, and no ring outlives the process that used it (nothing in
-``/dev/shm``; a killed subtask's rings unmapped in its host). Fake GPUs, real processes.
+``/dev/shm``; a killed subtask's rings unmapped in its host). A side that cannot make its ring
+sends its chunks pickled, none lost; the records a resident operator gets are its own to keep
+(review s8, findings 2-4). Fake GPUs, real processes.
 
 The models below run in the device host: they look at their own process (``/proc/self``)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -20,8 +23,10 @@ from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
 
 from accelflow import Environment, JobError
 from accelflow.dataflow import Columns
-from accelflow.runtime import ResidentReply, ResidentRequest
+from accelflow.runtime import ChainPlan, ResidentReply, ResidentRequest, recv_chunk, send_chunk
 from accelflow.runtime.subtask import SharedChunks
+from accelflow.runtime.subtask._operators import operator_for
+from accelflow.runtime.subtask._resident import ResidentOp
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd is Linux")
 
@@ -206,3 +211,158 @@ def test_shared_chunks_round_trip_columns_and_fall_back_to_pickling() -> None:
     finally:
         mine.close()
         theirs.close()
+
+
+def _emfile(*args: Any) -> int:
+    """``memfd_create`` failing as in a process with its descriptors used up (a sandbox that
+    refuses memfd fails the same way)."""
+    raise OSError(errno.EMFILE, "Too many open files")
+
+
+def _refuse_memfd() -> None:
+    """Make this process's ``memfd_create`` fail from now on."""
+    os.memfd_create = _emfile  # type: ignore[assignment]
+
+
+class HostWithoutRings:
+    """A model whose device host cannot make a ring (patched at ``open()``, in the host):
+    its int16 outputs, as large as its inputs, would each go through the host's ring."""
+
+    def open(self, ctx: Any) -> None:
+        _refuse_memfd()
+
+    def map_batch(self, images: Any) -> Any:
+        return images.astype(np.int16) * 3 - 100
+
+
+def _no_rings_in_this_subtask(images: Any) -> Any:
+    """Chained before the resident operator (the same resources), in its subtask's process:
+    it cannot make a ring."""
+    _refuse_memfd()
+    return images
+
+
+def test_replies_the_host_cannot_put_in_a_ring_go_pickled(gpu: dict[str, Any]) -> None:
+    """Review s8, finding 2: the host's ring for the replies cannot be made (EMFILE). Each
+    reply goes pickled on the connection, none is lost (before: replies 2-4 were dropped and
+    the subtask failed with a bare ``AssertionError: (5, 2)``)."""
+    images = _images(16_384)
+    env = Environment(gpu)
+    out = env.from_collection(images, parallelism=1).map_batches(
+        HostWithoutRings(), batch_size=4096, resident=True, resources={"gpu": 0.5})
+    got = np.stack(out.execute_and_collect(ordered=True))
+    assert np.array_equal(got, images.astype(np.int16) * 3 - 100)
+
+
+def test_requests_the_subtask_cannot_put_in_a_ring_go_pickled(gpu: dict[str, Any]) -> None:
+    """Review s8, finding 3: the subtask's ring for its requests cannot be made (EMFILE). Each
+    request goes pickled on the connection (before: the job failed with a raw ``OSError:
+    [Errno 24]`` naming neither the operator nor the host)."""
+    images = _images(16_384)
+    env = Environment(gpu)
+    out = env.from_collection(images, parallelism=1).map_batches(
+        _no_rings_in_this_subtask, resources={"gpu": 0.5}).map_batches(
+        _checksums, batch_size=4096, resident=True, resources={"gpu": 0.5})
+    assert sorted(out.execute_and_collect()) == sorted(_checksums(images).tolist())
+
+
+def _checksums(images: Any) -> Any:
+    """A byte per image (its outputs, 4 KiB a batch, are too small for the data channel's ring,
+    which the subtask could not make either)."""
+    return (images.astype(np.int64).sum(axis=(1, 2)) % 251).astype(np.uint8)
+
+
+class KeepRecord:
+    """A resident ``map`` that keeps its ``at``-th record (a reference image, say) and returns
+    its sum from then on (-1 before)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.seen, self.kept = at, 0, None
+
+    def __call__(self, image: Any) -> Any:
+        self.seen += 1
+        if self.seen == self.at:
+            self.kept = image
+        return -1 if self.kept is None else int(self.kept.astype(np.int64).sum())
+
+
+class KeepBatch:
+    """A resident ``map_batches`` without a device stage that keeps its ``at``-th batch and
+    returns its sum for every record from then on (-1 before)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.seen, self.kept = at, 0, None
+
+    def map_batch(self, images: Any) -> Any:
+        self.seen += 1
+        if self.seen == self.at:
+            self.kept = images
+        return np.full(len(images), -1 if self.kept is None else int(self.kept.astype(np.int64).sum()))
+
+
+def test_a_resident_map_may_keep_its_input_records(gpu: dict[str, Any]) -> None:
+    """Review s8, finding 4: a record a resident ``map`` keeps beyond its call does not change
+    when the subtask's ring wraps (its host copies the records out; before: 7 different sums
+    for one kept record)."""
+    images = _images(40_000)
+    env = Environment(gpu)
+    out = env.from_collection(images, parallelism=1).map(KeepRecord(at=5000), resident=True, resources={"gpu": 0.5})
+    kept = [s for s in out.execute_and_collect(ordered=True) if s != -1]
+    assert set(kept) == {int(images[4999].astype(np.int64).sum())} and len(kept) == 35_001
+
+
+@pytest.mark.parametrize("device", [{}, {"device": "auto", "device_backend": "torch"}], ids=["no-device", "auto-numpy"])
+def test_a_resident_map_batches_without_a_device_stage_may_keep_its_input_batches(
+        gpu: dict[str, Any], device: dict[str, str]) -> None:
+    """Review s8, finding 4: the same for ``map_batches`` without ``device=``, or with
+    ``device="auto"`` that finds no CUDA device (torch has none here), whose batch of one request
+    (1024 records: as many as a source chunk) was a view of the ring."""
+    env = Environment(gpu)
+    out = env.from_collection(_images(40_000), parallelism=1).map_batches(
+        KeepBatch(at=5), batch_size=1024, resident=True, resources={"gpu": 0.5}, **device)
+    kept = [s for s in out.execute_and_collect(ordered=True) if s != -1]
+    assert len(kept) > 30_000 and len(set(kept)) == 1, sorted(set(kept))[:5]
+
+
+def test_shared_chunks_without_a_ring_pickle_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process: where the ring cannot be made, ``share`` turns the rings off (None, then
+    and later) and the chunks go pickled, equal on the other end."""
+    a, b = Pipe()
+    mine, theirs = SharedChunks(slots=2), SharedChunks(slots=2)
+    big = np.arange(100_000, dtype=np.uint8)  # worth a ring (over 64 KiB), fits the socket's buffer
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(os, "memfd_create", _emfile)
+            assert mine.share(big, 1) is None and not mine.enabled
+        for seq in (1, 2):
+            assert mine.share(big, seq) is None  # off for good, though memfd works again
+            mine.send(a, ResidentReply(seq), big)
+            header, got = theirs.recv(b, copy=False)
+            assert header.seq == seq and np.array_equal(got, big)
+        assert mine.fd == -1 and mine.ring is None
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_a_reply_out_of_order_fails_naming_the_operator_and_its_host() -> None:
+    """In one process, the subtask's side (a real ``ResidentOp`` on a pipe, wired as its
+    ``open()`` wires it): a reply that is not the one due is a ``JobError`` naming the operator
+    and its device host (before: a bare ``AssertionError: (2, 1)``)."""
+    env = Environment()
+    env.from_sequence(0, 1).map(lambda x: x, resident=True, resources={"gpu": 0.5}, name="model")
+    node = env._transformations[-1]
+    op = operator_for(node, ChainPlan("model", [node], (), rolling=False))
+    assert isinstance(op, ResidentOp)
+    host, op.conn = Pipe()
+    op.device, op.host = "gpu 0", ("gpu", {}, "/tmp/dh-0.sock")
+    try:
+        op.process(np.arange(3))  # request 1
+        assert isinstance(recv_chunk(host)[0], ResidentRequest)
+        send_chunk(host, ResidentReply(2), [0, 1, 2])  # the reply of a request never made
+        with pytest.raises(JobError, match=r"operator 'model': its device host of gpu 0 \(/tmp/dh-0\.sock\) "
+                                           r"answered request 2 where request 1 was due"):
+            op.finish()
+    finally:
+        op.close()
+        host.close()

@@ -86,7 +86,7 @@ class DeviceHost:
             try:
                 conn.send(Attached(opened, instance.memory))
                 while True:
-                    header, chunk = client.shared.recv(conn, copy=False)  # views of the subtask's ring
+                    header, chunk = client.shared.recv(conn, copy=instance.copies_on_receipt)
                     assert isinstance(header, ResidentRequest), header
                     client.read(header.read)
                     instance.submit(Request(client, header.seq, chunk, header.records, header.flush))

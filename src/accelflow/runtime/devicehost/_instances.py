@@ -21,6 +21,7 @@ subtask is reported with the user's frames in this process.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import pickle
 import queue
@@ -34,6 +35,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from accelflow._errors import JobError, RemoteError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
@@ -58,9 +60,10 @@ class Client:
         with self.lock:
             if self.gone:
                 return  # it went away (cancelled, failed): it needs no answer
+            header = ResidentReply(seq, error, self.shared.share(chunk, seq))  # None: no ring, pickled
             try:
                 try:
-                    self.shared.send(self.conn, ResidentReply(seq, error, self.shared.share(chunk, seq)), chunk)
+                    self.shared.send(self.conn, header, chunk)
                 except (pickle.PicklingError, AttributeError):  # e.g. records of a by-value class
                     self.shared.send(self.conn, ResidentReply(seq, error), ByValue(chunk))
             except OSError:
@@ -124,6 +127,17 @@ class Instance:
         after = device_memory()
         self.memory = None if after is None else after - (before or 0)
         self.thread.start()
+
+    @property
+    def copies_on_receipt(self) -> bool:
+        """Whether its requests' arrays are copied out of the subtask's ring as they arrive,
+        the ring's space being reused once their outputs are sent: for a ``map``, whose records
+        the user's code may keep (as in Flink with object reuse off), and for ``map_batches``
+        on ``device="auto"``'s NumPy fallback, whose batch of one request would be a view. Not
+        needed for a device stage (it copies each batch to pinned memory, then the device) nor
+        for ``map_batches`` without ``device=``, whose batch of several requests is joined, a
+        copy, and of one request is copied then (:func:`_own`)."""
+        return self.options.kind == "map" or isinstance(self.stage, PlainStage)
 
     def _stage(self) -> DeviceStage | PlainStage | None:
         o = self.options
@@ -224,7 +238,7 @@ class Instance:
                 if batch[-1].flush:
                     self._drain()
             elif members:
-                self._split(members, self.fn(to_batch([r.chunk for r in members])))
+                self._split(members, self.fn(_own(to_batch([r.chunk for r in members]))))
         except BaseException as exc:  # the user's error goes to every request not answered
             error = encode_error(exc, with_traceback=True)
             for r in [*(r for b in self.in_flight for r in b), *members]:
@@ -270,3 +284,16 @@ class Instance:
         for r in members:
             r.answer(out.slice(start, start + r.records) if isinstance(out, Columns) else out[start:start + r.records])
             start += r.records
+
+
+def _own(batch: Any) -> Any:
+    """``batch``, copied where it is a view of a subtask's ring (a batch of one request's
+    array, which ``to_batch`` hands on as it is): the user's code may keep it.
+
+    Example:
+        >>> view = np.ndarray((8,), np.uint8, buffer=mmap.mmap(-1, 4096))
+        >>> joined = np.concatenate([view, view])
+        >>> _own(view) is view, _own(joined) is joined
+        (False, True)
+    """
+    return batch.copy() if isinstance(batch, np.ndarray) and isinstance(batch.base, mmap.mmap) else batch

@@ -174,7 +174,8 @@ class ResidentOp(Operator):
                 raise self._host_gone() from None
             assert isinstance(reply, ResidentReply)
             seq, positions = self.in_flight.popleft()
-            assert reply.seq == seq, (reply.seq, seq)
+            if reply.seq != seq:
+                raise self._out_of_order(reply.seq, seq)
             self.shared.release(seq)  # the host is done with its records
             self.read = seq
             if reply.error is not None:
@@ -183,6 +184,13 @@ class ResidentOp(Operator):
             if len(chunk):
                 self.outputs.append(chunk if positions is None else Positioned(positions, chunk))
         return got
+
+    def _out_of_order(self, got: int, due: int) -> JobError:
+        """The error for a reply that is not the one due: the host lost a reply (a bug)."""
+        assert self.host is not None
+        return JobError(f"operator {self.node.name!r}: its device host of {self.device} ({self.host[2]}) "
+                        f"answered request {got} where request {due} was due, a reply lost: an accelflow "
+                        "bug, please report it")
 
     def _received(self) -> Any:
         """The outputs received so far, as one chunk, in order."""

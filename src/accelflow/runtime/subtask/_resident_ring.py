@@ -18,11 +18,15 @@ requests a subtask keeps in flight (``_resident.WINDOW``) bounds both: a ring ho
 old one unmapped once the other end is done with its chunks), so a chunk never waits for
 space. One that finds none anyway, or holds no arrays (Python records, object arrays), or is
 too small to be worth it (under 64 KiB) or too large for a ring (over ``RING_MAX_BYTES / 6``),
-is pickled on the connection as before (arrays out of band, ``runtime/_oob.py``).
+is pickled on the connection as before (arrays out of band, ``runtime/_oob.py``). So is every
+chunk of an end that could not make a ring (no descriptor left, ``memfd`` refused, no memory
+to map it): its rings are off from then on, said once in the log.
 
-The host hands the records it receives on as views of the ring (the device stage copies them
-to pinned memory or the device; a batch of several requests is joined, a copy); the subtask
-copies its outputs out, as their space is reused.
+The receiver takes a chunk's arrays as views of the ring, or copies (``recv(copy=True)``). The
+host copies what the user's code gets, which it may keep (as Flink with object reuse off): a
+``map``'s records as they arrive, a ``map_batches`` batch as it is made (several requests are
+joined, a copy; one is copied); a device stage copies each batch to pinned memory, then the
+device. The subtask copies its outputs out, as their space is reused.
 
 Example:
     >>> import numpy as np
@@ -40,6 +44,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from collections import deque
@@ -52,6 +57,8 @@ import numpy as np
 from accelflow.dataflow import Columns
 from accelflow.runtime import SharedArrays, recv_chunk, send_chunk
 from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, ring_fit
+
+_log = logging.getLogger("accelflow.resident")
 
 #: a ring holds at least, and at most, this many bytes
 RING_MIN_BYTES, RING_MAX_BYTES = 4 * 1024 * 1024, 512 * 1024 * 1024
@@ -86,7 +93,11 @@ class SharedChunks:
         need = sum(_aligned(a.nbytes) for a in arrays)
         if need < self.min_batch or need * (self.slots + 2) > RING_MAX_BYTES:
             return None
-        new = self._open(need) if need * (self.slots + 2) > self.size else 0
+        try:
+            new = self._open(need) if need * (self.slots + 2) > self.size else 0
+        except OSError as exc:  # no descriptor left, memfd refused, no memory for the mapping
+            self._switch_off(exc)
+            return None
         start = 0 if new else self._fit(need)  # a new ring is announced by this chunk: it goes in
         if start is None:
             return None
@@ -110,6 +121,14 @@ class SharedChunks:
         os.ftruncate(self.fd, size)
         self.ring, self.size = mmap.mmap(self.fd, size), size
         return size
+
+    def _switch_off(self, exc: OSError) -> None:
+        """No ring could be made: every later chunk of this end goes pickled on the connection
+        (as without rings), said once in the log."""
+        self._close_ring()
+        self.enabled = False
+        _log.warning("resident requests and replies: cannot make a shared-memory ring (%s); this "
+                     "connection's chunks go pickled over it from now on (slower, same results)", exc)
 
     def _fit(self, need: int) -> int | None:
         """Where ``need`` bytes fit now (the ring holds ``[tail, head)``, possibly wrapped)."""
