@@ -210,3 +210,28 @@ def test_a_rebalanced_array_job_goes_through_the_rings_and_matches_numpy() -> No
            .map_batches(lambda b: b.astype(np.int64).sum(axis=1), parallelism=2)
            .execute_and_collect())
     assert sorted(out) == sorted(images.astype(np.int64).sum(axis=1).tolist())
+
+
+@pytest.mark.parametrize("call", ["memfd_create", "ftruncate"])
+def test_a_ring_that_cannot_be_made_is_a_clear_transport_error(
+        address: str, monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    # out of descriptors (EMFILE) or memory: the sender says so, naming the ring and the fix;
+    # not a raw OSError, and not a ChannelClosed (which blames a neighbour)
+    import errno
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    with Listener(address, "AF_UNIX", authkey=KEY) as listener:
+        client, accepted = _pair(listener, address)
+        sender = ShmSender(client)
+        monkeypatch.setattr(os, call, refuse)
+        with pytest.raises(TransportError) as caught:
+            sender.send(np.zeros((4096, 784), np.uint8))
+        monkeypatch.undo()
+        client.close()
+        accepted.close()
+    assert type(caught.value) is TransportError
+    assert "cannot make the shared-memory ring of a data channel" in str(caught.value)
+    assert "Too many open files" in str(caught.value) and "ulimit -n" in str(caught.value)
+    assert _rings_held() == []

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from accelflow._errors import ChannelClosed
+from accelflow._errors import ChannelClosed, TransportError
 from accelflow.dataflow import Columns
 from accelflow.runtime.subtask import _heartbeat
 
@@ -135,10 +135,16 @@ class ShmSender:
 
     def _open_ring(self, size: int) -> None:
         size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-        fd = os.memfd_create("accelflow-channel", os.MFD_CLOEXEC)
         try:
-            os.ftruncate(fd, size)
-            self.ring = mmap.mmap(fd, size)
+            fd = os.memfd_create("accelflow-channel", os.MFD_CLOEXEC)
+        except OSError as exc:
+            raise _no_ring(size, exc) from exc
+        try:
+            try:
+                os.ftruncate(fd, size)
+                self.ring = mmap.mmap(fd, size)
+            except OSError as exc:
+                raise _no_ring(size, exc) from exc
             self._send(_RingOpen(size))
             try:
                 send_handle(self.conn, fd, 0)
@@ -244,3 +250,12 @@ class ShmReceiver:
     def close_all(self) -> None:
         for conn in list(self.rings):
             self.close(conn)
+
+
+def _no_ring(size: int, exc: OSError) -> TransportError:
+    """The error of a data channel whose shared-memory ring cannot be made (this subtask's
+    fault, not a neighbour's: a plain ``TransportError``, reported as the job's cause)."""
+    return TransportError(
+        f"cannot make the shared-memory ring of a data channel ({size >> 20} MiB): {exc}; "
+        "with 'Too many open files' raise the open-file limit (ulimit -n), with 'Cannot allocate "
+        "memory' free memory or lower the chunk size of the operator's input")
