@@ -23,17 +23,14 @@ N = 600
 def gpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs, a fake CuPy and the warm marker module importable
     by every process; checkpoints every 100 ms, hangs found after 1 s."""
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
     monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
     monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "cupy.log"))
     (tmp_path / "device").mkdir()
     monkeypatch.setenv("FAKE_CUPY_DEVICE", str(tmp_path / "device"))
     monkeypatch.setenv("FAKE_CUPY_MEMORY", str(64 << 20))
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 2,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "cupy",
         "external-resource.gpu.warm.preload": "warm_marker",
         "taskmanager.numberOfTaskSlots": 4,

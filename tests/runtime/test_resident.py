@@ -24,15 +24,12 @@ from accelflow.testing import FakeGPU
 @pytest.fixture
 def gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs of 64 MiB (and a fake CuPy with as much), 4 slots."""
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, [FakeGPU(index=i, memory_total=64) for i in range(2)])
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, [FakeGPU(index=i, memory_total=64) for i in range(2)])
     (tmp_path / "device").mkdir()
     monkeypatch.setenv("FAKE_CUPY_DEVICE", str(tmp_path / "device"))
     monkeypatch.setenv("FAKE_CUPY_MEMORY", str(64 << 20))
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 2,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "none",
         "taskmanager.numberOfTaskSlots": 4,
         "taskmanager.device-pool.size": 0,

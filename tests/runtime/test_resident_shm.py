@@ -36,12 +36,9 @@ RING = "memfd:accelflow-resident"
 @pytest.fixture
 def gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 1 fake GPU, 4 slots, no warm processes."""
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 1,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "none",
         "taskmanager.numberOfTaskSlots": 4,
         "taskmanager.device-pool.size": 0,

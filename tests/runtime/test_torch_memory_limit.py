@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch_jobs import Allocates, HeldTo
+from torch_jobs import HeldTo, add_leak_job
 
 from accelflow import DeviceMemoryExceeded, Environment
 from accelflow.testing import FakeGPU, use_fake_nvidia_smi, use_fake_torch
@@ -53,11 +53,7 @@ def test_torch_holds_a_subtask_to_its_request_or_share(
 def test_a_subtask_that_leaks_past_its_request_fails_alone_naming_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = _env(tmp_path, monkeypatch)
-    numbers = env.from_sequence(1, 40, parallelism=1)
-    numbers.rebalance().map(Allocates(keep=False), name="steady", resources={"gpu": {"memory": "1Gi"}}).add_sink(
-        lambda r: None)
-    numbers.rebalance().map(Allocates(keep=True), name="leaky", resources={"gpu": {"memory": "1Gi"}}).add_sink(
-        lambda r: None)
+    add_leak_job(env)
     with pytest.raises(DeviceMemoryExceeded) as caught:
         env.execute("leak")
     error = caught.value

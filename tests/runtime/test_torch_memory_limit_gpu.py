@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch_jobs import Allocates, HeldTo
+from torch_jobs import HeldTo, add_leak_job
 
 from accelflow import DeviceMemoryExceeded, Environment
 
@@ -42,11 +42,7 @@ def test_real_torch_holds_a_subtask_to_its_request(tmp_path: Path, resources: An
 
 def test_a_subtask_that_leaks_past_its_request_on_a_real_gpu_fails_alone() -> None:
     env = _env()
-    numbers = env.from_sequence(1, 40, parallelism=1)
-    numbers.rebalance().map(Allocates(keep=False), name="steady", resources={"gpu": {"memory": "1Gi"}}).add_sink(
-        lambda r: None)
-    numbers.rebalance().map(Allocates(keep=True), name="leaky", resources={"gpu": {"memory": "1Gi"}}).add_sink(
-        lambda r: None)
+    add_leak_job(env)
     with pytest.raises(DeviceMemoryExceeded) as caught:
         env.execute("leak")
     error = caught.value

@@ -17,14 +17,11 @@ from accelflow import ConfigError, Environment
 def warm_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One TaskExecutor with 2 fake GPUs, a fake CuPy and the marker module importable by
     every process, a restart after the first failure."""
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 2)
     monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
     monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "cupy.log"))
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 2,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "cupy",
         "external-resource.gpu.warm.preload": "warm_marker",
         "taskmanager.numberOfTaskSlots": 2,

@@ -26,15 +26,12 @@ from accelflow import Environment
 
 @pytest.fixture
 def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     monkeypatch.setenv("WARM_MARKER_LOG", str(tmp_path / "marker.log"))
     monkeypatch.setenv("FAKE_CUPY_LOG", str(tmp_path / "cupy.log"))
     monkeypatch.setenv("ACCELFLOW_STARTUP_TRACE", str(tmp_path / "trace.log"))
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 1,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "cupy",
         "external-resource.gpu.warm.preload": "warm_marker",
         "taskmanager.device-pool.size": 1,

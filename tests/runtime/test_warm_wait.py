@@ -30,15 +30,12 @@ ATTEMPT_0_DEPLOYED = r"subtask (waits for warm|forked) .*attempt=0, chain=1,"
 
 @pytest.fixture
 def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     monkeypatch.setenv("SLOW_MARKER_LOG", str(tmp_path / "slow.log"))
     monkeypatch.setenv("ACCELFLOW_STARTUP_TRACE", str(tmp_path / "trace.log"))
     monkeypatch.setenv("SLOW_MARKER_UNTIL", f"{tmp_path / 'trace.log'}\t{ATTEMPT_0_DEPLOYED}")
     return {
-        "external-resources": "gpu",
-        "external-resource.gpu.amount": 1,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "cupy",
         "external-resource.gpu.warm.preload": "slow_marker",
         "taskmanager.numberOfTaskSlots": 2,
@@ -176,11 +173,9 @@ def test_sharers_cancelled_while_waiting_for_warm_processes_give_their_gpu_back(
     # cancelled while it waits for a warm process never started, so nothing can hold the GPU's
     # memory: its share goes back at once (it was held for a DevicesFree that never came, and
     # the restart waited forever for "gpu 0 has 0 free")
-    use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
+    gpu = use_fake_gpus_with_cupy(monkeypatch, tmp_path, 1)
     env = Environment({
-        "external-resources": "gpu", "external-resource.gpu.amount": 1,
-        "external-resource.gpu.driver-factory.class": "gpu",
-        "external-resource.gpu.param.coordination-file": str(tmp_path / "coordination.json"),
+        **gpu,
         "external-resource.gpu.warm.framework": "cupy", "taskmanager.device-pool.size": 1,
         "taskmanager.numberOfTaskSlots": 4, "restart-strategy": "fixed-delay",
         "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,

@@ -60,3 +60,12 @@ class Allocates(RichMapFunction[int, int]):
         if self.keep:
             self.kept.append(tensor)
         return value
+
+
+def add_leak_job(env: Any) -> None:
+    """Two maps on the GPU, 1 GiB of memory asked for each: ``steady`` frees what it allocates,
+    ``leaky`` keeps it (256 MiB a record, 40 records)."""
+    numbers = env.from_sequence(1, 40, parallelism=1)
+    for name, keep in (("steady", False), ("leaky", True)):
+        numbers.rebalance().map(Allocates(keep=keep), name=name, resources={"gpu": {"memory": "1Gi"}}).add_sink(
+            lambda r: None)

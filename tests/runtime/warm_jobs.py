@@ -318,9 +318,11 @@ def install_fake_cupy(directory: Path) -> Path:
     return directory
 
 
-def use_fake_gpus_with_cupy(monkeypatch: Any, tmp: Path, gpus: Any) -> None:
+def use_fake_gpus_with_cupy(monkeypatch: Any, tmp: Path, gpus: Any) -> dict[str, Any]:
     """Fake GPUs (``gpus``: a count or ``FakeGPU``s) and the fake CuPy for every process of a
-    test's cluster, with this folder's modules importable (``monkeypatch``: pytest's)."""
+    test's cluster, with this folder's modules importable (``monkeypatch``: pytest's). Returns
+    the configuration of a TaskExecutor holding them all (``gpu`` resource, coordination file
+    in ``tmp``)."""
     from accelflow.testing import use_fake_nvidia_smi
 
     use_fake_nvidia_smi(monkeypatch, tmp / "bin", gpus)
@@ -328,3 +330,9 @@ def use_fake_gpus_with_cupy(monkeypatch: Any, tmp: Path, gpus: Any) -> None:
     monkeypatch.setenv("PYTHONPATH", f"{site}:{Path(__file__).parent}")
     monkeypatch.syspath_prepend(str(site))  # TaskExecutors get the client's import path
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    return {
+        "external-resources": "gpu",
+        "external-resource.gpu.amount": gpus if isinstance(gpus, int) else len(gpus),
+        "external-resource.gpu.driver-factory.class": "gpu",
+        "external-resource.gpu.param.coordination-file": str(tmp / "coordination.json"),
+    }
