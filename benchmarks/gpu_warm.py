@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -83,7 +82,7 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
 
 
 class GpuMemory:
-    """While entered, samples ``nvidia-smi``'s compute processes every 50 ms (those that held the
+    """While entered, samples the GPU's compute processes (``nvidia-smi``) every 50 ms (those that held the
     GPU before, this process among them, left out): the peak of their summed memory and how many
     there were then. Resident sharers should hold one CUDA context and one model between them."""
 
@@ -92,10 +91,10 @@ class GpuMemory:
         self._stop = threading.Event()
 
     def _sample(self) -> dict[int, int]:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             check=False, capture_output=True, text=True, timeout=10).stdout
-        rows = [line.split(",") for line in out.splitlines() if line.strip()]
-        return {int(pid): int(mib) for pid, mib in rows if mib.strip().isdigit()}
+        """MiB per process computing on the GPU (accelflow's own listing, as its health checks)."""
+        from accelflow.resources.gpu._probe import smi_compute_processes
+
+        return {p.pid: (p.used_memory or 0) >> 20 for p in smi_compute_processes("nvidia-smi")}
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
