@@ -139,3 +139,20 @@ def pid_namespace() -> int | None:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return None
+
+
+def killed_by(returncode: int | None) -> str | None:
+    """The signal that ended a process whose return code (as ``subprocess`` and
+    ``multiprocessing`` report it: negative for a signal) is ``returncode``, by name; ``None``
+    when it exited (or runs on).
+
+    Example:
+        >>> killed_by(-9), killed_by(-200), killed_by(1), killed_by(None)
+        ('SIGKILL', 'signal 200', None, None)
+    """
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"

@@ -26,13 +26,13 @@ import json
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from accelflow._parent import killed_by
 from accelflow._errors import DiscoveryError
 from accelflow.resources.coordination import kill_script_tree
 from accelflow.resources.gpu._device import MAX_INDEX_DIGITS, normalize_index
@@ -256,13 +256,8 @@ def _read_bounded(process: subprocess.Popen[bytes], deadline: float) -> tuple[by
 
 
 def _exit_description(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
-    return f"exited with code {code}"
+    name = killed_by(code)
+    return f"was killed by {name}" if name else f"exited with code {code}"
 
 
 def _start_error(exc: OSError) -> str:

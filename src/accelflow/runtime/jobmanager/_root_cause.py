@@ -22,9 +22,8 @@ that happened concurrently in the same way.
 
 from __future__ import annotations
 
-import signal
-
 from accelflow._errors import ChannelClosed
+from accelflow._parent import killed_by
 from accelflow.runtime import SubtaskKey
 
 #: how long a subtask's ``ChannelClosed`` waits for the failure of the neighbour that closed
@@ -96,12 +95,8 @@ def exit_text(exitcode: int | None) -> str:
     """
     if exitcode is None:  # it was waited for before its rollback, or never started
         return ""
-    if exitcode < 0:
-        try:
-            return f" with code {exitcode} (killed by {signal.Signals(-exitcode).name})"
-        except ValueError:
-            pass
-    return f" with code {exitcode}"
+    name = killed_by(exitcode)
+    return f" with code {exitcode}" + (f" (killed by {name})" if name else "")
 
 
 def first_line(error: BaseException) -> str:

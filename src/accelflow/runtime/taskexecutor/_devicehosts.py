@@ -20,7 +20,6 @@ import itertools
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -30,6 +29,7 @@ from multiprocessing import util
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from accelflow._parent import killed_by
 from accelflow._errors import ConfigError, JobError, encode_error
 from accelflow.resources import ExternalResourceInfo
 from accelflow.runtime import (
@@ -57,13 +57,10 @@ class _Host:
 
     def ended(self) -> str:
         """How it ended, e.g. ``was killed by signal 9 (SIGKILL)``, once it has."""
-        code = self.popen.returncode
-        if code is None or code >= 0:
+        code, name = self.popen.returncode, killed_by(self.popen.returncode)
+        if name is None:
             return f"exited with code {code}"
-        try:
-            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"was killed by signal {-code}"
+        return f"was killed by {name}" if name.startswith("signal ") else f"was killed by signal {-code} ({name})"
 
     def stop(self, grace: float = 2.0) -> None:
         """Closing its control socket ends it (its instances' ``close()`` run); then make sure."""
