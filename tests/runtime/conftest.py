@@ -70,6 +70,13 @@ def no_stray_processes() -> Iterator[None]:
         _set_subreaper(False)
 
 
+@pytest.fixture(autouse=True)
+def no_job_left_running(no_stray_processes: None, no_job_left_running: None) -> Iterator[None]:
+    """The suite's check (tests/conftest.py), set up after ``no_stray_processes`` so that it
+    ends first: the jobs left running are cancelled before the check for strays."""
+    yield
+
+
 @pytest.fixture
 def gpu_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Two TaskExecutors with 2 of the host's 4 fake GPUs each, coordination on, 4 slots each.

@@ -123,9 +123,18 @@ def test_checkpoints_follow_flinks_layout_and_retention(tmp_path: Path) -> None:
     client = env.execute_async("retention")
     _wait_until(lambda: _completed(client) >= 4, "four checkpoints")
     job_dir = Path(_job(client).checkpoint_path)
-    chks = sorted(p for p in job_dir.iterdir() if p.name.startswith("chk-"))
-    complete = [p for p in chks if (p / "_metadata").exists()]
-    assert 1 <= len(complete) <= 2, chks  # num-retained: 2 (one more may be being written)
+
+    def complete() -> list[str]:
+        return sorted(p.name for p in job_dir.glob("chk-*") if (p / "_metadata").exists())
+
+    # num-retained: 2. A newer checkpoint is complete a moment before the oldest is pruned,
+    # so one look may see 3; never more, and 2 at some look.
+    seen = []
+    for _ in range(50):
+        seen.append(complete())
+        time.sleep(0.01)
+    assert max(map(len, seen)) <= 3, seen
+    assert any(len(names) == 2 for names in seen), seen
     _cancel_after(client, 4)
     # DELETE_ON_CANCELLATION (the default): a cancelled job's checkpoints go
     assert not job_dir.exists()
