@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
 
-from accelflow import Environment, JobError
+from accelflow import Environment, JobError, TransportError
 from accelflow.dataflow import Columns
 from accelflow.runtime import ChainPlan, ResidentReply, ResidentRequest, recv_chunk, send_chunk
 from accelflow.runtime.subtask import SharedChunks
@@ -295,6 +295,57 @@ class KeepBatch:
         if self.seen == self.at:
             self.kept = images
         return np.full(len(images), -1 if self.kept is None else int(self.kept.astype(np.int64).sum()))
+
+
+def _no_descriptor_left() -> None:
+    """Lower this process's open-file limit to its lowest free descriptor, for real (as
+    ``ulimit -n``): no new descriptor, such as a ring's passed over a connection, can be taken."""
+    import resource
+
+    try:
+        free = os.dup(0)
+    except OSError:
+        return  # lowered already (a batch before)
+    os.close(free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+class HostOutOfDescriptors:
+    """A model whose device host has no descriptor left after ``open()``."""
+
+    def open(self, ctx: Any) -> None:
+        _no_descriptor_left()
+
+    def map_batch(self, images: Any) -> Any:
+        return images.astype(np.int16)
+
+
+def _no_descriptor_left_in_this_subtask(images: Any) -> Any:
+    """Chained before the resident operator, in its subtask's process."""
+    _no_descriptor_left()
+    return images
+
+
+@pytest.mark.parametrize("side", ["host", "subtask"])
+def test_a_ring_that_cannot_be_taken_fails_the_job_naming_the_ring_and_the_fix(
+        gpu: dict[str, Any], side: str) -> None:
+    """The other end's new ring reaches a process with no descriptor left (EMFILE): the job
+    fails with a plain ``TransportError`` naming the ring and ``ulimit -n``, and the device
+    host where it is the host (before: a bare ``RuntimeError: received 0 items of ancdata``
+    killed the host's thread, and the subtask reported the host gone)."""
+    env = Environment(gpu)
+    images = env.from_collection(_images(8192), parallelism=1)
+    if side == "subtask":
+        images = images.map_batches(_no_descriptor_left_in_this_subtask, resources={"gpu": 0.5})
+    out = images.map_batches(HostOutOfDescriptors() if side == "host" else Brighten(os.devnull),
+                             batch_size=4096, resident=True, resources={"gpu": 0.5})
+    with pytest.raises(TransportError) as caught:
+        out.execute_and_collect()
+    message = str(caught.value)
+    assert type(caught.value) is TransportError, message
+    assert "shared-memory ring of resident requests or replies" in message and "ulimit -n" in message
+    assert ("the device host of gpu" in message) == (side == "host"), message
+    assert "went away" not in message, message
 
 
 def test_a_resident_map_may_keep_its_input_records(gpu: dict[str, Any]) -> None:

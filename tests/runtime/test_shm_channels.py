@@ -235,3 +235,43 @@ def test_a_ring_that_cannot_be_made_is_a_clear_transport_error(
     assert "cannot make the shared-memory ring of a data channel" in str(caught.value)
     assert "Too many open files" in str(caught.value) and "ulimit -n" in str(caught.value)
     assert _rings_held() == []
+
+
+
+
+_RECEIVER_WITHOUT_DESCRIPTORS = """
+import os, resource, sys
+from multiprocessing.connection import Client
+from accelflow.runtime.subtask._shm import ShmReceiver
+conn = Client(sys.argv[1], "AF_UNIX", authkey=b"test")
+free = os.dup(0)
+os.close(free)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    ShmReceiver().recv(conn)
+except BaseException as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_ring_the_receiver_cannot_take_is_a_clear_transport_error(address: str) -> None:
+    # the receiving process has no descriptor left (its open-file limit, for real, as
+    # `ulimit -n`): it says so, naming the ring and the fix (before: a raw OSError, which a
+    # receiver reads as its sender gone)
+    import subprocess
+    import sys
+
+    with Listener(address, "AF_UNIX", authkey=KEY) as listener:
+        receiver = subprocess.Popen([sys.executable, "-c", _RECEIVER_WITHOUT_DESCRIPTORS, address],
+                                    stdout=subprocess.PIPE, text=True)
+        conn = listener.accept()
+        sender = ShmSender(conn)
+        try:
+            sender.send(np.zeros((4096, 784), np.uint8))
+        except TransportError:
+            pass  # the receiver went away before its credit
+        said, _ = receiver.communicate(timeout=60)
+        sender.close()
+        conn.close()
+    assert said.startswith("TransportError cannot take the shared-memory ring of a data channel"), said
+    assert "Too many open files" in said and "ulimit -n" in said, said

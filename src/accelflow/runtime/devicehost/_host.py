@@ -33,7 +33,7 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accelflow._errors import AllocationError, encode_error
+from accelflow._errors import AllocationError, TransportError, encode_error
 from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow.scheduling import format_amount
@@ -86,7 +86,11 @@ class DeviceHost:
             try:
                 conn.send(Attached(opened, instance.memory))
                 while True:
-                    header, chunk = client.shared.recv(conn, copy=instance.copies_on_receipt)
+                    try:
+                        header, chunk = client.shared.recv(conn, copy=instance.copies_on_receipt)
+                    except TransportError as exc:  # this host's fault: the subtask fails with it
+                        client.fail(TransportError(f"the device host of {self.device}: {exc}"))
+                        return
                     assert isinstance(header, ResidentRequest), header
                     client.read(header.read)
                     instance.submit(Request(client, header.seq, chunk, header.records, header.flush))

@@ -39,7 +39,7 @@ import numpy as np
 
 from accelflow._errors import JobError, RemoteError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
-from accelflow.runtime import Attach, ByValue, ResidentReply, device_memory
+from accelflow.runtime import Attach, ByValue, HostFailed, ResidentReply, device_memory, send_chunk
 from accelflow.runtime.subtask import DRAIN_AFTER_S, WINDOW, DeviceStage, PlainStage, SharedChunks, bind, open_stage
 
 _log = logging.getLogger("accelflow.devicehost")
@@ -68,6 +68,17 @@ class Client:
                     self.shared.send(self.conn, ResidentReply(seq, error), ByValue(chunk))
             except OSError:
                 pass  # it went away: as above
+
+    def fail(self, error: BaseException) -> None:
+        """Tell the subtask that this host cannot serve it (``error``, as ``HostFailed`` in
+        place of its next reply); no reply goes to it after."""
+        with self.lock:
+            if not self.gone:
+                self.gone = True
+                try:
+                    send_chunk(self.conn, HostFailed(encode_error(error)), None)
+                except OSError:
+                    pass  # it went away meanwhile
 
     def read(self, seq: int) -> None:
         """The subtask has read our replies up to ``seq``: their ring space is free again."""

@@ -17,7 +17,8 @@ Where the host's connection closes (the host died: its resident instances are go
 subtask asks its TaskExecutor how the host ended and fails at once with a
 :class:`~accelflow.JobError` naming the host, its pid, its device and its exit code or signal
 (not a ``TransportError``, which a subtask takes for a broken data channel and waits for its
-rollback on).
+rollback on). A host that cannot serve the subtask (it cannot take the subtask's ring) says
+why in place of its next reply (``HostFailed``), and the subtask fails with that.
 """
 
 from __future__ import annotations
@@ -115,9 +116,13 @@ class ResidentOp(Operator):
         return reply
 
     def _host_gone(self) -> AccelflowError:
-        """The error for the host's connection closing: how the host ended, as its TaskExecutor
-        (its parent) saw it."""
+        """The error for the host's connection closing: why the host said it cannot serve this
+        subtask (a ``HostFailed`` left unread on the connection), or how the host ended, as its
+        TaskExecutor (its parent) saw it."""
         context = f"operator {self.node.name!r}"
+        said = self._unread_failure()
+        if said is not None:
+            return decode_error(said.error, context=context)
         assert self.host is not None
         resource, properties, address = self.host
         try:
@@ -127,6 +132,18 @@ class ResidentOp(Operator):
                             f"is unreachable ({exc}); its resident instances are gone")
         assert isinstance(reply, HostFailed), reply
         return decode_error(reply.error, context=context)
+
+    def _unread_failure(self) -> HostFailed | None:
+        """The ``HostFailed`` among what the host sent before it closed the connection."""
+        assert self.conn is not None
+        try:
+            while self.conn.poll(0):
+                header, _ = self.shared.recv(self.conn, copy=False)
+                if isinstance(header, HostFailed):
+                    return header
+        except (EOFError, OSError, AccelflowError):
+            pass
+        return None
 
     # -- records -------------------------------------------------------------------------------
     def process(self, chunk: Any) -> Any:
@@ -172,6 +189,8 @@ class ResidentOp(Operator):
                 reply, chunk = self.shared.recv(self.conn, copy=True)
             except (EOFError, OSError):
                 raise self._host_gone() from None
+            if isinstance(reply, HostFailed):  # it cannot serve this subtask; the message says why
+                raise decode_error(reply.error, context=f"operator {self.node.name!r}")
             assert isinstance(reply, ResidentReply)
             seq, positions = self.in_flight.popleft()
             if reply.seq != seq:

@@ -49,14 +49,14 @@ import mmap
 import os
 from collections import deque
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import recv_handle, send_handle
+from multiprocessing.reduction import send_handle
 from typing import Any
 
 import numpy as np
 
 from accelflow.dataflow import Columns
 from accelflow.runtime import SharedArrays, recv_chunk, send_chunk
-from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, ring_fit
+from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, map_received_ring, ring_fit
 
 _log = logging.getLogger("accelflow.resident")
 
@@ -156,17 +156,14 @@ class SharedChunks:
 
         Raises:
             EOFError: the other end closed the connection.
+            TransportError: this end cannot take or map the other end's new ring.
         """
         header, chunk = recv_chunk(conn)
         shared: SharedArrays | None = getattr(header, "shared", None)
         if shared is None:
             return header, chunk
-        if shared.ring:
-            fd = recv_handle(conn)
-            try:
-                self.peer = mmap.mmap(fd, shared.ring)  # the old one: unmapped once its last view goes
-            finally:
-                os.close(fd)
+        if shared.ring:  # the old one: unmapped once its last view goes
+            self.peer = map_received_ring(conn, shared.ring, "resident requests or replies")
         assert self.peer is not None
         arrays = [np.ndarray(shape, dtype, buffer=self.peer, offset=offset) for offset, dtype, shape in shared.arrays]
         if copy:

@@ -138,13 +138,13 @@ class ShmSender:
         try:
             fd = os.memfd_create("accelflow-channel", os.MFD_CLOEXEC)
         except OSError as exc:
-            raise _no_ring(size, exc) from exc
+            raise ring_error("make the shared-memory ring of a data channel", size, exc) from exc
         try:
             try:
                 os.ftruncate(fd, size)
                 self.ring = mmap.mmap(fd, size)
             except OSError as exc:
-                raise _no_ring(size, exc) from exc
+                raise ring_error("make the shared-memory ring of a data channel", size, exc) from exc
             self._send(_RingOpen(size))
             try:
                 send_handle(self.conn, fd, 0)
@@ -223,11 +223,7 @@ class ShmReceiver:
         except ConnectionResetError:
             raise EOFError("the sender reset the connection") from None
         if isinstance(message, _RingOpen):
-            fd = recv_handle(conn)
-            try:
-                self.rings[conn] = mmap.mmap(fd, message.size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
+            self.rings[conn] = map_received_ring(conn, message.size, "a data channel", read_only=True)
             message = conn.recv()
         if not isinstance(message, _Batch):
             if message is None:
@@ -252,10 +248,39 @@ class ShmReceiver:
             self.close(conn)
 
 
-def _no_ring(size: int, exc: OSError) -> TransportError:
-    """The error of a data channel whose shared-memory ring cannot be made (this subtask's
-    fault, not a neighbour's: a plain ``TransportError``, reported as the job's cause)."""
+def map_received_ring(conn: Connection, size: int, what: str, *, read_only: bool = False) -> mmap.mmap:
+    """Map the ring of ``size`` bytes whose descriptor comes next on ``conn`` (``send_handle``).
+
+    Raises:
+        EOFError: the sender closed or reset the connection.
+        TransportError: the descriptor could not be taken (none left in this process) or the
+            ring not mapped (no memory): this end's fault, named with the fix.
+    """
+    try:
+        fd = recv_handle(conn)
+    except ConnectionError:
+        raise EOFError("the sender reset the connection") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: the kernel dropped the descriptor
+        raise ring_error(f"take the shared-memory ring of {what}", size, exc) from exc
+    try:
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_DEFAULT)
+    except OSError as exc:
+        raise ring_error(f"map the shared-memory ring of {what}", size, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def ring_error(doing: str, size: int, exc: BaseException) -> TransportError:
+    """The error of a shared-memory ring this process cannot make or map: its own fault, not a
+    neighbour's (a plain ``TransportError``, reported as the job's cause).
+
+    Example:
+        >>> ring_error("map the shared-memory ring of a data channel", 32 << 20,
+        ...            RuntimeError("received 0 items of ancdata")).args[0][:92]
+        'cannot map the shared-memory ring of a data channel (32 MiB): its descriptor was dropped on '
+    """
+    reason = ("its descriptor was dropped on receipt (Too many open files)" if isinstance(exc, RuntimeError)
+              else str(exc))
     return TransportError(
-        f"cannot make the shared-memory ring of a data channel ({size >> 20} MiB): {exc}; "
-        "with 'Too many open files' raise the open-file limit (ulimit -n), with 'Cannot allocate "
-        "memory' free memory or lower the chunk size of the operator's input")
+        f"cannot {doing} ({size >> 20} MiB): {reason}; with 'Too many open files' raise the "
+        "open-file limit (ulimit -n), with 'Cannot allocate memory' free memory or send smaller batches")
