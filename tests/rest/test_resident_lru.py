@@ -62,13 +62,14 @@ print("records", len(out))
 '''
 
 
-def _session(tmp: Path, **extra: object) -> Session:
-    """1 fake GPU of 80 GiB, the fake CuPy (as much) on the session's import path."""
+def _session(tmp: Path, framework_gib: int = 80, **extra: object) -> Session:
+    """1 fake GPU of 80 GiB, the fake CuPy (``framework_gib`` GiB) on the session's import path."""
     site = install_fake_cupy(tmp / "site")
     (tmp / "device").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(site))  # on the session's PYTHONPATH, not imported here
         mp.setenv("FAKE_CUPY_DEVICE", str(tmp / "device"))
+        mp.setenv("FAKE_CUPY_MEMORY", str(framework_gib << 30))
         return start_session(tmp, gpus=1, **{"external-resource.gpu.amount": 1,
                                              "external-resource.gpu.warm.framework": "cupy", **extra})
 
@@ -160,17 +161,27 @@ def test_an_instance_in_use_is_not_closed_and_the_new_one_is_refused(one_instanc
     assert _events(log) == ["open u", "close u", "open v"]
 
 
-def test_instances_that_overflow_the_device_memory_close_the_least_recently_used(tmp_path: Path) -> None:
-    """Two models of 50 GiB each on a GPU of 80 GiB, eight instances allowed: the second's
-    open() finds the device full of the first, idle; the first is closed and the second opened
-    (before: the second's open() failed with CuPy's OutOfMemoryError)."""
-    session = _session(tmp_path)
+@pytest.mark.parametrize("framework_gib, events", [
+    (80, ["open big1", "close big1", "open big2"]),
+    (160, ["open big1", "open big2", "close big1"]),
+], ids=["open-runs-out", "measured-over"])
+def test_instances_that_overflow_the_device_memory_close_the_least_recently_used(
+        tmp_path: Path, framework_gib: int, events: list[str]) -> None:
+    """Two models of 50 GiB each on a GPU of 80 GiB, eight instances allowed, the first idle
+    when the second opens: the first is closed, the second stays.
+
+    - ``open-runs-out``: the framework has the device's 80 GiB; the second's ``open()`` runs
+      out of memory, the first is closed and ``open()`` runs again (before: the job failed with
+      CuPy's OutOfMemoryError);
+    - ``measured-over``: the framework lets it open (it says 160 GiB), but the two together
+      hold more than the device's 80 GiB (``nvidia-smi``'s): the first is closed after."""
+    session = _session(tmp_path, framework_gib)
     try:
         log = tmp_path / "model.log"
         for name, scale in (("big1", 2), ("big2", 3)):
-            out = _run(session, log, name, scale, mib=50 << 10, SHARE="1")
+            out = _run(session, log, name, scale, 50 << 10, SHARE="1")
             assert out.returncode == 0 and "records 100" in out.stdout, out.stderr
-        assert _events(log) == ["open big1", "close big1", "open big2"]
+        assert _events(log) == events
         _resident(session, "big2")
         te = session.get("/v1/taskexecutors")["taskexecutors"][0]
         assert [i["memory"] for i in te["resident"]] == [50 << 30], te["resident"]
