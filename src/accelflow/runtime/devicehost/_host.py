@@ -39,8 +39,8 @@ from accelflow.resources import ExternalResourceInfo
 from accelflow.scheduling import format_amount
 from accelflow.runtime import (
     HOSTS_KEY_ENV_VAR, RESIDENT_KILLED_SUFFIX, WORK_DIR_ENV_VAR, Attach, Attached, HostFailed, HostReady,
-    HostReport, ResidentInstance, ResidentRequest, die_with_parent, expected_parent, keep_tempdir_in,
-    memory_text, preload, serve_forever, share_for, unix_listener, warm_device, whole_lines,
+    HostReport, ResidentInstance, ResidentRequest, die_with_parent, expected_parent, is_out_of_memory,
+    keep_tempdir_in, memory_text, preload, serve_forever, share_for, unix_listener, warm_device, whole_lines,
 )
 from accelflow.runtime.devicehost._instances import Client, Instance, Request
 
@@ -116,9 +116,8 @@ class DeviceHost:
         return instance, opened
 
     def _open(self, attach: Attach) -> Instance:
-        self._make_room(self.max_instances - 1, f"taskmanager.resident.max-instances ({self.max_instances})")
-        instance = Instance(attach)
-        instance.open(device_context(self.resource, self.info, self.taskexecutor_id, attach.operator))
+        self._make_room(attach)
+        instance = self._open_evicting(attach)
         _log.info("%s: opened resident operator %r (key %s, %s of device memory)", self.device,
                   attach.operator, attach.key, memory_text(instance.memory))
         share = Fraction(attach.numerator, attach.denominator)
@@ -136,13 +135,34 @@ class DeviceHost:
                     break
         return instance
 
-    def _make_room(self, most: int, limit: str) -> None:
-        while len(self.instances) > most:
+    def _open_evicting(self, attach: Attach) -> Instance:
+        """``attach``'s instance, opened; where its ``open()`` runs out of device memory, the
+        least recently used instance no subtask uses is closed and ``open()`` runs again, until
+        none is left to close (then the error is raised)."""
+        ctx = device_context(self.resource, self.info, self.taskexecutor_id, attach.operator)
+        while True:
+            instance = Instance(attach)
+            try:
+                instance.open(ctx)
+                return instance
+            except BaseException as exc:
+                if not is_out_of_memory(exc) or not self._evict_one():
+                    raise
+            del instance  # what its open() took goes before the next try
+
+    def _make_room(self, attach: Attach) -> None:
+        """Close least recently used idle instances until ``attach``'s fits
+        ``taskmanager.resident.max-instances``; an ``AllocationError`` naming the instances in
+        use where they are all in use."""
+        while len(self.instances) >= self.max_instances:
             if not self._evict_one():
+                in_use = ", ".join(f"{i.operator!r} ({len(i.users)} subtask(s))" for i in self.instances.values())
                 raise AllocationError(
                     f"the device host of {self.device} keeps {len(self.instances)} resident instances "
-                    f"({limit}), each used by a running subtask: raise the limit, or run fewer "
-                    "different resident operators on one device at once")
+                    f"(taskmanager.resident.max-instances ({self.max_instances})), each used by a running subtask: "
+                    f"{in_use}; resident operator {attach.operator!r} cannot open one more: raise the limit "
+                    f"(e.g. taskmanager.resident.max-instances: {self.max_instances + 1}), or run fewer different "
+                    "resident operators on one device at once")
 
     def _evict_one(self, keep: str | None = None) -> bool:
         """Close the least recently used instance that no subtask uses; whether there was one."""
