@@ -17,6 +17,8 @@ import ast
 import itertools
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -181,29 +183,59 @@ def read_until(consumer: Any, n: int, timeout_s: float = 60) -> list[Any]:
     return sorted(got, key=repr)
 
 
-def test_watermarks_from_kafka_timestamps_fire_windows_while_the_job_runs(broker: EmbeddedKafkaBroker) -> None:
-    """Unbounded: a record 21 s later in both partitions moves the watermark past the first
-    windows, which fire while the job goes on; a record produced afterwards into the first
-    window is late by its Kafka timestamp and reaches the late-data output."""
-    first = keyed_records(seed=5, n=30, starts=(BASE_MS, BASE_MS))
-    topic, out = new_topic(broker, first), new_topic(broker, [])
-    env = Environment({"parallelism.default": 2})
-    window_job(env, source(broker, topic, bounded=False), WatermarkStrategy.for_bounded_out_of_orderness(
-        timedelta(seconds=1))).sink_to(KafkaSink(broker.bootstrap_servers, out, delivery_guarantee="none",
-                                                 value_serializer=lambda r: repr(r).encode()))
+@contextmanager
+def streaming(broker: EmbeddedKafkaBroker, topic: str, strategy: WatermarkStrategy,
+              parallelism: int = 2) -> Iterator[Any]:
+    """The unbounded :func:`window_job` running, its results written to a topic: yields a
+    consumer of them (cancels the job at the end)."""
+    out = new_topic(broker, [])
+    env = Environment({"parallelism.default": parallelism})
+    window_job(env, source(broker, topic, bounded=False), strategy).sink_to(
+        KafkaSink(broker.bootstrap_servers, out, delivery_guarantee="none", value_serializer=lambda r: repr(r).encode()))
     consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "results"})
     consumer.assign([ck.TopicPartition(out, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
     client = env.execute_async("kafka event time")
     try:
-        ahead = max(ts for _, _, ts in first) + 21_000  # past the end of every first window
-        produce_stamped(broker, topic, [(0, "a", ahead), (1, "b", ahead)])
-        expected = expected_windows([(value, ts) for _, value, ts in first])
-        assert ("c", BASE_MS) in [(key, start) for key, start, _, _ in expected]  # then c@BASE_MS is late
-        assert read_until(consumer, len(expected)) == expected
-        produce_stamped(broker, topic, [(1, "c", BASE_MS + 10)])
-        assert read_until(consumer, 1) == [("late", "c")]
+        yield consumer
     finally:
         consumer.close()
         client.cancel()
         with pytest.raises(JobCancelledError):
             client.wait(30)
+
+
+def windows_then_ahead(broker: EmbeddedKafkaBroker, seed: int) -> tuple[str, Produced, Produced]:
+    """A topic with 30 records per partition, and records 21 s after all of them in both
+    partitions (to produce once the job runs: they move the watermark past every window of
+    the first ones)."""
+    first = keyed_records(seed=seed, n=30, starts=(BASE_MS, BASE_MS))
+    ahead = max(ts for _, _, ts in first) + 21_000
+    return new_topic(broker, first), first, [(0, "a", ahead), (1, "b", ahead)]
+
+
+BOUNDED_1S = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1))
+
+
+def test_watermarks_from_kafka_timestamps_fire_windows_while_the_job_runs(broker: EmbeddedKafkaBroker) -> None:
+    """Unbounded: records 21 s later in both partitions move the watermark past the first
+    windows, which fire while the job goes on; a record produced afterwards into the first
+    window is late by its Kafka timestamp and reaches the late-data output."""
+    topic, first, ahead = windows_then_ahead(broker, seed=5)
+    expected = expected_windows([(value, ts) for _, value, ts in first])
+    assert ("c", BASE_MS) in [(key, start) for key, start, _, _ in expected]  # then c@BASE_MS is late
+    with streaming(broker, topic, BOUNDED_1S) as results:
+        produce_stamped(broker, topic, ahead)
+        assert read_until(results, len(expected)) == expected
+        produce_stamped(broker, topic, [(1, "c", BASE_MS + 10)])
+        assert read_until(results, 1) == [("late", "c")]
+
+
+def test_a_subtask_without_partitions_holds_windows_back_only_until_idle(broker: EmbeddedKafkaBroker) -> None:
+    """As Flink's Kafka source (its docs, "Idleness"): with more source subtasks than
+    partitions, the one without a partition sends no watermark, so the windows wait for it
+    unless the strategy has an idle timeout, after which it no longer counts."""
+    topic, first, ahead = windows_then_ahead(broker, seed=6)
+    expected = expected_windows([(value, ts) for _, value, ts in first])
+    with streaming(broker, topic, BOUNDED_1S.with_idleness(timedelta(milliseconds=500)), parallelism=3) as results:
+        produce_stamped(broker, topic, ahead)
+        assert read_until(results, len(expected)) == expected
