@@ -17,9 +17,9 @@ import ast
 import itertools
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +43,7 @@ from kafka_helpers import ck
 BASE_MS = 1_700_000_000_000
 WINDOW_MS = 5_000
 KEYS = ("a", "b", "c")
+BOUNDED_1S = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1))
 _topics = itertools.count()
 
 #: (partition, value, Kafka timestamp in ms) as produced
@@ -96,15 +97,15 @@ class WithTimestamp(ProcessFunction):
 
 def source(broker: EmbeddedKafkaBroker, topic: str, bounded: bool = True) -> KafkaSource:
     return KafkaSource(broker.bootstrap_servers, topic, group_id="event-time", bounded=bounded,
-                       value_deserializer=lambda b: b.decode())
+                       value_deserializer=bytes.decode)
 
 
-def window_job(env: Environment, source: KafkaSource, strategy: WatermarkStrategy,
+def window_job(env: Environment, kafka: KafkaSource, strategy: WatermarkStrategy,
                key: Any = lambda v: v) -> DataStream:
     """Kafka (a subtask per partition) -> key_by -> 5 s tumbling windows counting records; late
     records come out too, as ``("late", value)``."""
     late = OutputTag("late")
-    windows = env.from_source(source, strategy, "kafka").key_by(key) \
+    windows = env.from_source(kafka, strategy, "kafka").key_by(key) \
         .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))) \
         .side_output_late_data(late).process(CountPerWindow())
     return windows.union(windows.get_side_output(late).map(lambda v: ("late", v)))
@@ -118,7 +119,7 @@ def windowed(broker: EmbeddedKafkaBroker, topic: str, strategy: WatermarkStrateg
 
 
 @pytest.mark.parametrize("strategy", [
-    WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1)), WatermarkStrategy.no_watermarks()],
+    BOUNDED_1S, WatermarkStrategy.no_watermarks()],
     ids=["bounded", "no-watermarks"])
 def test_records_carry_their_kafka_timestamp_without_an_assigner(
     broker: EmbeddedKafkaBroker, strategy: WatermarkStrategy
@@ -132,9 +133,11 @@ def test_records_carry_their_kafka_timestamp_without_an_assigner(
 
 
 def test_windows_follow_the_kafka_timestamps(broker: EmbeddedKafkaBroker) -> None:
+    """The issue's job, bounded: every window result as computed from the produced timestamps
+    (out of order within each partition, by less than the 1 s bound), none late."""
     records = keyed_records(seed=2, n=60, starts=(BASE_MS, BASE_MS + 1_300))
     topic = new_topic(broker, records)
-    got = windowed(broker, topic, WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1)))
+    got = windowed(broker, topic, BOUNDED_1S)
     expected = expected_windows([(value, ts) for _, value, ts in records])
     assert len(expected) > 3 * len(KEYS)  # several windows per key
     assert got == expected
@@ -153,7 +156,7 @@ def test_a_timestamp_assigner_overrides_the_kafka_timestamp(broker: EmbeddedKafk
         assert time_ms - record_timestamp == 3_600_000  # the Kafka timestamp comes in too
         return time_ms
 
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1)).with_timestamp_assigner(from_value)
+    strategy = BOUNDED_1S.with_timestamp_assigner(from_value)
     got = windowed(broker, topic, strategy, key=lambda v: v.split("@")[0])
     expected = expected_windows([(value.split("@")[0], int(value.split("@")[1])) for _, value, _ in records])
     assert min(start for _, start, _, _ in expected) >= BASE_MS + 3_600_000
@@ -166,7 +169,7 @@ def test_a_partition_far_behind_the_other_loses_no_record_as_late(broker: Embedd
     the window's input takes the minimum of their watermarks."""
     records = keyed_records(seed=4, n=60, starts=(BASE_MS + 30_000, BASE_MS))
     topic = new_topic(broker, records)
-    got = windowed(broker, topic, WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1)))
+    got = windowed(broker, topic, BOUNDED_1S)
     assert [r for r in got if r[0] == "late"] == []
     assert got == expected_windows([(value, ts) for _, value, ts in records])
 
@@ -211,9 +214,6 @@ def windows_then_ahead(broker: EmbeddedKafkaBroker, seed: int) -> tuple[str, Pro
     first = keyed_records(seed=seed, n=30, starts=(BASE_MS, BASE_MS))
     ahead = max(ts for _, _, ts in first) + 21_000
     return new_topic(broker, first), first, [(0, "a", ahead), (1, "b", ahead)]
-
-
-BOUNDED_1S = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1))
 
 
 def test_watermarks_from_kafka_timestamps_fire_windows_while_the_job_runs(broker: EmbeddedKafkaBroker) -> None:
