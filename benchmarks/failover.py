@@ -1,37 +1,49 @@
 """Failover: what a SIGKILLed GPU subtask costs, rolled back in place vs a full restart (issue 28).
 
     .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu | --fake-gpus N] [--output PATH]
+        [--paths hung,in-place]
 
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
 exactly once). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
-appends to ``opens.log``; each batch appends its time, subtask and records to ``calls.log``.
-When the first subtask meets record ``AT`` it SIGKILLs itself. Each run prints:
+appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
+time, subtask and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
+the time to ``kill.log`` and SIGKILLs itself (or hangs, see ``hung``). Each run prints:
 
 * ``survivor opens``: ``open()`` calls after the kill by the 3 other subtask indexes (target 0;
   the replacement's and standbys' are not counted);
 * ``flowing again``: from the kill until every one of the 4 subtasks has processed a batch
   again (target: 1 s + the replacement's ``open()``);
+* ``replaced``: from the kill (or the hang) until the replacement's ``open()`` began, the last
+  one's where several subtasks were lost (target: 1 s; ``hung``: ``heartbeat.timeout`` + 2 s,
+  "detected, dumped and replaced"); not for ``standby``, whose replacement opened ahead;
 * ``recovery``: the JobManager's ``FailoverRecord.recovery_s`` (failure seen -> every subtask
   running again);
 * ``survivors' rate``: records/s of the 3 survivors from the kill until all 4 flow again,
   against the 2 s before the kill;
 * ``dup/lost``: duplicates and losses in the committed output (target 0/0).
-* ``failovers``: how many the job went through (1: the kill alone).
+* ``failovers``: how many the job went through (1: the kill alone);
+* ``stack dumped`` (``hung`` only): 1 when the TaskExecutor logged the hung subtask's whole
+  stack dump down to ``Model.__call__`` (its standard error, which the TaskExecutors inherit
+  from this process, is caught in a file during each run and then copied to this one's).
 
 Runs alternate five paths, ``--repeat`` times each: ``in-place``
 (``execution.failover.in-place: true``, the default), ``standby`` (the same with
 ``execution.failover.standby-subtasks: 1``: a standby, opened ahead, takes the failed index),
 ``full restart`` (``in-place: false``: every subtask restarted, as Flink), ``hung``
 (in place, but the subtask hangs in ``time.sleep(10**6)`` instead of dying, with
-``heartbeat.timeout: 2 s``: "flowing again" then counts from the hang and includes the
-timeout, the stack dump and the replacement's ``open()``), and ``lost te`` (in place, but the
-whole TaskExecutor holding that subtask is SIGKILLed instead, with the 2 subtask indexes it
-holds: on a cluster of 3 TaskExecutors with 2 GPUs each, so the lost subtasks fit on the
-third; "flowing again" counts from that kill, "survivor opens" counts the 2 other indexes).
-The summary gives
-the median and the spread (min..max). Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of
-``accelflow.testing`` (``--fake-gpus``, default 6), and ``open()`` sleeps; ``--gpu`` uses the
+``heartbeat.timeout: 2 s``: "flowing again" and "replaced" then count from the hang and
+include the timeout and the stack dump; "flowing again" the replacement's ``open()`` too),
+and ``lost te`` (in place, but the whole TaskExecutor holding that subtask is SIGKILLed
+instead, with the 2 subtask indexes it holds: on a cluster of 3 TaskExecutors with 2 GPUs
+each, so the lost subtasks fit on the third; "flowing again" counts from that kill, "survivor
+opens" counts the 2 other indexes). ``--paths`` runs only some of them (comma-separated, e.g.
+``--paths hung,in-place``). The summary gives the median and the spread (min..max), then the
+targets met or not by the worst run (``replaced``, and for ``hung`` whether every run dumped
+the stack); the header and the last line give the load average before and after.
+
+Without ``--gpu`` the GPUs are the fake ``nvidia-smi`` of ``accelflow.testing``
+(``--fake-gpus``, default 6), and ``open()`` sleeps; ``--gpu`` uses the
 host's GPUs and fails at once when ``nvidia-smi -L`` lists none; its ``open()`` imports PyTorch
 and puts weights on the subtask's GPU (a CUDA context, which a replacement pays again; the rest
 of ``--open-s`` is slept) and each batch goes through the device. The job fits what there is
@@ -48,9 +60,11 @@ the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -104,7 +118,7 @@ class Model:
         self.dir, self.open_s, self.hang, self.survive, self.cuda = directory, open_s, hang, survive, cuda
 
     def open(self, ctx: RuntimeContext) -> None:
-        started = time.monotonic()
+        started, begun = time.monotonic(), time.time()
         if self.cuda:  # a real model's first costs: torch, a CUDA context, weights on the device
             import torch
 
@@ -112,7 +126,8 @@ class Model:
             torch.cuda.synchronize()
         time.sleep(max(0.0, self.open_s - (time.monotonic() - started)))
         self.ctx = ctx  # a standby learns its index when it takes over: read it at each call
-        _append(self.dir / "opens.log", f"{time.time():.6f} {ctx.index_of_this_subtask}")
+        # when it ended, the index, when it began (the index second: Numbers reads it)
+        _append(self.dir / "opens.log", f"{time.time():.6f} {ctx.index_of_this_subtask} {begun:.6f}")
 
     def __call__(self, batch: Any) -> Any:
         records = [int(r) for r in iter_records(batch)]
@@ -241,9 +256,10 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
         .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te", cuda=cuda), batch_size=10,
                      name="model", resources={"gpu": share})
         .sink_to(FileSink(work / "out"), name="files"))
-    client = env.execute_async("failover")
-    killer = TaskExecutorKiller(client, work) if path == "lost te" else None
-    result = client.wait(300)
+    with _stderr_into(work / "stderr.log"):  # the TaskExecutors' too: the hung subtask's stack dump
+        client = env.execute_async("failover")
+        killer = TaskExecutorKiller(client, work) if path == "lost te" else None
+        result = client.wait(300)
     failover, *more = client.jobmanager.jobs[result.job_id].failovers  # one kill: more is a finding
     killed_at, victim_index = (work / "kill.log").read_text().split()
     killed, victims = float(killed_at), {int(victim_index)}
@@ -260,12 +276,61 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
     before = sum(n for t, n in survivors if killed - 2.0 <= t < killed) / 2.0
     during = sum(n for t, n in survivors if killed <= t <= resumed) / max(resumed - killed, 1e-9)
     out = Counter(int(line) for p in (work / "out").glob("part-*") for line in p.read_text().splitlines())
-    opens = [line.split() for line in (work / "opens.log").read_text().splitlines()]
+    opens = [(float(t), int(i), float(begun)) for t, i, begun in
+             (line.split() for line in (work / "opens.log").read_text().splitlines())]
     # after the kill, by the other indexes (a standby opens with index -1: it has none yet)
-    reopened = sum(1 for t, i in opens if float(t) > killed and int(i) not in victims and 0 <= int(i) < PARALLELISM)
-    return {"survivor opens": reopened, "flowing again": resumed - killed,
-            "recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
-            "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out), "failovers": 1 + len(more)}
+    reopened = sum(1 for t, i, _ in opens if t > killed and i not in victims and 0 <= i < PARALLELISM)
+    figures = {"survivor opens": reopened, "flowing again": resumed - killed}
+    if path != "standby":  # a standby opened ahead: nothing is opened after the kill
+        figures["replaced"] = replaced(opens, killed, victims)
+    figures |= {"recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
+                "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out), "failovers": 1 + len(more)}
+    if path == "hung":
+        figures["stack dumped"] = float(stack_dumped((work / "stderr.log").read_text(errors="replace")))
+    return figures
+
+
+def replaced(opens: list[tuple[float, int, float]], killed: float, victims: set[int]) -> float:
+    """Seconds from the kill (or hang) at ``killed`` until the last of the ``victims``'
+    replacements began its ``open()``; ``opens``: ``(ended, index, began)`` per ``open()``.
+
+    Example:
+        >>> replaced([(3.0, 0, 0.0), (9.0, 1, 6.0), (9.5, 2, 6.5)], 5.0, {1, 2})
+        1.5
+    """
+    return max(min(began for _, i, began in opens if i == index and began > killed) for index in victims) - killed
+
+
+def stack_dumped(log: str) -> bool:
+    """Whether the TaskExecutors' ``log`` has the hung subtask's whole stack dump (every thread's,
+    which ``_watchdog`` logs after ``its threads were at:`` as it kills the subtask), down to the
+    frame where the :class:`Model` hangs.
+
+    Example:
+        >>> stack_dumped('is hung and was killed: ... its threads were at: File "failover.py", line 9 in __call__')
+        True
+        >>> stack_dumped('is hung and was killed: ... it was at: File "failover.py", line 9 in __call__')
+        False
+    """
+    _, found, stack = log.partition("its threads were at:")
+    return bool(found) and re.search(r'File ".*failover\.py", line \d+ in __call__', stack) is not None
+
+
+@contextlib.contextmanager
+def _stderr_into(path: Path) -> Iterator[None]:
+    """Standard error (file descriptor 2, which the TaskExecutors started meanwhile inherit)
+    into ``path`` while the block runs; then copied to the real one."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        sys.stderr.write(path.read_text(errors="replace"))
 
 
 def summary(runs: dict[str, list[dict[str, float]]], width: int, title: str = "median (min..max)") -> list[str]:
@@ -283,6 +348,38 @@ def write_report(output: Path | None, lines: list[str]) -> None:
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("\n".join(lines) + "\n")
+
+
+def targets(runs: dict[str, list[dict[str, float]]]) -> list[str]:
+    """``targets:`` and, per path that ran, whether its worst run replaced the failed subtask
+    in time (its ``open()`` begun; in place: 1 s, hung: ``heartbeat.timeout`` + 2 s) and, for
+    ``hung``, whether every run dumped the stack."""
+    lines = ["targets: worst of the runs"]
+    hung_limit = HUNG_TIMEOUT_S + 2.0
+    for path, what, limit in (("in-place", "replaced within 1 s", 1.0), ("lost te", "replaced within 1 s", 1.0),
+                              ("hung", f"detected, dumped and replaced within timeout + 2 s ({hung_limit:g} s)",
+                               hung_limit)):
+        if runs.get(path):
+            worst = max(f["replaced"] for f in runs[path])
+            lines.append(f"  {path:12s} {what}: {worst:.2f} s ({'met' if worst <= limit else 'not met'})")
+    if runs.get("hung"):
+        dumped = sum(int(f["stack dumped"]) for f in runs["hung"])
+        lines.append(f"  {'hung':12s} stack dumped: {'yes' if dumped == len(runs['hung']) else 'no'} "
+                     f"({dumped} of {len(runs['hung'])} runs)")
+    return lines
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    """``--paths``' value: comma-separated names of :data:`PATHS`, e.g. ``hung,in-place``."""
+    paths = tuple(dict.fromkeys(name.strip() for name in text.split(",")))
+    unknown = [name for name in paths if name not in PATHS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown path(s) {unknown}; give some of {','.join(PATHS)}")
+    return paths
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _gpu_count() -> int:
@@ -303,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"without --gpu: how many fake GPUs (default {WHOLE_GPUS}; 1 runs --gpu's "
                              "one-GPU layout on a CPU)")
     parser.add_argument("--output", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--paths", type=_paths, default=PATHS,
+                        help=f"which paths to run, comma-separated (default all: {','.join(PATHS)})")
     args = parser.parse_args(argv)
     if args.gpu and args.fake_gpus is not None:
         parser.error("--fake-gpus is for runs without --gpu (which uses the host's GPUs); give one of them")
@@ -319,23 +418,25 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     layout = GpuLayout(work, gpus)
-    runs: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
+    runs: dict[str, list[dict[str, float]]] = {path: [] for path in args.paths}
     lines = [f"# benchmarks/failover.py  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  "
              f"{platform.node()} ({os.cpu_count()} CPUs), {'real' if args.gpu else 'fake (CPU proxy)'} "
              f"{layout.describe()}, "
-             f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}"]
+             f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}; "
+             f"load average before: {_load()}"]
     print(lines[0], flush=True)
     try:
         for r in range(args.repeat):
-            for path in PATHS:  # interleaved
+            for path in args.paths:  # interleaved
                 figures = run_once(layout, work / "job", path, args.open_s, cuda=args.gpu)
                 runs[path].append(figures)
                 lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
                 print(lines[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    lines += summary(runs, 12)
-    print("\n".join(lines[-1 - len(PATHS):]))
+    shown = len(lines)
+    lines += summary(runs, 12) + targets(runs) + [f"# load average after: {_load()}"]
+    print("\n".join(lines[shown:]))
     write_report(args.output, lines)
     return 0
 
