@@ -115,6 +115,25 @@ def test_snapshot_resumes_exactly_after_the_last_chunk(broker: EmbeddedKafkaBrok
     assert first + read_all(restored, snapshot) == _values(3000)
 
 
+def test_a_split_read_again_by_the_same_source_is_snapshotted_where_the_new_read_is(
+    broker: EmbeddedKafkaBroker, topic: str
+) -> None:
+    """A source subtask rolled back in place reads its restored split again with the same
+    ``KafkaSource`` (``docs/failover.md``): a checkpoint taken before the new read's first chunk
+    (e.g. while restored records not yet pushed go out) keeps the split where it starts, not
+    where the closed read of the aborted epoch had got to (records lost at a later restore)."""
+    produce(broker.bootstrap_servers, topic, _values(3000), partition=0)
+    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True)
+    (split,) = source.create_splits(1)
+    chunks = source.read_chunks(split, context())
+    first: list[bytes] = []
+    while len(first) < 1500:
+        first += next(chunks)
+    chunks.close()  # the rollback ends the aborted epoch's read
+    assert source.snapshot_split(split, 0, checkpoint_id=2) == split
+    assert read_all(source, split) == _values(3000)
+
+
 def test_notify_checkpoint_complete_commits_the_snapshotted_offsets(
     broker: EmbeddedKafkaBroker, topic: str
 ) -> None:

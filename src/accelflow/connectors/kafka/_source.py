@@ -206,6 +206,8 @@ class KafkaSource(Source[Any]):
                 yield stamped(records, reader.timestamps) if records else records
         finally:
             reader.close()
+            if self._readers.get(split) is reader:  # read again (a rollback in place): from the split
+                del self._readers[split]
 
     def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> KafkaSplit:
         """The split with each partition's next offset after the last chunk yielded
