@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from typing import Any
 from collections.abc import Callable
 
 import pytest
@@ -100,7 +101,9 @@ def test_bounded_read_ends_after_transaction_markers(broker: EmbeddedKafkaBroker
     assert read_all(source, split) == _values(5)
 
 
-def test_snapshot_resumes_exactly_after_the_last_chunk(broker: EmbeddedKafkaBroker, topic: str) -> None:
+def _half_read(broker: EmbeddedKafkaBroker, topic: str) -> tuple[KafkaSource, Any, Any, list[bytes]]:
+    """3000 records produced to partition 0, and a source's split read to at least half of
+    them: ``(source, split, its open chunk iterator, the records read)``."""
     produce(broker.bootstrap_servers, topic, _values(3000), partition=0)
     source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True)
     (split,) = source.create_splits(1)
@@ -108,6 +111,11 @@ def test_snapshot_resumes_exactly_after_the_last_chunk(broker: EmbeddedKafkaBrok
     first: list[bytes] = []
     while len(first) < 1500:
         first += next(chunks)
+    return source, split, chunks, first
+
+
+def test_snapshot_resumes_exactly_after_the_last_chunk(broker: EmbeddedKafkaBroker, topic: str) -> None:
+    source, split, chunks, first = _half_read(broker, topic)
     snapshot = source.snapshot_split(split, 12345, checkpoint_id=1)  # records_read is not used
     chunks.close()
     assert isinstance(snapshot, KafkaSplit)
@@ -122,13 +130,7 @@ def test_a_split_read_again_by_the_same_source_is_snapshotted_where_the_new_read
     ``KafkaSource`` (``docs/failover.md``): a checkpoint taken before the new read's first chunk
     (e.g. while restored records not yet pushed go out) keeps the split where it starts, not
     where the closed read of the aborted epoch had got to (records lost at a later restore)."""
-    produce(broker.bootstrap_servers, topic, _values(3000), partition=0)
-    source = KafkaSource(broker.bootstrap_servers, topic, group_id="g", bounded=True)
-    (split,) = source.create_splits(1)
-    chunks = source.read_chunks(split, context())
-    first: list[bytes] = []
-    while len(first) < 1500:
-        first += next(chunks)
+    source, split, chunks, _ = _half_read(broker, topic)
     chunks.close()  # the rollback ends the aborted epoch's read
     assert source.snapshot_split(split, 0, checkpoint_id=2) == split
     assert read_all(source, split) == _values(3000)
