@@ -1,11 +1,11 @@
 """Failover: what a SIGKILLed GPU subtask costs, rolled back in place vs a full restart (issue 28).
 
     .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu | --fake-gpus N] [--output PATH]
-        [--paths hung,in-place]
+        [--paths hung,in-place] [--source numbers|kafka]
 
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
-exactly once). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
+exactly once); with ``--source kafka`` the job reads a Kafka topic instead of ``Numbers`` (below). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
 appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
 time, subtask and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
 the time to ``kill.log`` and SIGKILLs itself (or hangs, see ``hung``). Each run prints:
@@ -52,9 +52,15 @@ room for the standby; ``lost te``: 2 per TaskExecutor); with fewer (a one-GPU ho
 ``scripts/gpu-check``'s), fractional shares of one GPU (``{"gpu": 0.3}``, 3 per TaskExecutor;
 ``lost te``: 0.5, 2 per TaskExecutor), each TaskExecutor allocating that GPU with
 ``external-resource.gpu.param.coordination: false`` (with coordination TaskExecutors on one
-host never share a GPU). Not measured here (tests cover them): the embedded Kafka source
-(a bounded in-memory source stands for it) and checkpoints after
-the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
+host never share a GPU).
+
+``--source kafka`` is issue 28's Kafka job: the embedded broker (``EmbeddedKafkaBroker``)
+starts once; before each run the same records are produced into a fresh topic of 4
+partitions (one per ``Numbers`` split, with the same records), which a bounded
+``KafkaSource`` (stopping at the produced offsets, a consumer group per run) reads, paced as
+``Numbers`` (:class:`PacedKafka`); the rest, and the duplicates and losses against the
+produced records, is the same. Not measured here (a test covers it): checkpoints after the
+sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 """
 
 from __future__ import annotations
