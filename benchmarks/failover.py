@@ -5,8 +5,8 @@
 
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
-exactly once); with ``--source kafka`` the job reads a Kafka topic instead of ``Numbers`` (below). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
-appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
+exactly once); with ``--source kafka`` it reads a Kafka topic instead of ``Numbers`` (below).
+``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
 time, subtask and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
 the time to ``kill.log`` and SIGKILLs itself (or hangs, see ``hung``). Each run prints:
 
@@ -223,16 +223,16 @@ class KafkaFeed:
         self.broker, self.runs = broker, 0
 
     def source(self, work: Path) -> PacedKafka:
+        import confluent_kafka  # the kafka extra: only --source kafka needs it
+
         self.runs += 1
         topic = f"failover-{self.runs}"
         self.broker.create_topic(topic, partitions=PARALLELISM)
-        import confluent_kafka  # the kafka extra: only --source kafka needs it
-
         producer = confluent_kafka.Producer({"bootstrap.servers": self.broker.bootstrap_servers})
         for i in range(N):
             producer.produce(topic, str(i).encode(), partition=i * PARALLELISM // N)
         if producer.flush(30):
-            raise RuntimeError(f"the embedded broker took not all {N} records of topic {topic!r}")
+            raise RuntimeError(f"the embedded broker did not take all {N} records of topic {topic!r} within 30 s")
         return PacedKafka(self.broker.bootstrap_servers, topic, work)
 
 
@@ -345,7 +345,8 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
     if path != "standby":  # a standby opened ahead: nothing is opened after the kill
         figures["replaced"] = replaced(opens, killed, victims)
     figures |= {"recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
-                "duplicates": sum(c - 1 for c in out.values()), "lost": len(set(range(N)) - out.keys()), "failovers": 1 + len(more)}
+                "duplicates": sum(c - 1 for c in out.values()), "lost": len(set(range(N)) - out.keys()),
+                "failovers": 1 + len(more)}
     if path == "hung":
         figures["stack dumped"] = float(stack_dumped((work / "stderr.log").read_text(errors="replace")))
     return figures
