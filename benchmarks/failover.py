@@ -6,8 +6,9 @@
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
 exactly once); with ``--source kafka`` it reads a Kafka topic instead of ``Numbers`` (below).
-``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
-time, subtask and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
+``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and appends when it
+ended, its subtask and when it began to ``opens.log``; each batch appends its time, subtask
+and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
 the time to ``kill.log`` and SIGKILLs itself (or hangs, see ``hung``). Each run prints:
 
 * ``survivor opens``: ``open()`` calls after the kill by the 3 other subtask indexes (target 0;
