@@ -1,13 +1,14 @@
 """Failover: what a SIGKILLed GPU subtask costs, rolled back in place vs a full restart (issue 28).
 
     .venv/bin/python benchmarks/failover.py [--repeat 3] [--open-s 3] [--gpu | --fake-gpus N] [--output PATH]
-        [--paths hung,in-place]
+        [--paths hung,in-place] [--source numbers|kafka]
 
 A checkpointed job on the real local cluster (2 TaskExecutors, subtasks as processes):
 ``Numbers (4 splits) -> map_batches(Model, resources={"gpu": 1}) x 4 -> FileSink`` (two-phase,
-exactly once). ``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and
-appends when it ended, its subtask and when it began to ``opens.log``; each batch appends its
-time, subtask and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
+exactly once); with ``--source kafka`` it reads a Kafka topic instead of ``Numbers`` (below).
+``Model.open()`` costs ``--open-s`` seconds (a model loaded onto a device) and appends when it
+ended, its subtask and when it began to ``opens.log``; each batch appends its time, subtask
+and records to ``calls.log``. When the first subtask meets record ``AT`` it writes
 the time to ``kill.log`` and SIGKILLs itself (or hangs, see ``hung``). Each run prints:
 
 * ``survivor opens``: ``open()`` calls after the kill by the 3 other subtask indexes (target 0;
@@ -52,9 +53,15 @@ room for the standby; ``lost te``: 2 per TaskExecutor); with fewer (a one-GPU ho
 ``scripts/gpu-check``'s), fractional shares of one GPU (``{"gpu": 0.3}``, 3 per TaskExecutor;
 ``lost te``: 0.5, 2 per TaskExecutor), each TaskExecutor allocating that GPU with
 ``external-resource.gpu.param.coordination: false`` (with coordination TaskExecutors on one
-host never share a GPU). Not measured here (tests cover them): the embedded Kafka source
-(a bounded in-memory source stands for it) and checkpoints after
-the sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
+host never share a GPU).
+
+``--source kafka`` is issue 28's Kafka job: the embedded broker (``EmbeddedKafkaBroker``)
+starts once; before each run the same records are produced into a fresh topic of 4
+partitions (one per ``Numbers`` split, with the same records), which a bounded
+``KafkaSource`` (stopping at the produced offsets, a consumer group per run) reads, paced as
+``Numbers`` (:class:`PacedKafka`); the rest, and the duplicates and losses against the
+produced records, is the same. Not measured here (a test covers it): checkpoints after the
+sources finished (``tests/runtime/test_checkpoints_after_sources_end.py``).
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +89,7 @@ import numpy as np
 
 from accelflow import Environment, RuntimeContext, Source
 from accelflow.connectors.files import FileSink
+from accelflow.connectors.kafka import EmbeddedKafkaBroker, KafkaSource, _reader
 from accelflow.dataflow import even_ranges, iter_records
 from accelflow.testing import fake_nvidia_smi_env, install_fake_nvidia_smi
 
@@ -92,6 +100,10 @@ PATHS = ("in-place", "standby", "full restart", "hung", "lost te")
 #: ``heartbeat.timeout`` of the ``hung`` runs (its subtask sleeps in a batch instead of dying)
 HUNG_TIMEOUT_S = 2.0
 PARALLELISM = 4
+#: ``--source``: what the job reads (the header's words)
+SOURCES = {"numbers": "Numbers (in memory)", "kafka": "Kafka (embedded broker, a 4-partition topic per run)"}
+#: the sources' pace: chunks of ``CHUNK`` records, ``PACE_S`` apart per source subtask
+CHUNK, PACE_S = 10, 0.02
 
 
 def _append(path: Path, line: str) -> None:
@@ -149,11 +161,19 @@ class Model:
         return batch
 
 
+def _await_opens(directory: Path) -> None:
+    """Until every model subtask opened (``opens.log`` in ``directory``) or one was killed: a
+    subtask that opened late (four CUDA contexts made at once on one GPU) would otherwise meet
+    record ``AT`` after the others finished their splits, with nothing left to roll back."""
+    deadline = time.monotonic() + 120
+    while not (directory / "killed").exists() and time.monotonic() < deadline and len(
+            {line.split()[1] for line in _lines(directory / "opens.log")} - {"-1"}) < PARALLELISM:
+        time.sleep(0.01)
+
+
 class Numbers(Source[int]):
-    """``0..n-1`` in chunks of 10, 20 ms apart per split, with exact positions. The first
-    attempt starts once every model subtask opened (``opens.log`` in ``directory``): a subtask
-    that opened late (four CUDA contexts made at once on one GPU) would otherwise meet record
-    ``AT`` after the others finished their splits, with nothing left to roll back."""
+    """``0..n-1`` in chunks of :data:`CHUNK`, :data:`PACE_S` apart per split, with exact
+    positions; the first attempt starts once every model subtask opened (:func:`_await_opens`)."""
 
     def __init__(self, n: int, directory: Path) -> None:
         self.n, self.dir = n, directory
@@ -166,16 +186,55 @@ class Numbers(Source[int]):
 
     def read_chunks(self, split: Any, ctx: RuntimeContext) -> Iterator[Any]:
         first, stop = split
-        deadline = time.monotonic() + 120
-        while not (self.dir / "killed").exists() and time.monotonic() < deadline and len(
-                {line.split()[1] for line in _lines(self.dir / "opens.log")} - {"-1"}) < PARALLELISM:
-            time.sleep(0.01)
-        for start in range(first, stop, 10):
-            time.sleep(0.02)
-            yield np.arange(start, min(start + 10, stop), dtype=np.int64)
+        _await_opens(self.dir)
+        for start in range(first, stop, CHUNK):
+            time.sleep(PACE_S)
+            yield np.arange(start, min(start + CHUNK, stop), dtype=np.int64)
 
     def snapshot_split(self, split: Any, records_read: int, checkpoint_id: int) -> Any:
         return (split[0] + records_read, split[1])
+
+
+class PacedKafka(KafkaSource):
+    """``--source kafka``: a bounded :class:`KafkaSource` of ``topic`` (group ``topic``),
+    paced as :class:`Numbers`: it starts once every model subtask opened, then hands on chunks
+    of at most :data:`CHUNK` records, :data:`PACE_S` apart. The chunk cap is the reader's
+    records per poll (``_reader.POLL_RECORDS``, 1024, which no setting changes), lowered in the
+    source subtask's process: a chunk cut after the poll would break the source's exact
+    positions (a checkpoint keeps the offset after the whole poll)."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, directory: Path) -> None:
+        super().__init__(bootstrap_servers, topic, group_id=topic, bounded=True, value_deserializer=int)
+        self.dir = directory
+
+    def read_chunks(self, split: Any, ctx: RuntimeContext) -> Generator[Any, None, None]:
+        _await_opens(self.dir)
+        _reader.POLL_RECORDS = CHUNK
+        for chunk in super().read_chunks(split, ctx):
+            time.sleep(PACE_S)
+            yield chunk
+
+
+class KafkaFeed:
+    """The embedded broker of a ``--source kafka`` benchmark; :meth:`source` produces the
+    :data:`N` records into a fresh topic of 4 partitions for each run (record ``i`` to
+    partition ``i * 4 // N``: the ranges :class:`Numbers`' splits hold)."""
+
+    def __init__(self, broker: EmbeddedKafkaBroker) -> None:
+        self.broker, self.runs = broker, 0
+
+    def source(self, work: Path) -> PacedKafka:
+        import confluent_kafka  # the kafka extra: only --source kafka needs it
+
+        self.runs += 1
+        topic = f"failover-{self.runs}"
+        self.broker.create_topic(topic, partitions=PARALLELISM)
+        producer = confluent_kafka.Producer({"bootstrap.servers": self.broker.bootstrap_servers})
+        for i in range(N):
+            producer.produce(topic, str(i).encode(), partition=i * PARALLELISM // N)
+        if producer.flush(30):
+            raise RuntimeError(f"the embedded broker did not take all {N} records of topic {topic!r} within 30 s")
+        return PacedKafka(self.broker.bootstrap_servers, topic, work)
 
 
 class TaskExecutorKiller(threading.Thread):
@@ -240,9 +299,11 @@ class GpuLayout:
                "(gpu 0.3 per subtask, lost te 0.5)"
 
 
-def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool = False) -> dict[str, float]:
-    """One job with one SIGKILL on ``path`` (one of :data:`PATHS`); the figures of the
-    module's description."""
+def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool = False,
+             kafka: KafkaFeed | None = None) -> dict[str, float]:
+    """One job with one SIGKILL on ``path`` (one of :data:`PATHS`), reading :class:`Numbers`
+    or, with ``kafka``, a fresh topic (:class:`PacedKafka`); the figures of the module's
+    description."""
     in_place, standbys = path != "full restart", int(path == "standby")
     conf, share = layout.for_path(path)
     if work.exists():
@@ -252,7 +313,8 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
                        "restart-strategy.fixed-delay.delay": "0 s", "execution.failover.in-place": in_place,
                        "execution.failover.standby-subtasks": standbys,
                        "heartbeat.interval": "200 ms", "heartbeat.timeout": HUNG_TIMEOUT_S})
-    (env.from_source(Numbers(N, work), name="numbers")
+    source = Numbers(N, work) if kafka is None else kafka.source(work)
+    (env.from_source(source, name="numbers" if kafka is None else "kafka")
         .map_batches(Model(work, open_s, hang=path == "hung", survive=path == "lost te", cuda=cuda), batch_size=10,
                      name="model", resources={"gpu": share})
         .sink_to(FileSink(work / "out"), name="files"))
@@ -284,7 +346,8 @@ def run_once(layout: GpuLayout, work: Path, path: str, open_s: float, cuda: bool
     if path != "standby":  # a standby opened ahead: nothing is opened after the kill
         figures["replaced"] = replaced(opens, killed, victims)
     figures |= {"recovery": failover.recovery_s or float("nan"), "survivors' rate %": 100 * during / max(before, 1e-9),
-                "duplicates": sum(c - 1 for c in out.values()), "lost": N - len(out), "failovers": 1 + len(more)}
+                "duplicates": sum(c - 1 for c in out.values()), "lost": len(set(range(N)) - out.keys()),
+                "failovers": 1 + len(more)}
     if path == "hung":
         figures["stack dumped"] = float(stack_dumped((work / "stderr.log").read_text(errors="replace")))
     return figures
@@ -402,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=None, help="also write the report here")
     parser.add_argument("--paths", type=_paths, default=PATHS,
                         help=f"which paths to run, comma-separated (default all: {','.join(PATHS)})")
+    parser.add_argument("--source", choices=SOURCES, default="numbers",
+                        help="what the job reads: the in-memory Numbers, or a topic of the embedded Kafka "
+                             "broker (needs the kafka extra: pip install 'accelflow[kafka]')")
     args = parser.parse_args(argv)
     if args.gpu and args.fake_gpus is not None:
         parser.error("--fake-gpus is for runs without --gpu (which uses the host's GPUs); give one of them")
@@ -422,16 +488,19 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# benchmarks/failover.py  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  "
              f"{platform.node()} ({os.cpu_count()} CPUs), {'real' if args.gpu else 'fake (CPU proxy)'} "
              f"{layout.describe()}, "
-             f"open() {args.open_s:g} s, {N} records, parallelism {PARALLELISM}, kill at record {AT}; "
+             f"open() {args.open_s:g} s, {N} records from {SOURCES[args.source]}, parallelism {PARALLELISM}, "
+             f"kill at record {AT}; "
              f"load average before: {_load()}"]
     print(lines[0], flush=True)
     try:
-        for r in range(args.repeat):
-            for path in args.paths:  # interleaved
-                figures = run_once(layout, work / "job", path, args.open_s, cuda=args.gpu)
-                runs[path].append(figures)
-                lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
-                print(lines[-1], flush=True)
+        with contextlib.ExitStack() as stack:  # the broker, once, for every run
+            kafka = KafkaFeed(stack.enter_context(EmbeddedKafkaBroker())) if args.source == "kafka" else None
+            for r in range(args.repeat):
+                for path in args.paths:  # interleaved
+                    figures = run_once(layout, work / "job", path, args.open_s, cuda=args.gpu, kafka=kafka)
+                    runs[path].append(figures)
+                    lines.append(f"run {r + 1} {path:12s} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
+                    print(lines[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     shown = len(lines)
