@@ -174,15 +174,16 @@ def test_a_partition_far_behind_the_other_loses_no_record_as_late(broker: Embedd
     assert got == expected_windows([(value, ts) for _, value, ts in records])
 
 
-def read_until(consumer: Any, n: int, timeout_s: float = 60) -> list[Any]:
-    """The next ``n`` records of ``consumer`` (window results written as their repr)."""
+def read_until(consumer: Any, n: int, counted: Any = lambda r: True, timeout_s: float = 60) -> list[Any]:
+    """The next records of ``consumer`` (window results written as their repr) until ``n``
+    of them are ``counted``."""
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
+    while sum(map(counted, got)) < n and time.monotonic() < deadline:
         msg = consumer.poll(0.1)
         if msg is not None and msg.error() is None:
             got.append(ast.literal_eval(msg.value().decode()))
-    assert len(got) == n, f"{len(got)} of {n} results within {timeout_s} s: {got}"
+    assert sum(map(counted, got)) == n, f"{len(got)} results, not {n} counted, within {timeout_s} s: {got}"
     return sorted(got, key=repr)
 
 
@@ -241,3 +242,50 @@ def test_a_subtask_without_partitions_holds_windows_back_only_until_idle(broker:
     with streaming(broker, topic, BOUNDED_1S.with_idleness(timedelta(seconds=3)), parallelism=3) as results:
         produce_stamped(broker, topic, ahead)
         assert read_until(results, len(expected)) == expected
+
+
+def test_one_subtask_keeps_a_lagging_partition_on_time_with_per_partition_watermarks(
+    broker: EmbeddedKafkaBroker,
+) -> None:
+    """ONE source subtask reads both partitions; partition 0 runs 30 s ahead of partition 1
+    (1 s out-of-orderness). As Flink's Kafka source, the watermark is made per partition and
+    the subtask sends the minimum, so no record of the lagging partition is late.
+
+    Partition 0's records are produced first, and the job reads them (each one comes out
+    as ``("seen", value)``) and has its watermark tick before partition 1's are produced: one
+    watermark over both partitions would be past all of partition 1's windows by then. Then
+    records 21 s after everything in both partitions fire the windows of the first ones."""
+    rng = random.Random(7)
+    ahead_first = [(0, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS + 30_000)]
+    behind = [(1, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS)]
+    first = ahead_first + behind
+    ahead = max(ts for _, _, ts in first) + 21_000
+    last = [(0, "a", ahead), (1, "b", ahead)]
+    expected = expected_windows([(value, ts) for _, value, ts in first])
+    topic, out = new_topic(broker, []), new_topic(broker, [])
+
+    env = Environment({"parallelism.default": 2, "pipeline.auto-watermark-interval": "50 ms"})
+    late = OutputTag("late")
+    stream = env.from_source(source(broker, topic, bounded=False), BOUNDED_1S, "kafka", parallelism=1)
+    windows = stream.key_by(lambda v: v).window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))) \
+        .side_output_late_data(late).process(CountPerWindow())
+    windows.union(windows.get_side_output(late).map(lambda v: ("late", v)), stream.map(lambda v: ("seen", v))) \
+        .sink_to(KafkaSink(broker.bootstrap_servers, out, delivery_guarantee="none",
+                           value_serializer=lambda r: repr(r).encode()))
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "results"})
+    consumer.assign([ck.TopicPartition(out, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
+    client = env.execute_async("per-partition watermarks")
+    try:
+        produce_stamped(broker, topic, ahead_first)
+        got = read_until(consumer, len(ahead_first), lambda r: r[0] == "seen")
+        time.sleep(1)  # several watermark ticks: partition 0's watermark is made (not a timing assertion)
+        produce_stamped(broker, topic, behind + last)
+        got += read_until(consumer, len(behind) + len(last) + len(expected))
+    finally:
+        consumer.close()
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(30)
+    assert [r for r in got if r[0] == "late"] == []
+    assert sorted((r for r in got if r[0] != "seen"), key=repr) == expected
+    assert sorted(r for r in got if r[0] == "seen") == sorted(("seen", v) for _, v, _ in first + last)
