@@ -6,9 +6,10 @@ computed here from the produced timestamps. As Flink's ``KafkaSource``, a strate
 timestamp assigner keeps the record timestamp, and ``with_timestamp_assigner`` overrides it
 (getting the record timestamp as its second argument).
 
-Watermarks are generated per source subtask, not per partition inside it (Flink's
-per-split watermarks): the jobs here read each partition in a subtask of its own, so the
-downstream minimum over the subtasks keeps a lagging partition's records on time.
+Watermarks are generated per partition (Flink's per-split watermarks): most jobs here read
+each partition in a subtask of its own (the downstream minimum over the subtasks keeps a
+lagging partition's records on time); the last one reads both in one subtask, whose
+per-partition watermarks do the same.
 """
 
 from __future__ import annotations
