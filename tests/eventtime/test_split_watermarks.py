@@ -99,6 +99,15 @@ def test_a_split_assigned_later_does_not_move_the_watermark_back() -> None:
     assert gen.on_periodic_emit(0) == [Watermark(24_000 - 11)]
 
 
+def test_a_split_no_longer_read_stops_counting() -> None:
+    """A chunk names every split being read: one no longer named is done (Flink releases a
+    finished split's output), so the lagging partition 1 stops holding the watermark."""
+    gen = generator()
+    read(gen, [(0, 20_000), (1, 2_000)])
+    assert gen.on_periodic_emit(0) == [Watermark(2_000 - 11)]
+    read(gen, [(0, 21_000)], (("t", 0),))
+    assert gen.on_periodic_emit(0) == [Watermark(21_000 - 11)]
+
 def test_records_of_no_split_keep_one_watermark_per_subtask() -> None:
     """A source that names no split: the largest timestamp of all, as before."""
     gen, single = generator(), TimestampsAndWatermarks(generator().strategy, "assign")

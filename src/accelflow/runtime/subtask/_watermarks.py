@@ -248,7 +248,6 @@ class TimestampsAndWatermarks:
             self.emitted = min(s["emitted"] for s in states)
 
 
-
 class _Split:
     """One split's part of :class:`SplitWatermarks`: its largest timestamp and idleness."""
 
@@ -290,13 +289,12 @@ class SplitWatermarks(TimestampsAndWatermarks):
                       splits: tuple[Any, tuple[Any, ...]] | None = None) -> tuple[Any, list[Event]]:
         """As :meth:`TimestampsAndWatermarks.process_chunk`; ``splits``: ``(indices,
         names)``, record *i* from split ``names[indices[i]]``, ``names`` every split being
-        read (a new one starts at no watermark)."""
+        read (a new one starts at no watermark; one no longer named is done, and stops
+        counting, as a finished split in Flink)."""
         stamps, events = super().process_chunk(values, record_timestamps)
         if splits is not None and len(values):
             indices, names = np.asarray(splits[0], np.int64), splits[1]
-            for name in names:
-                if name not in self.splits:
-                    self.splits[name] = _Split(self.strategy)
+            self.splits = {name: self.splits.get(name) or _Split(self.strategy) for name in names}
             largest = np.full(len(names), MIN_TIMESTAMP, np.int64)
             np.maximum.at(largest, indices, stamps)
             for i in np.unique(indices).tolist():
