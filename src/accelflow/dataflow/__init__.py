@@ -20,17 +20,20 @@ if TYPE_CHECKING:
         Annotated,
         Columns,
         Positioned,
+        SplitTagged,
         Timestamped,
         chunk_len,
         from_batch,
         group_records,
         iter_records,
         select,
+        split_tagged,
         stamped,
         strided,
         timestamps_of,
         to_batch,
         unstamped,
+        untagged,
     )
     from accelflow.dataflow._async import AsyncFunction
     from accelflow.dataflow._row import Row, RowKind
@@ -162,9 +165,9 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "WindowAssigner", "WindowFunction",
     ),
     "._chunks": (
-        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Annotated", "Columns", "Positioned", "Timestamped", "chunk_len",
-        "from_batch", "group_records", "iter_records", "select", "stamped", "strided", "timestamps_of", "to_batch",
-        "unstamped",
+        "CHUNK_LATENCY_S", "CHUNK_RECORDS", "Annotated", "Columns", "Positioned", "SplitTagged", "Timestamped",
+        "chunk_len", "from_batch", "group_records", "iter_records", "select", "split_tagged", "stamped", "strided",
+        "timestamps_of", "to_batch", "unstamped", "untagged",
     ),
     "._async": (
         "AsyncFunction",
@@ -325,6 +328,7 @@ __all__ = [
     "SlidingProcessingTimeWindows",
     "Source",
     "SourceSpec",
+    "SplitTagged",
     "State",
     "StateDescriptor",
     "StateTtlConfig",
@@ -367,12 +371,14 @@ __all__ = [
     "iter_records",
     "rescale_targets",
     "select",
+    "split_tagged",
     "stamped",
     "strided",
     "timestamps_of",
     "to_batch",
     "typed_value",
     "unstamped",
+    "untagged",
     "with_positions",
 ]
 

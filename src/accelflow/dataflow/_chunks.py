@@ -79,7 +79,11 @@ class Annotated:
     def __getitem__(self, where: slice) -> Any:
         start, stop, _ = where.indices(len(self))
         data = self.data.slice(start, stop) if isinstance(self.data, Columns) else self.data[start:stop]
-        return type(self)(self.rows[start:stop], data)
+        return self._like(self.rows[start:stop], data)
+
+    def _like(self, rows: np.ndarray[Any, Any], data: Any) -> Any:
+        """A chunk of this kind with ``rows`` and ``data`` (a subclass keeps its other fields)."""
+        return type(self)(rows, data)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.rows, self.data))
@@ -87,7 +91,7 @@ class Annotated:
     def with_data(self, records: Any) -> Any:
         """The same annotations around ``records``: one output per record, in order."""
         inner = self.data.with_data(records) if isinstance(self.data, Annotated) else records
-        return type(self)(self.rows, inner)
+        return self._like(self.rows, inner)
 
     def stripped(self) -> Any:
         """The records without any annotation (a list, an array or :class:`Columns`)."""
@@ -97,15 +101,15 @@ class Annotated:
         """The records where ``keep`` is true (a filter's output: a list of records)."""
         mask = np.fromiter(keep, bool, len(keep))
         if isinstance(self.data, Annotated):
-            return type(self)(self.rows[mask], self.data.kept(keep))
-        return type(self)(self.rows[mask], [r for r, k in zip(iter_records(self.data), keep) if k])
+            return self._like(self.rows[mask], self.data.kept(keep))
+        return self._like(self.rows[mask], [r for r, k in zip(iter_records(self.data), keep) if k])
 
     def expanded(self, outputs: Sequence[Sequence[Any]]) -> Any:
         """Each record's ``outputs`` (a flat_map's), each with its record's row (see
         :meth:`_expanded_rows`)."""
         counts = np.fromiter((len(o) for o in outputs), np.int64, len(outputs))
         inner = self.data.expanded(outputs) if isinstance(self.data, Annotated) else [out for o in outputs for out in o]
-        return type(self)(self._expanded_rows(counts), inner)
+        return self._like(self._expanded_rows(counts), inner)
 
     def _expanded_rows(self, counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.repeat(self.rows, counts, axis=0)
@@ -166,6 +170,45 @@ def stamped(records: Any, timestamps: Sequence[int | None] | np.ndarray[Any, Any
         return Timestamped(timestamps.astype(np.int64, copy=False), records)
     rows = np.fromiter((MIN_TIMESTAMP if t is None else t for t in timestamps), np.int64, len(timestamps))
     return Timestamped(rows, records)
+
+
+class SplitTagged(Annotated):
+    """A source's chunk whose records say which of the source's splits (e.g. Kafka
+    partitions) they come from, for per-split watermarks (Flink's ``SourceOutput`` per
+    split): ``splits`` are every split the reader reads now (also those without a record in
+    this chunk), row *i* (int64) is the index in ``splits`` of record *i*'s. Only the
+    ``WatermarkStrategy`` of ``from_source`` reads it; the runner strips it everywhere else.
+
+    Example:
+        >>> chunk = split_tagged(stamped(["x", "y", "z"], [5, 9, 7]), [0, 1, 0], ("p0", "p1"))
+        >>> part = chunk[1:]
+        >>> part.rows.tolist(), part.splits, part.data.timestamps.tolist()
+        ([1, 0], ('p0', 'p1'), [9, 7])
+    """
+
+    __slots__ = ("splits",)
+
+    def __init__(self, rows: np.ndarray[Any, Any], data: Any, splits: tuple[Any, ...] = ()) -> None:
+        super().__init__(rows, data)
+        self.splits = splits
+
+    def _like(self, rows: np.ndarray[Any, Any], data: Any) -> Any:
+        return SplitTagged(rows, data, self.splits)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SplitTagged, (self.rows, self.data, self.splits))
+
+
+def split_tagged(chunk: Any, indices: Sequence[int], splits: Sequence[Any]) -> SplitTagged:
+    """``chunk`` (a source's, maybe :func:`stamped`) as a :class:`SplitTagged` chunk: record
+    *i* comes from split ``splits[indices[i]]``; ``splits``: all those being read."""
+    return SplitTagged(np.fromiter(indices, np.int64, len(indices)), chunk, tuple(splits))
+
+
+def untagged(chunk: Any) -> Any:
+    """``chunk`` without its splits (what every operator but the source's watermark
+    generator gets)."""
+    return chunk.data if isinstance(chunk, SplitTagged) else chunk
 
 
 def timestamps_of(chunk: Any) -> list[int | None] | None:

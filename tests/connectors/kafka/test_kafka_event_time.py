@@ -6,16 +6,19 @@ computed here from the produced timestamps. As Flink's ``KafkaSource``, a strate
 timestamp assigner keeps the record timestamp, and ``with_timestamp_assigner`` overrides it
 (getting the record timestamp as its second argument).
 
-Watermarks are generated per source subtask, not per partition inside it (Flink's
-per-split watermarks): the jobs here read each partition in a subtask of its own, so the
-downstream minimum over the subtasks keeps a lagging partition's records on time.
+Watermarks are generated per partition (Flink's per-split watermarks): most jobs here read
+each partition in a subtask of its own (the downstream minimum over the subtasks keeps a
+lagging partition's records on time); the last one reads both in one subtask, whose
+per-partition watermarks do the same.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -174,15 +177,16 @@ def test_a_partition_far_behind_the_other_loses_no_record_as_late(broker: Embedd
     assert got == expected_windows([(value, ts) for _, value, ts in records])
 
 
-def read_until(consumer: Any, n: int, timeout_s: float = 60) -> list[Any]:
-    """The next ``n`` records of ``consumer`` (window results written as their repr)."""
+def read_until(consumer: Any, n: int, counted: Any = lambda r: True, timeout_s: float = 60) -> list[Any]:
+    """The next records of ``consumer`` (window results written as their repr) until ``n``
+    of them are ``counted``."""
     got: list[Any] = []
     deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
+    while sum(map(counted, got)) < n and time.monotonic() < deadline:
         msg = consumer.poll(0.1)
         if msg is not None and msg.error() is None:
             got.append(ast.literal_eval(msg.value().decode()))
-    assert len(got) == n, f"{len(got)} of {n} results within {timeout_s} s: {got}"
+    assert sum(map(counted, got)) == n, f"{len(got)} results, not {n} counted, within {timeout_s} s: {got}"
     return sorted(got, key=repr)
 
 
@@ -241,3 +245,111 @@ def test_a_subtask_without_partitions_holds_windows_back_only_until_idle(broker:
     with streaming(broker, topic, BOUNDED_1S.with_idleness(timedelta(seconds=3)), parallelism=3) as results:
         produce_stamped(broker, topic, ahead)
         assert read_until(results, len(expected)) == expected
+
+
+def per_partition_job(broker: EmbeddedKafkaBroker, topic: str, out: str, conf: dict[str, Any]) -> Environment:
+    """Unbounded Kafka read by ONE source subtask (1 s out-of-orderness) -> 5 s tumbling
+    windows with late data as ``("late", value)``, and every record read as ``("seen",
+    value)``, written to topic ``out``."""
+    env = Environment({"parallelism.default": 2, "pipeline.auto-watermark-interval": "50 ms", **conf})
+    late = OutputTag("late")
+    stream = env.from_source(source(broker, topic, bounded=False), BOUNDED_1S, "kafka", parallelism=1)
+    windows = stream.key_by(lambda v: v).window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS))) \
+        .side_output_late_data(late).process(CountPerWindow())
+    windows.union(windows.get_side_output(late).map(lambda v: ("late", v)), stream.map(lambda v: ("seen", v))) \
+        .sink_to(KafkaSink(broker.bootstrap_servers, out, delivery_guarantee="none",
+                           value_serializer=lambda r: repr(r).encode()))
+    return env
+
+
+def results_of(broker: EmbeddedKafkaBroker, out: str) -> Any:
+    """A consumer of topic ``out`` from its start."""
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "results"})
+    consumer.assign([ck.TopicPartition(out, p, ck.OFFSET_BEGINNING) for p in (0, 1)])
+    return consumer
+
+
+def test_one_subtask_keeps_a_lagging_partition_on_time_with_per_partition_watermarks(
+    broker: EmbeddedKafkaBroker,
+) -> None:
+    """ONE source subtask reads both partitions; partition 0 runs 30 s ahead of partition 1
+    (1 s out-of-orderness). As Flink's Kafka source, the watermark is made per partition and
+    the subtask sends the minimum, so no record of the lagging partition is late.
+
+    Partition 0's records are produced first, and the job reads them (each one comes out
+    as ``("seen", value)``) and has its watermark tick before partition 1's are produced: one
+    watermark over both partitions would be past all of partition 1's windows by then. Then
+    records 21 s after everything in both partitions fire the windows of the first ones."""
+    rng = random.Random(7)
+    ahead_first = [(0, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS + 30_000)]
+    behind = [(1, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS)]
+    first = ahead_first + behind
+    ahead = max(ts for _, _, ts in first) + 21_000
+    last = [(0, "a", ahead), (1, "b", ahead)]
+    expected = expected_windows([(value, ts) for _, value, ts in first])
+    topic, out = new_topic(broker, []), new_topic(broker, [])
+    env = per_partition_job(broker, topic, out, {})
+    consumer = results_of(broker, out)
+    client = env.execute_async("per-partition watermarks")
+    try:
+        produce_stamped(broker, topic, ahead_first)
+        got = read_until(consumer, len(ahead_first), lambda r: r[0] == "seen")
+        time.sleep(1)  # several watermark ticks: partition 0's watermark is made (not a timing assertion)
+        produce_stamped(broker, topic, behind + last)
+        got += read_until(consumer, len(behind) + len(last) + len(expected))
+    finally:
+        consumer.close()
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(30)
+    assert [r for r in got if r[0] == "late"] == []
+    assert sorted((r for r in got if r[0] != "seen"), key=repr) == expected
+    assert sorted(r for r in got if r[0] == "seen") == sorted(("seen", v) for _, v, _ in first + last)
+
+
+def test_a_restored_subtask_keeps_the_lagging_partition_on_time(broker: EmbeddedKafkaBroker, tmp_path: Any) -> None:
+    """Per-partition watermarks are not checkpointed (Flink regenerates them): a TaskExecutor
+    is SIGKILLed once checkpoints hold both partitions' records (partition 0 30 s ahead), the
+    job restarts from its checkpoint with nothing new to read for a while, and must not send
+    partition 0's watermark meanwhile: partition 1's records produced after the restore are
+    on time, and the windows are those of an uninterrupted run. (No window fires before the
+    kill: partition 1's first records stay inside its first window.)"""
+    rng = random.Random(8)
+    ahead_first = [(0, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS + 30_000)]
+    behind = [(1, rng.choice(KEYS), ts) for ts in timestamps(rng, 30, BASE_MS)]
+    before = ahead_first + [r for r in behind if r[2] < BASE_MS + 3_900]
+    after = [r for r in behind if r[2] >= BASE_MS + 3_900]
+    ahead = max(ts for _, _, ts in before + after) + 21_000
+    last = [(0, "a", ahead), (1, "b", ahead)]
+    expected = expected_windows([(value, ts) for _, value, ts in before + after])
+    topic, out = new_topic(broker, []), new_topic(broker, [])
+    env = per_partition_job(broker, topic, out, {
+        "local.number-taskmanager": 2, "execution.checkpointing.interval": "100 ms",
+        "execution.checkpointing.dir": str(tmp_path / "checkpoints"), "restart-strategy": "fixed-delay",
+        "restart-strategy.fixed-delay.delay": "0 s"})
+    consumer = results_of(broker, out)
+    client = env.execute_async("per-partition watermarks, restored")
+    try:
+        produce_stamped(broker, topic, before)
+        seen = read_until(consumer, len(before), lambda r: r[0] == "seen")
+        assert [r for r in seen if r[0] != "seen"] == []  # no window fired before the kill
+        job = next(iter(client.jobmanager.jobs.values()))
+        done = job.checkpoints.completed
+        deadline = time.monotonic() + 60
+        while job.checkpoints.completed < done + 2:  # checkpoints after every record was read
+            assert time.monotonic() < deadline, "no checkpoint completed"
+            time.sleep(0.02)
+        te = sorted(client.jobmanager.taskexecutors.values(), key=lambda t: t.id)[-1]
+        os.kill(te.registration.pid, signal.SIGKILL)
+        while job.checkpoints.completed < done + 4:  # restored, and ticking with nothing to read
+            assert time.monotonic() < deadline, "no checkpoint completed after the restore"
+            time.sleep(0.02)
+        assert len(job.failovers) == 1  # it failed and was restored from a checkpoint
+        produce_stamped(broker, topic, after + last)
+        got = read_until(consumer, len(expected), lambda r: r[0] != "seen")
+    finally:
+        consumer.close()
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.wait(30)
+    assert sorted((r for r in got if r[0] != "seen"), key=repr) == expected

@@ -72,6 +72,10 @@ class SplitReader:
         self._consumer: Any = None
         #: the Kafka timestamps of the records the last poll gave (None: a record has none)
         self.timestamps: list[int | None] = []
+        #: the partitions read, ``(topic, partition)``, and each record's index among them
+        self.partitions: tuple[TopicPartitionKey, ...] = tuple(self._next)
+        self.partition_indices: list[int] = []
+        self._index = {key: i for i, key in enumerate(self.partitions)}
         todo = [k for k in self._next if k not in self._paused]
         if todo:
             ck = kafka()
@@ -91,12 +95,12 @@ class SplitReader:
     def poll(self) -> list[Any]:
         """The records that have arrived, waiting up to :data:`POLL_TIMEOUT_S` for the first
         (maybe none); :attr:`timestamps` are theirs (the Kafka record timestamps, None where
-        a record has none)."""
+        a record has none), :attr:`partition_indices` their partitions' in :attr:`partitions`."""
         if self._consumer is None or len(self._paused) == len(self._next):
             time.sleep(POLL_TIMEOUT_S)
             return []
         out: list[Any] = []
-        self.timestamps = []
+        self.timestamps, self.partition_indices = [], []
         # what has arrived, at once; only when nothing has, wait for the first record (a batch
         # waiting to fill up would add up to the whole timeout to every record's latency)
         messages = self._consumer.consume(num_messages=POLL_RECORDS, timeout=0)
@@ -157,6 +161,7 @@ class SplitReader:
         out.append(self._value(msg, key, offset))
         kind, timestamp = msg.timestamp()
         timestamps.append(None if kind == kafka().TIMESTAMP_NOT_AVAILABLE else timestamp)
+        self.partition_indices.append(self._index[key])
         self._next[key] = offset + 1
 
     def _value(self, msg: Any, key: TopicPartitionKey, offset: int) -> Any:

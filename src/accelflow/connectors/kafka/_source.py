@@ -20,7 +20,7 @@ from accelflow.connectors.kafka._common import (
 )
 from accelflow.connectors.kafka._decode import Deserializers, KafkaRecord, TopicPartitionKey
 from accelflow.connectors.kafka._reader import KafkaSplit, PartitionPosition, SplitReader
-from accelflow.dataflow import RuntimeContext, Source, stamped
+from accelflow.dataflow import RuntimeContext, Source, split_tagged, stamped
 
 STARTING_OFFSETS = ("earliest", "latest", "committed")
 _RESERVED = {
@@ -191,7 +191,8 @@ class KafkaSource(Source[Any]):
 
     def read_chunks(self, split: KafkaSplit, ctx: RuntimeContext) -> Generator[Any, None, None]:
         """Lists of records as they arrive, each with its Kafka timestamp (the default event
-        time: a ``WatermarkStrategy`` without a timestamp assigner keeps it), ``[]`` when none
+        time: a ``WatermarkStrategy`` without a timestamp assigner keeps it) and its partition
+        (Flink's per-partition watermarks: :class:`~accelflow.dataflow.SplitTagged`), ``[]`` when none
         came within 100 ms; ends when cancelled or (bounded) once every partition reached its
         stop offset."""
         if not isinstance(split, KafkaSplit):
@@ -203,7 +204,11 @@ class KafkaSource(Source[Any]):
         try:
             while not ctx.is_cancelled() and not (self.bounded and reader.finished()):
                 records = reader.poll()  # with their record timestamps: the default event time
-                yield stamped(records, reader.timestamps) if records else records
+                if records:  # and their partitions: a watermark per partition
+                    yield split_tagged(stamped(records, reader.timestamps), reader.partition_indices,
+                                       reader.partitions)
+                else:
+                    yield records
         finally:
             reader.close()
             if self._readers.get(split) is reader:  # read again (a rollback in place): from the split

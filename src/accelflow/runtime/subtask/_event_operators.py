@@ -20,8 +20,8 @@ import numpy as np
 from accelflow._errors import JobError
 from accelflow.dataflow import (
     CoProcessSpec, IntervalJoinSpec, ProcessSpec, RuntimeContext, TimestampsSpec, Transformation, UnionSpec,
-    Timestamped, WindowSpec,
-    iter_records, stamped, timestamps_of, unstamped,
+    SplitTagged, Timestamped, WindowSpec,
+    iter_records, stamped, timestamps_of, unstamped, untagged,
 )
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP, MIN_TIMESTAMP, EventTimeTrigger
 from accelflow.runtime import ChainPlan, StreamStatus, Watermark
@@ -31,7 +31,7 @@ from accelflow.runtime.subtask._interval_join import IntervalJoinEngine
 from accelflow.runtime.subtask._keyed_functions import KeyedState
 from accelflow.runtime.subtask._operators import Operator, runs
 from accelflow.runtime.subtask._process_engine import CoProcessEngine, KeyedProcessEngine
-from accelflow.runtime.subtask._watermarks import TimestampsAndWatermarks, WatermarkStatus
+from accelflow.runtime.subtask._watermarks import SplitWatermarks, WatermarkStatus
 from accelflow.runtime.subtask._window_engine import WindowEngine
 
 
@@ -276,7 +276,9 @@ class IntervalJoinOp(CoProcessOp):
 class TimestampsOp(Operator):
     """``assign_timestamps_and_watermarks(strategy)``: stamps each record, makes a watermark
     every ``pipeline.auto-watermark-interval`` (and the idleness statuses); the input's own
-    watermarks stop here, but the final one of a bounded input."""
+    watermarks stop here, but the final one of a bounded input. Chained to a source that says
+    which split each record comes from (a :class:`SplitTagged` chunk, e.g. Kafka's
+    partitions), it makes the watermark per split (:class:`SplitWatermarks`)."""
 
     generates_watermarks = True
 
@@ -292,13 +294,16 @@ class TimestampsOp(Operator):
         """A new generator (no watermark yet), as at the start."""
         spec = self.node.spec
         assert isinstance(spec, TimestampsSpec)
-        self.generator = TimestampsAndWatermarks(spec.strategy, self.node.name)
+        self.generator = SplitWatermarks(spec.strategy, self.node.name)
         self.next_emit = time.monotonic() + (self.interval or 0)
 
     def process(self, chunk: Any) -> Any:
+        splits = (chunk.rows, chunk.splits) if isinstance(chunk, SplitTagged) else None
+        chunk = untagged(chunk)
         values = unstamped(chunk)
         records = values if isinstance(values, list) else list(iter_records(values))
-        stamps, events = self.generator.process_chunk(records, chunk.timestamps if isinstance(chunk, Timestamped) else None)
+        stamps, events = self.generator.process_chunk(
+            records, chunk.timestamps if isinstance(chunk, Timestamped) else None, splits)
         self.events += [_event(e) for e in events]
         return stamped(values, stamps)
 

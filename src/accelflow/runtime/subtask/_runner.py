@@ -122,6 +122,8 @@ class _Runner(ChainIO):
         try:
             head = plan.nodes[0]
             self.ops: list[Operator] = [operator_for(n, plan) for n in plan.nodes if n.source is None]
+            #: whether a source's chunks keep their records' splits: its watermarks are made next
+            self.reads_splits = bool(self.ops) and isinstance(self.ops[0], _event_operators.TimestampsOp)
             opened: list[Operator] = []
             try:
                 hold_frameworks(desc)  # those a warm process imported ahead

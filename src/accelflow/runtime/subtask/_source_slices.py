@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from accelflow.dataflow import CHUNK_LATENCY_S, Columns
+from accelflow.dataflow import CHUNK_LATENCY_S, Columns, untagged
 
 #: how long pushing one slice through the chain may take (``execution.buffer-timeout``'s default)
 SLICE_TARGET_S = CHUNK_LATENCY_S
@@ -83,7 +83,10 @@ def cut(chunk: Any, start: int, stop: int | None = None) -> Any:
 def push_sliced(runner: Any, chunk: Any) -> None:
     """Push a source's ``chunk`` through ``runner``'s chain slice by slice, handling
     checkpoint commands and timers between slices (with the records not yet pushed kept in
-    ``runner.unpushed`` for a snapshot); stops early when the subtask is cancelled."""
+    ``runner.unpushed`` for a snapshot); stops early when the subtask is cancelled. The
+    records' splits (:class:`SplitTagged`) go only to a watermark generator next in the chain."""
+    if not runner.reads_splits:
+        chunk = untagged(chunk)
     slicer: Slicer = runner.slicer
     beat = runner.beat
     for piece, rest in slicer.slices(chunk):

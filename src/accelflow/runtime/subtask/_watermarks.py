@@ -248,4 +248,83 @@ class TimestampsAndWatermarks:
             self.emitted = min(s["emitted"] for s in states)
 
 
-__all__ = ["Event", "IdlenessTimer", "StatusWatermarkValve", "TimestampsAndWatermarks", "Watermark", "WatermarkStatus"]
+class _Split:
+    """One split's part of :class:`SplitWatermarks`: its largest timestamp and idleness."""
+
+    def __init__(self, strategy: WatermarkStrategy) -> None:
+        self.max_timestamp = MIN_TIMESTAMP + strategy.max_out_of_orderness_ms + 1
+        self.timer = IdlenessTimer(strategy.idle_timeout_ms) if strategy.idle_timeout_ms else None
+        self.idle = False
+
+    def seen(self, timestamp: int) -> None:
+        self.max_timestamp = max(self.max_timestamp, timestamp)
+        self.idle = False
+        if self.timer is not None:
+            self.timer.activity()
+
+
+class SplitWatermarks(TimestampsAndWatermarks):
+    """:class:`TimestampsAndWatermarks` per split of a source (Flink's per-split watermarks,
+    e.g. per Kafka partition): each split the source says it reads has its own largest
+    timestamp and idleness, and the watermark is the minimum over the splits not idle, so a
+    split that lags behind another of the same subtask keeps its records on time. It never
+    goes back: a split that starts (or comes back from idle) behind holds it until it
+    catches up. The subtask is idle when every split is. Records of no split (a source that
+    does not say) make the one watermark of :class:`TimestampsAndWatermarks`.
+
+    Example:
+        >>> from accelflow.dataflow.eventtime import WatermarkStrategy
+        >>> gen = SplitWatermarks(WatermarkStrategy.for_bounded_out_of_orderness(10)
+        ...                       .with_timestamp_assigner(lambda v, ts: v), "assign")
+        >>> _ = gen.process_chunk([5000, 1000], None, ([0, 1], ("p0", "p1")))
+        >>> gen.on_periodic_emit(now_ms=0)  # the lagging p1's: 1000 - 10 - 1
+        [Watermark(timestamp=989)]
+    """
+
+    def __init__(self, strategy: WatermarkStrategy, operator: str) -> None:
+        super().__init__(strategy, operator)
+        self.splits: dict[Any, _Split] = {}
+
+    def process_chunk(self, values: list[Any], record_timestamps: np.ndarray[Any, Any] | None,
+                      splits: tuple[Any, tuple[Any, ...]] | None = None) -> tuple[Any, list[Event]]:
+        """As :meth:`TimestampsAndWatermarks.process_chunk`; ``splits``: ``(indices,
+        names)``, record *i* from split ``names[indices[i]]``, ``names`` every split being
+        read (a new one starts at no watermark; one no longer named is done, and stops
+        counting, as a finished split in Flink)."""
+        stamps, events = super().process_chunk(values, record_timestamps)
+        if splits is not None and len(values):
+            indices, names = np.asarray(splits[0], np.int64), splits[1]
+            self.splits = {name: self.splits.get(name) or _Split(self.strategy) for name in names}
+            largest = np.full(len(names), MIN_TIMESTAMP, np.int64)
+            np.maximum.at(largest, indices, stamps)
+            for i in np.unique(indices).tolist():
+                self.splits[names[i]].seen(int(largest[i]))
+        return stamps, events
+
+    def current_watermark(self) -> int:
+        """The minimum over the splits not idle (of the whole input without splits)."""
+        if not self.splits:
+            return super().current_watermark()
+        delay = self.strategy.max_out_of_orderness_ms
+        active = [s.max_timestamp - delay - 1 for s in self.splits.values() if not s.idle]
+        return min(active, default=MIN_TIMESTAMP)
+
+    def on_periodic_emit(self, now_ms: int) -> list[Event]:
+        """Each split's idleness first (an idle split stops counting), then the subtask's."""
+        for split in self.splits.values():
+            if split.timer is not None and split.timer.check_if_idle(now_ms):
+                split.idle = True
+        return super().on_periodic_emit(now_ms)
+
+    def snapshot(self) -> dict[str, int]:
+        """As :class:`TimestampsAndWatermarks`'s, but with splits the largest timestamp is the
+        one of the watermark sent: the splits are not kept (as in Flink, they start again from
+        the records read after a restore), and what the restored subtask sends before it
+        knows its splits again must not pass a lagging split's watermark."""
+        state = super().snapshot()
+        if self.splits:
+            state["max_timestamp"] = min(self.max_timestamp, self.emitted + self.strategy.max_out_of_orderness_ms + 1)
+        return state
+
+
+__all__ = ["Event", "IdlenessTimer", "SplitWatermarks", "StatusWatermarkValve", "TimestampsAndWatermarks", "Watermark", "WatermarkStatus"]
