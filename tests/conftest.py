@@ -56,8 +56,8 @@ def no_job_left_running(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     init = JobClient.__init__
 
     def recorded(self: JobClient, *args: Any, **kwargs: Any) -> None:
-        started.append(self)
         init(self, *args, **kwargs)
+        started.append(self)  # started: its thread runs the job
 
     monkeypatch.setattr(JobClient, "__init__", recorded)
     yield

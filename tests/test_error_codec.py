@@ -34,6 +34,7 @@ EXAMPLES: list[AccelflowError] = [
     accelflow.DeviceFault("gpu 0 faulted: Xid 13", device="gpu 0", uuid="GPU-1", xid=13),
     accelflow.HardwareFailure("gpu 0 failed: Xid 79; quarantined", device="gpu 0", uuid="GPU-1", xid=79),
     accelflow.ChannelClosed("the downstream subtask closed its data channel"),
+    accelflow.RingError("cannot take the shared-memory ring of a data channel (32 MiB): Too many open files"),
     accelflow.SubtaskHung("subtask map (2/4) is hung and was killed", subtask="map (2/4)", timeout_s=30.0,
                           stack='Thread 0x01 (most recent call first):\n  File "job.py", line 3 in map'),
 ]

@@ -111,6 +111,7 @@ ACCELFLOW = [
     "RichMapBatchesFunction",
     "RichMapFunction",
     "RichReduceFunction",
+    "RingError",
     "RollingPolicy",
     "Row",
     "RowKind",

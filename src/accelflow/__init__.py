@@ -35,6 +35,7 @@ from accelflow._errors import (
     MissingDependencyError,
     NotSupportedError,
     SubtaskHung,
+    RingError,
     TransportError,
 )
 
@@ -276,6 +277,7 @@ __all__ = [
     "RichMapBatchesFunction",
     "RichMapFunction",
     "RichReduceFunction",
+    "RingError",
     "RollingPolicy",
     "Row",
     "RowKind",

@@ -17,7 +17,8 @@ message and a non-zero exit code, without a traceback::
     │   ├── JobCancelledError    the job was cancelled on request
     │   ├── SubtaskHung          a subtask made no progress for heartbeat.timeout (has its stack)
     │   ├── TransportError       a channel between accelflow's own processes broke
-    │   │   └── ChannelClosed    a neighbouring subtask closed its data channel mid-stream
+    │   │   ├── ChannelClosed    a neighbouring subtask closed its data channel mid-stream
+    │   │   └── RingError        this process cannot make or map a shared-memory ring (fails at once)
     │   ├── DeviceFault          a device faulted under a subtask (an application Xid: it stays)
     │   │   └── HardwareFailure  the device failed and is quarantined (a hardware Xid, ECC, lost)
     │   └── DeviceMemoryExceeded a subtask used more device memory than it asked for
@@ -25,13 +26,11 @@ message and a non-zero exit code, without a traceback::
     ├── MissingDependencyError   an optional extra is needed; names the ``pip install`` to run
     └── AccelflowInternalError   a bug in accelflow itself: please report it
 
-Errors cross process boundaries (TaskExecutor → JobManager, subtask → JobManager, session
-cluster → client, Ray actor → client) through one codec, :func:`encode_error` and
-:func:`decode_error`: the receiving side raises the *same class* with the same attributes
-(e.g. ``DataFormatError.path``), whatever its constructor looks like. Any other exception of
-user code (a ``ValueError`` in a map) arrives as ``JobError(ValueError)``, a subclass of both
-(as Ray's ``RayTaskError``): ``except ValueError`` and ``except JobError`` both catch it. The
-traceback travels along; the CLI shows it with ``accelflow -v``.
+Errors cross process boundaries (subtask, TaskExecutor, session, Ray actor → JobManager, client)
+through one codec, :func:`encode_error` and :func:`decode_error`: the receiving side raises the
+*same class* with the same attributes (e.g. ``DataFormatError.path``). Any other exception of user
+code (a ``ValueError`` in a map) arrives as ``JobError(ValueError)``, a subclass of both (as Ray's
+``RayTaskError``). The traceback travels along; the CLI shows it with ``accelflow -v``.
 """
 
 from __future__ import annotations
@@ -191,8 +190,7 @@ class SubtaskHung(JobError):
     Attributes:
         subtask: which subtask, e.g. ``map (2/4)``.
         timeout_s: the ``heartbeat.timeout`` it exceeded.
-        stack: every thread's stack when it was found (``faulthandler``; ``py-spy``'s too,
-            with native frames, where installed).
+        stack: every thread's stack when found (``faulthandler``; ``py-spy``'s too where installed).
     """
 
     def __init__(self, message: str, *, subtask: str, timeout_s: float, stack: str) -> None:
@@ -211,9 +209,12 @@ class ChannelClosed(TransportError):
     """A neighbouring subtask closed its data channel mid-stream: a consequence of its failure (docs/failover.md)."""
 
 
+class RingError(TransportError):
+    """This process cannot make, pass, take or map a shared-memory ring (no descriptor or memory left)."""
+
+
 class DeviceFault(JobError):
-    """A device faulted under the subtask (for NVIDIA GPUs, an application Xid: a bad kernel,
-    not a bad card); the subtask failed, the device stays in service.
+    """A device faulted under the subtask (an NVIDIA application Xid: a bad kernel, not a bad card).
 
     Attributes:
         device: which device, e.g. ``gpu 0``.
@@ -227,8 +228,7 @@ class DeviceFault(JobError):
 
 
 class HardwareFailure(DeviceFault):
-    """The device failed (a hardware Xid, a double-bit ECC error, fallen off the bus) and is
-    quarantined: the subtasks on it failed and restart on healthy devices."""
+    """The device failed (a hardware Xid, ECC, off the bus): quarantined, its subtasks restart elsewhere."""
 
 
 class DeviceMemoryExceeded(JobError):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
 
-from accelflow import Environment, JobError, TransportError
+from accelflow import Environment, JobError, RingError
 from accelflow.dataflow import Columns
 from accelflow.runtime import ChainPlan, ResidentReply, ResidentRequest, recv_chunk, send_chunk
 from accelflow.runtime.subtask import SharedChunks
@@ -210,6 +210,32 @@ def test_shared_chunks_round_trip_columns_and_fall_back_to_pickling() -> None:
         theirs.close()
 
 
+def test_a_reply_ring_the_host_cannot_pass_fails_its_subtask_naming_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s9, finding 2: the host's new reply ring cannot be passed (no descriptor left for
+    the socket that passes it). The subtask gets the host's ``RingError`` in place of the reply
+    (before: the header that announced the ring went out, then nothing, and the subtask read
+    the next reply a byte short and blamed its own descriptors); nothing more is sent to it."""
+    import socket
+
+    from accelflow.runtime import HostFailed
+    from accelflow.runtime.devicehost._instances import Client
+
+    subtask, host = Pipe()
+    client, theirs = Client(host, "model (1/1)"), SharedChunks(slots=2)
+    monkeypatch.setattr(socket, "fromfd", _emfile)
+    try:
+        client.reply(1, _images(512))
+        header, _ = theirs.recv(subtask, copy=True)
+        assert isinstance(header, HostFailed), header
+        assert header.error.class_path.endswith("RingError"), header.error
+        assert "cannot pass the shared-memory ring of resident requests or replies" in header.error.message
+        client.reply(2, _images(512))
+        assert not subtask.poll(0.2), "a reply after the failure"
+    finally:
+        client.leave()
+        theirs.close()
+
+
 def _emfile(*args: Any) -> int:
     """``memfd_create`` failing as in a process with its descriptors used up (a sandbox that
     refuses memfd fails the same way)."""
@@ -326,23 +352,32 @@ def _no_descriptor_left_in_this_subtask(images: Any) -> Any:
     return images
 
 
-@pytest.mark.parametrize("side", ["host", "subtask"])
+#: a restart: failures roll back in place, where a subtask whose data channel broke waits for
+#: the rollback (up to 60 s) unless the error is its own (a RingError fails at once)
+RESTART = {"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": 1,
+           "restart-strategy.fixed-delay.delay": "0 s"}
+
+
+@pytest.mark.timeout(50)  # a subtask waiting for a rollback that never comes takes 2 x 60 s
+@pytest.mark.parametrize("side, extra", [("host", {}), ("subtask", {}), ("subtask", RESTART)],
+                         ids=["host", "subtask", "subtask-in-place"])
 def test_a_ring_that_cannot_be_taken_fails_the_job_naming_the_ring_and_the_fix(
-        gpu: dict[str, Any], side: str) -> None:
+        gpu: dict[str, Any], side: str, extra: dict[str, Any]) -> None:
     """The other end's new ring reaches a process with no descriptor left (EMFILE): the job
-    fails with a plain ``TransportError`` naming the ring and ``ulimit -n``, and the device
+    fails with a ``RingError`` naming the ring and ``ulimit -n``, and the device
     host where it is the host (before: a bare ``RuntimeError: received 0 items of ancdata``
-    killed the host's thread, and the subtask reported the host gone)."""
-    env = Environment(gpu)
+    killed the host's thread, and the subtask reported the host gone). With a restart
+    (``subtask-in-place``) each attempt fails at once: the error is the subtask's own, no
+    neighbour's rollback is waited for (review s9, finding 1)."""
+    env = Environment({**gpu, **extra})
     images = env.from_collection(_images(8192), parallelism=1)
     if side == "subtask":
         images = images.map_batches(_no_descriptor_left_in_this_subtask, resources={"gpu": 0.5})
     out = images.map_batches(HostOutOfDescriptors() if side == "host" else Brighten(os.devnull),
                              batch_size=4096, resident=True, resources={"gpu": 0.5})
-    with pytest.raises(TransportError) as caught:
+    with pytest.raises(RingError) as caught:
         out.execute_and_collect()
     message = str(caught.value)
-    assert type(caught.value) is TransportError, message
     assert "shared-memory ring of resident requests or replies" in message and "ulimit -n" in message
     assert ("the device host of gpu" in message) == (side == "host"), message
     assert "went away" not in message, message

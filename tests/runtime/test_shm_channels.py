@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accelflow._errors import TransportError
+from accelflow._errors import RingError, TransportError
 from accelflow.dataflow import Columns
 from accelflow.runtime.subtask._shm import ShmReceiver, ShmSender
 
@@ -216,7 +216,7 @@ def test_a_rebalanced_array_job_goes_through_the_rings_and_matches_numpy() -> No
 def test_a_ring_that_cannot_be_made_is_a_clear_transport_error(
         address: str, monkeypatch: pytest.MonkeyPatch, call: str) -> None:
     # out of descriptors (EMFILE) or memory: the sender says so, naming the ring and the fix;
-    # not a raw OSError, and not a ChannelClosed (which blames a neighbour)
+    # not a raw OSError, and not a ChannelClosed (which blames a neighbour): a RingError
     import errno
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -231,7 +231,7 @@ def test_a_ring_that_cannot_be_made_is_a_clear_transport_error(
         monkeypatch.undo()
         client.close()
         accepted.close()
-    assert type(caught.value) is TransportError
+    assert type(caught.value) is RingError
     assert "cannot make the shared-memory ring of a data channel" in str(caught.value)
     assert "Too many open files" in str(caught.value) and "ulimit -n" in str(caught.value)
     assert _rings_held() == []
@@ -273,5 +273,5 @@ def test_a_ring_the_receiver_cannot_take_is_a_clear_transport_error(address: str
         said, _ = receiver.communicate(timeout=60)
         sender.close()
         conn.close()
-    assert said.startswith("TransportError cannot take the shared-memory ring of a data channel"), said
+    assert said.startswith("RingError cannot take the shared-memory ring of a data channel"), said
     assert "Too many open files" in said and "ulimit -n" in said, said

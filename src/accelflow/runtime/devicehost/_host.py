@@ -21,6 +21,7 @@ until its call returns, then closed.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 from typing import Any
 
-from accelflow._errors import AllocationError, TransportError, encode_error
+from accelflow._errors import AllocationError, RingError, encode_error
 from accelflow.dataflow import RuntimeContext
 from accelflow.resources import ExternalResourceInfo
 from accelflow.scheduling import format_amount
@@ -88,8 +89,8 @@ class DeviceHost:
                 while True:
                     try:
                         header, chunk = client.shared.recv(conn, copy=instance.copies_on_receipt)
-                    except TransportError as exc:  # this host's fault: the subtask fails with it
-                        client.fail(TransportError(f"the device host of {self.device}: {exc}"))
+                    except RingError as exc:  # this host's fault: the subtask fails with it
+                        client.fail(RingError(f"the device host of {self.device}: {exc}"))
                         return
                     assert isinstance(header, ResidentRequest), header
                     client.read(header.read)
@@ -148,7 +149,9 @@ class DeviceHost:
             except BaseException as exc:
                 if not is_out_of_memory(exc) or not self._evict_one():
                     raise
-            del instance  # what its open() took goes before the next try
+            instance.drop()
+            del instance
+            gc.collect()  # what the failed open() took (its frames, the instance's own cycles) goes now
 
     def _make_room(self, attach: Attach) -> None:
         """Close least recently used idle instances until ``attach``'s fits

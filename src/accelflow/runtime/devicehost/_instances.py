@@ -37,7 +37,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from accelflow._errors import JobError, RemoteError, encode_error
+from accelflow._errors import JobError, RemoteError, RingError, encode_error
 from accelflow.dataflow import Columns, MapBatchesSpec, RuntimeContext, from_batch, iter_records, to_batch
 from accelflow.runtime import Attach, ByValue, HostFailed, ResidentReply, device_memory, send_chunk
 from accelflow.runtime.subtask import DRAIN_AFTER_S, WINDOW, DeviceStage, PlainStage, SharedChunks, bind, open_stage
@@ -66,6 +66,8 @@ class Client:
                     self.shared.send(self.conn, header, chunk)
                 except (pickle.PicklingError, AttributeError):  # e.g. records of a by-value class
                     self.shared.send(self.conn, ResidentReply(seq, error), ByValue(chunk))
+            except RingError as exc:  # the connection is of no more use: the subtask fails with it
+                self._fail(exc)
             except OSError:
                 pass  # it went away: as above
 
@@ -73,12 +75,15 @@ class Client:
         """Tell the subtask that this host cannot serve it (``error``, as ``HostFailed`` in
         place of its next reply); no reply goes to it after."""
         with self.lock:
-            if not self.gone:
-                self.gone = True
-                try:
-                    send_chunk(self.conn, HostFailed(encode_error(error)), None)
-                except OSError:
-                    pass  # it went away meanwhile
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.gone:
+            self.gone = True
+            try:
+                send_chunk(self.conn, HostFailed(encode_error(error)), None)
+            except OSError:
+                pass  # it went away meanwhile
 
     def read(self, seq: int) -> None:
         """The subtask has read our replies up to ``seq``: their ring space is free again."""
@@ -160,6 +165,13 @@ class Instance:
 
     def submit(self, request: Request) -> None:
         self.requests.put(request)
+
+    def drop(self) -> None:
+        """Let go of the user's object of an instance whose ``open()`` failed (its thread never
+        started, and holds the instance: without this, what ``open()`` took on the device would
+        stay until the garbage collector ran)."""
+        self.obj = self.stage = None
+        del self.fn  # a bound method of the object
 
     def close(self) -> None:
         """Stop the batch thread (after the requests queued) and call the object's ``close()``."""

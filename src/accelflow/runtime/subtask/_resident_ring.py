@@ -47,16 +47,17 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import socket
 from collections import deque
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import send_handle
+from multiprocessing.reduction import sendfds
 from typing import Any
 
 import numpy as np
 
 from accelflow.dataflow import Columns
 from accelflow.runtime import SharedArrays, recv_chunk, send_chunk
-from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, map_received_ring, ring_fit
+from accelflow.runtime.subtask._shm import MIN_RING_BATCH, _aligned, _arrays_of, map_received_ring, ring_error, ring_fit
 
 _log = logging.getLogger("accelflow.resident")
 
@@ -143,11 +144,25 @@ class SharedChunks:
 
     def send(self, conn: Connection, header: Any, chunk: Any) -> None:
         """Send ``header`` (with ``shared`` from :meth:`share`, or None), then the new ring's
-        descriptor, or ``chunk`` pickled where it is not shared."""
+        descriptor, or ``chunk`` pickled where it is not shared.
+
+        Raises:
+            OSError: the connection is gone.
+            RingError: the new ring's descriptor cannot be passed (no descriptor left for the
+                socket that passes it): found before anything is sent, so the connection can
+                still say why.
+        """
         shared: SharedArrays | None = header.shared
-        send_chunk(conn, header, None if shared is not None else chunk)
-        if shared is not None and shared.ring:
-            send_handle(conn, self.fd, 0)
+        if shared is None or not shared.ring:
+            send_chunk(conn, header, None if shared is not None else chunk)
+            return
+        try:  # what send_handle() does, its socket made first
+            sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ring_error("pass the shared-memory ring of resident requests or replies", shared.ring, exc) from exc
+        with sock:
+            send_chunk(conn, header, None)
+            sendfds(sock, [self.fd])
 
     # -- the receiving side --------------------------------------------------------------------
     def recv(self, conn: Connection, *, copy: bool) -> tuple[Any, Any]:

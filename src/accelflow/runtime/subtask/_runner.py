@@ -18,7 +18,7 @@ import cloudpickle
 
 from accelflow.dataflow import RuntimeContext
 from accelflow.dataflow.eventtime import MAX_TIMESTAMP
-from accelflow._errors import TransportError, encode_error
+from accelflow._errors import RingError, TransportError, encode_error
 from accelflow.runtime import (
     Barrier, ChainPlan, CheckpointAck, CheckpointCommitted, NotifyCheckpointComplete,
     Rollback, SubtaskDescriptor, SubtaskFailed, SubtaskFinished, SubtaskRunning,
@@ -143,7 +143,7 @@ class _Runner(ChainIO):
                     except RollingBack as rolling:
                         order = rolling.order
                     except TransportError as broken:  # another subtask failed: wait for the rollback
-                        if not self.plan.in_place:
+                        if not self.plan.in_place or isinstance(broken, RingError):  # a RingError is ours
                             raise
                         order = self.epochs.await_rollback(broken.with_traceback(None))
                     self.epochs.roll_back(order)  # out here, the old epoch's frames are gone

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from accelflow._errors import ChannelClosed, TransportError
+from accelflow._errors import ChannelClosed, RingError
 from accelflow.dataflow import Columns
 from accelflow.runtime.subtask import _heartbeat
 
@@ -253,8 +253,8 @@ def map_received_ring(conn: Connection, size: int, what: str, *, read_only: bool
 
     Raises:
         EOFError: the sender closed or reset the connection.
-        TransportError: the descriptor could not be taken (none left in this process) or the
-            ring not mapped (no memory): this end's fault, named with the fix.
+        RingError: the descriptor could not be taken (none left in this process) or the ring
+            not mapped (no memory): this end's fault, named with the fix.
     """
     try:
         fd = recv_handle(conn)
@@ -270,9 +270,10 @@ def map_received_ring(conn: Connection, size: int, what: str, *, read_only: bool
         os.close(fd)
 
 
-def ring_error(doing: str, size: int, exc: BaseException) -> TransportError:
-    """The error of a shared-memory ring this process cannot make or map: its own fault, not a
-    neighbour's (a plain ``TransportError``, reported as the job's cause).
+def ring_error(doing: str, size: int, exc: BaseException) -> RingError:
+    """The error of a shared-memory ring this process cannot make, pass, take or map: its own
+    fault, not a neighbour's (a :class:`~accelflow.RingError`, reported as the job's cause and
+    not waited on for a rollback).
 
     Example:
         >>> ring_error("map the shared-memory ring of a data channel", 32 << 20,
@@ -281,6 +282,6 @@ def ring_error(doing: str, size: int, exc: BaseException) -> TransportError:
     """
     reason = ("its descriptor was dropped on receipt (Too many open files)" if isinstance(exc, RuntimeError)
               else str(exc))
-    return TransportError(
+    return RingError(
         f"cannot {doing} ({size >> 20} MiB): {reason}; with 'Too many open files' raise the "
         "open-file limit (ulimit -n), with 'Cannot allocate memory' free memory or send smaller batches")
