@@ -190,3 +190,30 @@ def test_instances_that_overflow_the_device_memory_close_the_least_recently_used
         assert [i["memory"] for i in te["resident"]] == [60 << 30], te["resident"]
     finally:
         stop_and_check(session)
+
+
+def test_an_open_out_of_memory_names_the_instances_in_use_that_hold_it(tmp_path: Path) -> None:
+    """Job u (35 GiB) runs while job v (35 GiB) opens, half a GPU each, where the framework
+    has 60 GiB of the GPU (other processes hold the rest of nvidia-smi's 80): v's open() runs
+    out of memory and no idle instance can go, so v fails with an AllocationError naming u
+    and what it holds (before: CuPy's OutOfMemoryError, told as v's own limit: "it held 0 B
+    when it asked for more"); u goes on."""
+    session = _session(tmp_path, framework_gib=60)
+    log, stop = tmp_path / "model.log", tmp_path / "stop"
+    try:
+        running = subprocess.Popen(_command(session, "u", 3, 35 << 10), env=dict(
+            session.env, MODEL_LOG=str(log), STOP=str(stop), SHARE="0.5"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: log.exists() and _events(log) == ["open u"], "u's instance open", timeout=60)
+            refused = _run(session, log, "v", 5, 35 << 10, SHARE="0.5")
+            assert refused.returncode == 1
+            assert "resident operator 'v' ran out of device memory in open() on gpu 0" in refused.stderr, refused.stderr
+            assert "resident instances in use hold 35 GiB of it: 'u' (35 GiB, 1 subtask(s))" in refused.stderr
+            assert "held 0 B" not in refused.stderr
+        finally:
+            stop.touch()
+            out, err = running.communicate(timeout=60)
+        assert running.returncode == 0 and "records" in out, err
+    finally:
+        stop_and_check(session)

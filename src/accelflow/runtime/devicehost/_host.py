@@ -139,7 +139,8 @@ class DeviceHost:
     def _open_evicting(self, attach: Attach) -> Instance:
         """``attach``'s instance, opened; where its ``open()`` runs out of device memory, the
         least recently used instance no subtask uses is closed and ``open()`` runs again, until
-        none is left to close (then the error is raised)."""
+        none is left to close: then an ``AllocationError`` names the instances in use that hold
+        the memory (the framework's error where none holds any)."""
         ctx = device_context(self.resource, self.info, self.taskexecutor_id, attach.operator)
         while True:
             instance = Instance(attach)
@@ -147,8 +148,18 @@ class DeviceHost:
                 instance.open(ctx)
                 return instance
             except BaseException as exc:
-                if not is_out_of_memory(exc) or not self._evict_one():
+                if not is_out_of_memory(exc):
                     raise
+                if not self._evict_one():
+                    held = [i for i in self.instances.values() if i.memory]
+                    if not held:
+                        raise
+                    raise AllocationError(
+                        f"resident operator {attach.operator!r} ran out of device memory in open() on {self.device} "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); resident instances "
+                        f"in use hold {memory_text(sum(i.memory or 0 for i in held))} of it: "
+                        + ", ".join(f"{i.operator!r} ({memory_text(i.memory)}, {len(i.users)} subtask(s))" for i in held)
+                        + ": run them at other times or on other devices, or use smaller models") from exc
             instance.drop()
             del instance
             gc.collect()  # what the failed open() took (its frames, the instance's own cycles) goes now
