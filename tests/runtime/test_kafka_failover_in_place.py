@@ -57,11 +57,16 @@ def _produce(bootstrap: str, topic: str) -> None:
 
 def _checkpointed(client: Any, tmp_path: Path, ready: Callable[[], bool]) -> Any:
     """The job, once a checkpoint completed and published some output (a rollback goes back to
-    it, not to the start) and ``ready()``; the sources still read."""
+    it, not to the start), the map processed a batch since the latest completed checkpoint (it
+    will be replayed) and ``ready()``; the sources still read."""
     deadline = time.monotonic() + 60
+    completed, seen_at = 0, time.time()
     while True:
         job = next(iter(client.jobmanager.jobs.values()), None)
-        if job is not None and job.checkpoints.completed >= 1 and any((tmp_path / "out").glob("part-*")) and ready():
+        if job is not None and job.checkpoints.completed != completed:
+            completed, seen_at = job.checkpoints.completed, time.time()  # batches before it: not replayed
+        elif completed >= 1 and any((tmp_path / "out").glob("part-*")) and ready() \
+                and any(t > seen_at for t, *_ in calls(tmp_path)):
             return job
         assert client.status() not in ("FINISHED", "FAILED"), "the job ended before the failure"
         assert time.monotonic() < deadline, "no checkpoint completed"
@@ -95,15 +100,18 @@ def _run(conf: dict[str, Any], tmp_path: Path, parallelism: int, model: Model | 
     """Kafka (``PARTITIONS`` partitions, read slowly) -> ``model`` (a plain ``Model`` by
     default) on ``{"gpu": 1}`` -> (with ``keyed``: sums of each 50 records, ``key_by`` ->
     ``reduce``) -> ``FileSink``. ``provoke(client, tmp_path)`` makes the failure (by default
-    SIGKILLs model subtask 2 mid-stream); ``None`` when ``model`` fails itself. The job's
-    result and its record, to its end."""
+    SIGKILLs model subtask 2 mid-stream) and creates ``<tmp>/killed``, which the sources wait
+    for in the middle of each partition; ``None`` when ``model`` fails itself (at a record).
+    The job's result and its record, to its end."""
     with EmbeddedKafkaBroker() as broker:
         broker.create_topic("images", partitions=PARTITIONS)
         _produce(broker.bootstrap_servers, "images")
         env = Environment({**conf, "parallelism.default": parallelism, "execution.checkpointing.interval": "100 ms",
                            "restart-strategy.fixed-delay.delay": "0 s", **extra})
+        # a failure from outside comes before the sources read the second half of each partition
+        gate = None if provoke is None else tmp_path / "killed"
         source = KafkaSource(broker.bootstrap_servers, "images", group_id="in-place", bounded=True,
-                             value_deserializer=Paced(0.002))
+                             value_deserializer=Paced(0.002, gate, gate_at=N // 2))
         stream = env.from_source(source, name="kafka").map_batches(
             model or Model(tmp_path), batch_size=batch_size, name="model", resources={"gpu": 1})
         if keyed:  # new keys keep coming: a survivor's sums not rolled back would count records twice
@@ -117,16 +125,18 @@ def _run(conf: dict[str, Any], tmp_path: Path, parallelism: int, model: Model | 
 
 
 def _exactly_once_and_replayed(tmp_path: Path, expected: list[int] | None = None) -> None:
-    """Every record of the topic published once (or ``expected``, e.g. sums); the map met
-    records both before and after the failure (the sources, all survivors, read them again from
-    the checkpoint's offsets) and some only after it (the sources still had their partitions to
-    read). The failure's time is in ``<tmp>/killed`` or ``Model``'s ``failure.log``."""
+    """Every record of the topic published once (or ``expected``, e.g. sums); the map met some
+    records only after the failure (the sources still had their partitions to read), and, for
+    a failure from outside (``<tmp>/killed``, after a batch the checkpoint did not cover), some
+    both before and after it (the sources, all survivors, read them again from the
+    checkpoint's offsets). A failure at a record (``Model``'s ``failure.log``) may come before
+    any checkpoint completed: the rollback then goes back to the start."""
     assert published(tmp_path / "out") == (list(range(N)) if expected is None else expected)  # 0 duplicates, 0 lost
     killed = tmp_path / "killed"
     failed_at = float((killed if killed.exists() else tmp_path / "failure.log").read_text().split()[0])
     before = {r for t, _, _, records in calls(tmp_path) if t < failed_at for r in records}
     after = {r for t, _, _, records in calls(tmp_path) if t > failed_at for r in records}
-    assert before & after and after - before
+    assert after - before and (before & after or not killed.exists())
 
 
 def _opened(tmp_path: Path) -> list[tuple[int, int, int]]:
@@ -170,10 +180,8 @@ def test_a_standby_takes_over_from_a_sigkilled_gpu_subtask_reading_kafka(gpu_con
 
 
 def _rolled_back_in_place(result: Any, job: Any, tmp_path: Path, *, attempts: int = 2) -> None:
-    """Each failure rolled back in place from a checkpoint; 4 ``open()`` calls, then one per
-    replacement only."""
+    """Each failure rolled back in place; 4 ``open()`` calls, then one per replacement only."""
     assert result.attempts == attempts and [f.path for f in job.failovers] == ["in-place"] * (attempts - 1)
-    assert job.restore_id >= 1
     assert len(_opened(tmp_path)) == 4 + attempts - 1
 
 
