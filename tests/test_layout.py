@@ -20,7 +20,8 @@ from accelflow.runtime import _device_messages, _messages, _session_messages
 SRC = Path(accelflow.__file__).parent
 MAX_MODULE_LINES = 450
 #: modules every package may import by their private path (the root's shared internals)
-ROOT_INTERNALS = {"accelflow._errors", "accelflow._exports", "accelflow._names", "accelflow._parent", "accelflow._warn"}
+ROOT_INTERNALS = {"accelflow._errors", "accelflow._exports", "accelflow._loops", "accelflow._names", "accelflow._parent",
+                  "accelflow._warn"}
 
 
 def _module_name(path: Path) -> str:

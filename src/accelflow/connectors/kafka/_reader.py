@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from accelflow._loops import watched
 from accelflow.connectors.kafka._common import UNREACHABLE_KEY, KafkaConnectorError, consumer_conf, kafka
 from accelflow.connectors.kafka._decode import Deserializers, RecordDecoder, TopicPartitionKey
 
@@ -110,7 +111,7 @@ class SplitReader:
                 messages = [first, *self._consumer.consume(num_messages=POLL_RECORDS - 1, timeout=0)]
         if messages:
             self._last_up = time.monotonic()
-        for msg in messages:
+        for msg in watched(iter(messages)):  # one deserializer call each (_loops.py)
             self._take(msg, out, self.timestamps)
         self._follow_positions()
         self._pause_done()

@@ -11,11 +11,12 @@ this process, which both map), so watching costs neither process a message:
   source, a record, a batch), 0 while it waits for input or commands, while ``open()`` runs,
   and while it waits for a downstream subtask to take its output (backpressure is the
   downstream's delay, not this subtask's);
-- ``call_since``: when the heartbeat thread last saw the records of :data:`LOOP` move on.
-  ``map``, ``flat_map`` and ``filter`` call user code once per record over a whole chunk (up
-  to 1024 records): they put the chunk's iterator there, whose length hint (records left)
-  the heartbeat thread reads, so a chunk of many quick calls is not one long call, at no
-  cost per record (no write to the shared memory, no counter).
+- ``call_since``: when the heartbeat thread last saw the records of ``accelflow._loops.LOOP``
+  move on. ``map``, ``flat_map`` and ``filter`` call user code once per record over a whole
+  chunk (up to 1024 records), a Kafka source its deserializers once per message of a poll
+  (up to 1024): they put that loop's iterator there, whose length hint (records left) the
+  heartbeat thread reads, so a loop of many quick calls is not one long call, at no cost per
+  record (no write to the shared memory, no counter).
 
 A subtask is hung when ``beat``, or the later of ``busy_since`` and ``call_since`` while busy,
 is older than ``heartbeat.timeout``. Before
@@ -35,10 +36,9 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from accelflow._loops import LOOP
+
 BEAT, PROGRESS, BUSY_SINCE, CALL_SINCE = 0, 1, 2, 3
-#: the iterator over the records of the per-record loop running now (one slot, set once per
-#: chunk by :func:`watched`): its length hint falls by one per call of user code
-LOOP: list[Any] = [None]
 #: the signal on which a subtask writes its stacks (``faulthandler.register``)
 DUMP_SIGNAL = signal.SIGUSR1
 
@@ -105,20 +105,6 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stopped.set()
-
-
-def watched(records: Iterator[Any]) -> Iterator[Any]:
-    """``records`` as the iterator of the per-record loop running now (see :data:`LOOP`); one
-    without a length hint (e.g. a ``zip`` over columns) is listed first.
-
-    Example:
-        >>> [r * 2 for r in watched(iter([1, 2, 3]))]
-        [2, 4, 6]
-    """
-    if operator.length_hint(records, -1) < 0:
-        records = iter(list(records))
-    LOOP[0] = records
-    return records
 
 
 #: this process's heartbeat (one subtask per process): the channels mark their waits on it

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from accelflow._errors import AccelflowInternalError, JobError
+from accelflow._loops import watched
 from accelflow.dataflow import (
     Annotated, Columns, FilterSpec, FlatMapSpec, FunctionSpec, MapBatchesSpec, MapSpec, OperatorSpec,
     ReduceSpec, RichFunction, RuntimeContext, Timestamped, Transformation, from_batch, iter_records, stamped, to_batch,
@@ -23,7 +24,6 @@ from accelflow.dataflow import (
 from accelflow.dataflow.eventtime import MIN_TIMESTAMP
 from accelflow.runtime import ChainPlan
 from accelflow.runtime.subtask._calls import bind, not_iterable, unhashable_key
-from accelflow.runtime.subtask._heartbeat import watched
 from accelflow.runtime.subtask._keygroups import subtask_for_key
 from accelflow.runtime.subtask._keyed_functions import KeyedFunctionState
 from accelflow.runtime.subtask._keys import canonical_key
@@ -408,7 +408,7 @@ class ReduceOp(MapOp):
 
 def _calls(chunk: Any) -> Any:
     """The records of ``chunk``, one call of user code each for the watchdog (not one long
-    call per chunk: see ``_heartbeat.LOOP``)."""
+    call per chunk: see ``accelflow._loops.LOOP``)."""
     return watched(iter_records(chunk))
 
 
