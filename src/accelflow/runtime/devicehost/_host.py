@@ -151,18 +151,28 @@ class DeviceHost:
                 if not is_out_of_memory(exc):
                     raise
                 if not self._evict_one():
-                    held = [i for i in self.instances.values() if i.memory]
-                    if not held:
+                    error = self._held_by_others(attach, exc)
+                    if error is None:
                         raise
-                    raise AllocationError(
-                        f"resident operator {attach.operator!r} ran out of device memory in open() on {self.device} "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); resident instances "
-                        f"in use hold {memory_text(sum(i.memory or 0 for i in held))} of it: "
-                        + ", ".join(f"{i.operator!r} ({memory_text(i.memory)}, {len(i.users)} subtask(s))" for i in held)
-                        + ": run them at other times or on other devices, or use smaller models") from exc
+                    raise error from exc
             instance.drop()
             del instance
             gc.collect()  # what the failed open() took (its frames, the instance's own cycles) goes now
+
+    def _held_by_others(self, attach: Attach, exc: BaseException) -> AllocationError | None:
+        """The error of ``attach``'s ``open()`` that ran out of device memory (``exc``) with
+        no idle instance left to close: naming the instances in use that hold memory, or None
+        where none holds any (``exc`` then stands)."""
+        held = [i for i in self.instances.values() if i.memory]
+        if not held:
+            return None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return AllocationError(
+            f"resident operator {attach.operator!r} ran out of device memory in open() on {self.device} "
+            f"({type(exc).__name__}: {first}); resident instances in use hold "
+            f"{memory_text(sum(i.memory or 0 for i in held))} of it: "
+            + ", ".join(f"{i.operator!r} ({memory_text(i.memory)}, {len(i.users)} subtask(s))" for i in held)
+            + ": run them at other times or on other devices, or use smaller models")
 
     def _make_room(self, attach: Attach) -> None:
         """Close least recently used idle instances until ``attach``'s fits
