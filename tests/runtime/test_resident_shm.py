@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fd_limits import no_descriptor_left
 from warm_jobs import lines, log_line, use_fake_gpus_with_cupy
 
 from accelflow import Environment, JobError, RingError
@@ -323,24 +324,11 @@ class KeepBatch:
         return np.full(len(images), -1 if self.kept is None else int(self.kept.astype(np.int64).sum()))
 
 
-def _no_descriptor_left() -> None:
-    """Lower this process's open-file limit to its lowest free descriptor, for real (as
-    ``ulimit -n``): no new descriptor, such as a ring's passed over a connection, can be taken."""
-    import resource
-
-    try:
-        free = os.dup(0)
-    except OSError:
-        return  # lowered already (a batch before)
-    os.close(free)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-
 class HostOutOfDescriptors:
     """A model whose device host has no descriptor left after ``open()``."""
 
     def open(self, ctx: Any) -> None:
-        _no_descriptor_left()
+        no_descriptor_left()
 
     def map_batch(self, images: Any) -> Any:
         return images.astype(np.int16)
@@ -348,7 +336,7 @@ class HostOutOfDescriptors:
 
 def _no_descriptor_left_in_this_subtask(images: Any) -> Any:
     """Chained before the resident operator, in its subtask's process."""
-    _no_descriptor_left()
+    no_descriptor_left()
     return images
 
 

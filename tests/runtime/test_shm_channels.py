@@ -240,13 +240,12 @@ def test_a_ring_that_cannot_be_made_is_a_clear_transport_error(
 
 
 _RECEIVER_WITHOUT_DESCRIPTORS = """
-import os, resource, sys
+import sys
 from multiprocessing.connection import Client
 from accelflow.runtime.subtask._shm import ShmReceiver
+from fd_limits import no_descriptor_left
 conn = Client(sys.argv[1], "AF_UNIX", authkey=b"test")
-free = os.dup(0)
-os.close(free)
-resource.setrlimit(resource.RLIMIT_NOFILE, (free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+no_descriptor_left()
 try:
     ShmReceiver().recv(conn)
 except BaseException as exc:
@@ -263,7 +262,9 @@ def test_a_ring_the_receiver_cannot_take_is_a_clear_transport_error(address: str
 
     with Listener(address, "AF_UNIX", authkey=KEY) as listener:
         receiver = subprocess.Popen([sys.executable, "-c", _RECEIVER_WITHOUT_DESCRIPTORS, address],
-                                    stdout=subprocess.PIPE, text=True)
+                                    stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                        filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))})
         conn = listener.accept()
         sender = ShmSender(conn)
         try:
