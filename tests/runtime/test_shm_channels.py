@@ -253,7 +253,7 @@ except BaseException as exc:
 """
 
 
-def test_a_ring_the_receiver_cannot_take_is_a_clear_transport_error(address: str) -> None:
+def test_a_ring_the_receiver_cannot_take_is_a_clear_ring_error(address: str) -> None:
     # the receiving process has no descriptor left (its open-file limit, for real, as
     # `ulimit -n`): it says so, naming the ring and the fix (before: a raw OSError, which a
     # receiver reads as its sender gone)

@@ -171,7 +171,7 @@ class SharedChunks:
 
         Raises:
             EOFError: the other end closed the connection.
-            TransportError: this end cannot take or map the other end's new ring.
+            RingError: this end cannot take or map the other end's new ring.
         """
         header, chunk = recv_chunk(conn)
         shared: SharedArrays | None = getattr(header, "shared", None)
