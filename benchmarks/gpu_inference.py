@@ -111,12 +111,37 @@ def accelflow_job(images: np.ndarray[Any, Any], batch: int, prefetch: int, p: in
             "predictions": predictions, "devices": dict(result.devices)}
 
 
-def cold_start() -> float:
-    """Seconds a fresh Python process takes to import torch and make its CUDA context."""
-    code = ("import time; t = time.perf_counter(); import torch; torch.zeros(1, device='cuda'); "
-            "torch.cuda.synchronize(); print(time.perf_counter() - t)")
-    return float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                text=True).stdout)
+COLD = """
+import time, sys
+t = [time.perf_counter()]
+import torch
+t.append(time.perf_counter())
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t.append(time.perf_counter())
+with torch.inference_mode():
+    torch.nn.functional.conv2d(torch.ones(1, 1, 8, 8, device="cuda"), torch.ones(1, 1, 3, 3, device="cuda"))
+    torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+torch.cuda.synchronize()
+t.append(time.perf_counter())
+sys.path.insert(0, sys.argv[1])
+from gpu_inference import Classify
+import numpy as np
+model = Classify(); model.open(None)
+model.map_batch(torch.from_numpy(np.zeros((4096, 28, 28), np.uint8)).cuda()).cpu()
+t.append(time.perf_counter())
+print(*(b - a for a, b in zip(t, t[1:])))
+"""
+
+
+def cold_start() -> list[float]:
+    """Seconds a fresh Python process takes to import torch, make its CUDA context, load
+    cuDNN and cuBLAS (a first convolution and matrix product), and open the model and run
+    its first batch: what a subtask process that is not warm pays before its first output."""
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", COLD, str(Path(__file__).parent)], check=True,
+                         capture_output=True, text=True).stdout
+    return [float(x) for x in out.split()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch", type=int, default=2)
     parser.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--skip-warm", action="store_true",
+                        help="leave out the warm-device figures (resident sharers, session cluster, recovery)")
     args = parser.parse_args(argv)
     for name in ("images", "batch_size", "prefetch", "repeat"):
         if getattr(args, name) < 1:
@@ -168,10 +195,16 @@ def main(argv: list[str] | None = None) -> int:
               f"running {n / running / 1e3:8.1f}k img/s ({bare_s / running:.2f}x)  "
               f"start-up {startup:.2f} s  predictions agreeing with the bare loop {agree:.5f}")
         print(f"      devices: {runs[-1]['devices']}")
-    cold = cold_start()
+    steps = cold_start()
+    cold = sum(steps[:2])
+    print(f"a fresh process: torch import {steps[0]:.2f} s, CUDA context {steps[1]:.2f} s, cuDNN + cuBLAS "
+          f"loaded {steps[2]:.2f} s, the model opened and its first batch {steps[3]:.2f} s (a warm "
+          "subtask process has paid the first three)")
     print(f"torch import + CUDA init in a fresh process: {cold:.2f} s; the bare loop with it: "
           f"{bare_s + cold:.2f} s, against which accelflow's whole job is "
           + ", ".join(f"{(bare_s + cold) / whole:.2f}x at p={p}" for p, whole in best_whole.items()))
+    if args.skip_warm:
+        return 0
     from gpu_warm import warm_figures  # warm devices and resident models (issue 27)
 
     warm_figures(images, expected, bare_s, args)

@@ -1,9 +1,9 @@
 """A device framework made ready ahead of its first use, and its memory: shared by the warm
 subtask processes, the device hosts and every subtask that holds a share of a device.
 
-:func:`warm_device` imports torch or CuPy and creates the CUDA context on device 0 (under
-``CUDA_VISIBLE_DEVICES`` isolation: the one device the process was started for), the 1-3 s a
-fresh process pays before its first batch. Without a framework or a GPU it says why and the
+:func:`warm_device` imports torch or CuPy, creates the CUDA context on device 0 (under
+``CUDA_VISIBLE_DEVICES`` isolation: the one device the process was started for) and loads
+cuBLAS (and cuDNN for torch), the 1-4 s a fresh process pays before its first batch. Without a framework or a GPU it says why and the
 process goes on (its imports are still done ahead).
 
 :func:`device_memory` reads what the frameworks this process imported hold on the device
@@ -21,8 +21,9 @@ import importlib
 import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 _log = logging.getLogger("accelflow.runtime")
 FRAMEWORKS = ("torch", "cupy")
@@ -36,40 +37,65 @@ def resolve_framework(framework: str) -> str:
 
 
 def warm_device(framework: str) -> tuple[str, str]:
-    """Import ``framework`` (``torch``, ``cupy``, ``auto`` or ``none``) and create its CUDA
-    context on device 0; what was used and a note for the log, e.g. ``('cupy', 'CUDA context
-    on device 0 (cupy 13.1)')`` or ``('none', 'CUDA not initialised: torch: not installed')``."""
+    """Import ``framework`` (``torch``, ``cupy``, ``auto`` or ``none``), create its CUDA
+    context on device 0 and load the libraries a model's first batch would (cuBLAS, and cuDNN
+    for torch); what was used and a note for the log, e.g. ``('cupy', 'CUDA context on device
+    0 (cupy 13.1), cuBLAS loaded')`` or ``('none', 'CUDA not initialised: torch: not
+    installed')``."""
     used = resolve_framework(framework)
     if used == "none":
         why = "nothing to import" if framework == "none" else "neither torch nor cupy is installed"
         return used, f"no device framework (warm.framework: {framework}{'' if framework == 'none' else ': ' + why})"
     try:
         module = importlib.import_module(used)
-        made = _torch_context(module) if used == "torch" else _cupy_context(module)
+        libraries = _torch_context(module) if used == "torch" else _cupy_context(module)
     except Exception as exc:  # no driver, a broken install: the process still serves
         return used, f"CUDA not initialised: {used}: {type(exc).__name__}: {exc}".splitlines()[0]
     version = getattr(module, "__version__", "?")
-    return used, (f"CUDA context on device 0 ({used} {version})" if made
+    return used, (f"CUDA context on device 0 ({used} {version}){libraries}" if libraries is not None
                   else f"CUDA not initialised: {used} {version} sees no CUDA device")
 
 
-def _torch_context(torch: object) -> bool:
-    cuda = getattr(torch, "cuda")
-    if not cuda.is_available():
-        return False
-    cuda.init()
-    getattr(torch, "zeros")(1, device="cuda")
-    cuda.synchronize()
-    return True
+def _torch_context(torch: Any) -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    return _libraries(lambda: _torch_libraries(torch), "cuBLAS and cuDNN")
 
 
-def _cupy_context(cupy: object) -> bool:
-    cuda = getattr(cupy, "cuda")
-    if int(cuda.runtime.getDeviceCount()) < 1:
-        return False
-    cuda.Device(0).use()
-    getattr(cupy, "zeros")(1)
-    return True
+def _torch_libraries(torch: Any) -> None:
+    """A first convolution and matrix product load cuDNN and cuBLAS and make their handles
+    (0.2-1 s that a model's first batch pays otherwise); their memory is given back."""
+    with torch.inference_mode():
+        x = torch.ones(1, 1, 8, 8, device="cuda")
+        torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device="cuda"))
+        torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+    torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # held per stream otherwise
+    if clear is not None:
+        clear()
+    torch.cuda.empty_cache()
+
+
+def _cupy_context(cupy: Any) -> str | None:
+    if int(cupy.cuda.runtime.getDeviceCount()) < 1:
+        return None
+    cupy.cuda.Device(0).use()
+    cupy.zeros(1)
+    return _libraries(lambda: cupy.ones((8, 8), dtype=cupy.float32) @ cupy.ones((8, 8), dtype=cupy.float32),
+                      "cuBLAS")
+
+
+def _libraries(load: Callable[[], object], names: str) -> str:
+    """What loading the libraries a model's first batch uses left to say (they are a speed-up:
+    a framework that cannot load them here still serves)."""
+    try:
+        load()
+    except Exception as exc:
+        return f"; {names} not loaded ahead: {type(exc).__name__}: {exc}".splitlines()[0]
+    return f", {names} loaded"
 
 
 def preload(modules: Sequence[str], key: str) -> None:
