@@ -65,6 +65,7 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
         np.save(tmp / "images.npy", images)  # mapped by the subtasks, not pickled to the cluster
         cluster = Cluster(tmp, {"taskmanager.numberOfTaskSlots": 4}, fake_gpu=fake_gpu)
         os.environ["ACCELFLOW_STATE_DIR"] = cluster.env["ACCELFLOW_STATE_DIR"]
+        cluster.start()
         try:
             for resident in (False, True):
                 for job in ("first", "second"):
@@ -79,6 +80,17 @@ def warm_figures(images: np.ndarray[Any, Any], expected: np.ndarray[Any, Any], b
                           f"{f['recovery']:.3f} s")
         finally:
             cluster.stop()
+
+
+class HostModel:
+    """A NumPy stand-in for ``gpu_inference.Classify`` (a dry run without a GPU): the sum of
+    each image's pixels, modulo 10."""
+
+    def open(self, ctx: Any) -> None:
+        pass
+
+    def map_batch(self, images: Any) -> Any:
+        return np.asarray(images).reshape(len(images), -1).sum(1) % 10
 
 
 class GpuMemory:

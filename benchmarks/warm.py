@@ -197,7 +197,9 @@ class Cluster:
                               text=True, timeout=300, **popen)
 
     def stop(self) -> None:
-        self.cli("cluster", "stop", "--cluster", self.url)
+        out = self.cli("cluster", "stop", "--cluster", self.url)
+        if out.returncode:
+            raise RuntimeError(f"accelflow cluster stop failed: {out.stderr}")
 
 
 def _events(log: Path, event: str, since: float) -> int:

@@ -216,7 +216,7 @@ def stop(args: argparse.Namespace) -> int:
             root.terminate()  # not answering: SIGTERM still stops it in order (psutil checks
         except psutil.NoSuchProcess:  # that the pid was not reused before signalling)
             pass
-    _, alive = psutil.wait_procs(processes, timeout=_STOP_TIMEOUT_S)
+    alive = _wait_ended(processes, _STOP_TIMEOUT_S)
     if alive:
         for p in alive:
             p.kill()
@@ -227,6 +227,26 @@ def stop(args: argparse.Namespace) -> int:
     info.path.unlink(missing_ok=True)
     print(f"session cluster at {info.url} stopped; every device released")
     return 0
+
+
+def _wait_ended(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still running after ``timeout`` seconds. An exited process that
+    its parent has not reaped yet (a zombie: the cluster's processes re-parented to a child
+    subreaper, such as a container's init or a test runner, that reaps late) has ended: its
+    device and memory are free, and only its parent can remove it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in processes if not _ended(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _ended(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _terminate(pid: int) -> None:
