@@ -65,6 +65,21 @@ def test_batches_of_several_subtasks_run_together(gpus: dict[str, Any], tmp_path
     assert len(mixed) >= len(batches) // 2, batches
 
 
+def test_a_busy_device_gets_whole_batches_whatever_the_chunks(gpus: dict[str, Any], tmp_path: Path) -> None:
+    """Chunks of 24 records to a batch size of 64 and a device busy 20 ms a batch: the subtask
+    holds records back while its window of requests is full and sends whole batches, instead
+    of pieces of 24 that the host joins into batches of 48 (a partial batch, and a flush that
+    empties its device pipeline, every few requests)."""
+    log = str(tmp_path / "model.log")
+    env = Environment(gpus)
+    out = env.from_source(SmallChunks(3000, chunk=24, delay=0), parallelism=1).map_batches(
+        Model(log, batch_s=0.02), batch_size=64, resident=True, resources={"gpu": 0.5}, parallelism=1)
+    assert sorted(int(x) for x in out.execute_and_collect()) == [10 * x for x in range(3000)]
+    sizes = [len(b[2].split(",")) for b in lines(log, "batch")]
+    assert sum(sizes) == 3000
+    assert sum(1 for n in sizes if n != 64) <= 6, sizes  # the window's first requests and the last
+
+
 def test_a_restarted_attempt_reuses_the_instance(gpus: dict[str, Any], tmp_path: Path) -> None:
     """One GPU: the restart gets its share once the failed subtask's processes left the device
     (health's reconciliation) and finds the instance open."""

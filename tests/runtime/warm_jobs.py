@@ -34,10 +34,10 @@ def lines(path: str | Path, event: str) -> list[list[str]]:
 
 class Model:
     """A "model": ``open()`` logs ``open <uuid of its device> <share> <subtask>``, each batch
-    ``batch <its records>``; it multiplies by ``scale``."""
+    ``batch <its records>``; it multiplies by ``scale``, taking ``batch_s`` seconds a batch."""
 
-    def __init__(self, log: str, scale: int = 10, open_s: float = 0.0) -> None:
-        self.log, self.scale, self.open_s = log, scale, open_s
+    def __init__(self, log: str, scale: int = 10, open_s: float = 0.0, batch_s: float = 0.0) -> None:
+        self.log, self.scale, self.open_s, self.batch_s = log, scale, open_s, batch_s
 
     def open(self, ctx: RuntimeContext) -> None:
         time.sleep(self.open_s)
@@ -47,6 +47,7 @@ class Model:
 
     def map_batch(self, batch: Any) -> Any:
         log_line(self.log, "batch", ",".join(str(int(x)) for x in np.asarray(batch).ravel()))
+        time.sleep(self.batch_s)
         return batch * self.scale
 
     def map(self, record: Any) -> Any:

@@ -4,14 +4,18 @@ a client of the device host that holds the operator's one instance on this subta
 ``open()`` asks the TaskExecutor for the device host of the subtask's device (started on
 demand) and attaches to the instance of the operator's key: the host opens it the first time
 (``Attached.opened``) and every later subtask, attempt or job with the same operator reuses it.
-Each chunk goes to the host as it comes (at most ``batch_size`` records a request): its
-arrays through a shared-memory ring (``_resident_ring.py``: one copy in, the socket carries
-where they lie), other records pickled on the connection (protocol 5, arrays out of band);
-the outputs come back the same way. The host runs the requests of every subtask on the
-device together, up to ``batch_size`` records a batch, and sends each request's outputs back,
-in order. At most :data:`WINDOW` requests are in flight: a subtask with more asks the host to
-run what it holds (``flush``) and waits for the oldest. A checkpoint barrier and the end of the
-input flush and wait for every request (the checkpoint holds no records in flight).
+Each chunk goes to the host as it comes (at most ``batch_size`` records a request), while
+fewer than :data:`WINDOW` requests are in flight; with the window full, a ``map_batches``
+holds its records back and sends them as whole batches (a busy device gets batches of
+``batch_size``, not the pieces the chunks came in). A request's arrays go through a shared-memory ring
+(``_resident_ring.py``: one copy in, the socket carries where they lie), other records
+pickled on the connection (protocol 5, arrays out of band); the outputs come back the same
+way. The host runs the requests of every subtask on the device together, up to
+``batch_size`` records a batch, and sends each request's outputs back, in order. A subtask
+that must wait for room in its window (a ``map``, or a ``map_batches`` holding a batch back)
+first asks the host to run what it holds (``flush``) where its requests in flight hold less
+than a batch: the host may be waiting for more records to fill one. A checkpoint barrier and the end of the input
+flush and wait for every request (the checkpoint holds no records in flight).
 
 Where the host's connection closes (the host died: its resident instances are gone), the
 subtask asks its TaskExecutor how the host ended and fails at once with a
@@ -67,8 +71,11 @@ class ResidentOp(Operator):
         self.shared = SharedChunks(WINDOW)  # the arrays of our requests, and of the host's replies
         self.seq = 0
         self.read = 0  # the replies read, up to this seq
-        #: requests in flight, oldest first: (seq, positions of their records or None)
-        self.in_flight: deque[tuple[int, Any]] = deque()
+        #: requests in flight, oldest first: (seq, positions of their records or None, records)
+        self.in_flight: deque[tuple[int, Any, int]] = deque()
+        #: ``map_batches``: records held back while the window is full (:meth:`_pump`)
+        self.pending: list[Any] = []
+        self.pending_len = 0
         self.flushed = True  # no request since the last flush
         self.outputs: list[Any] = []  # received, not handed on yet
         self.poll_s, self.next_poll = _POLL_FIRST_S, 0.0
@@ -147,20 +154,62 @@ class ResidentOp(Operator):
 
     # -- records -------------------------------------------------------------------------------
     def process(self, chunk: Any) -> Any:
+        if self.options.kind == "map":
+            self._send_chunk(chunk)
+        else:
+            self.pending.append(chunk)
+            self.pending_len += len(chunk)
+            self._pump()
+        self._receive(wait=False)
+        self._pump()
+        return self._received()
+
+    def _pump(self) -> None:
+        """``map_batches``: send the records held back, at most a batch a request, while fewer
+        than :data:`WINDOW` requests are in flight. With the window full they are held back
+        (a busy device gets whole batches, not the pieces the chunks came in) until a batch is
+        held, then the subtask waits for room."""
+        while self.pending_len:
+            if len(self.in_flight) >= WINDOW:
+                if self.pending_len < self.size:
+                    return
+                self._make_room()
+            self._send_chunk(self._take(min(self.pending_len, self.size)))
+
+    def _take(self, n: int) -> Any:
+        """The first ``n`` records held back, as one chunk."""
+        taken, need = [], n
+        while need:
+            head = self.pending[0]
+            if len(head) <= need:
+                taken.append(self.pending.pop(0))
+                need -= len(head)
+            else:
+                taken.append(_slice(head, 0, need))
+                self.pending[0] = _slice(head, need, len(head))
+                need = 0
+        self.pending_len -= n
+        return join_chunks(taken)
+
+    def _send_chunk(self, chunk: Any) -> None:
         positions = chunk.positions if isinstance(chunk, Positioned) else None
         data = chunk.data if isinstance(chunk, Positioned) else chunk
         for start in range(0, len(data), self.size):
             stop = min(start + self.size, len(data))
             piece = data if (start, stop) == (0, len(data)) else _slice(data, start, stop)
-            self._send(piece, None if positions is None else positions[start:stop])
-        self._receive(wait=False)
-        return self._received()
+            if len(self.in_flight) >= WINDOW:
+                self._make_room()
+            self._put(piece, positions if positions is None or (start, stop) == (0, len(data))
+                      else positions[start:stop], False)
 
-    def _send(self, piece: Any, positions: Any) -> None:
-        if len(self.in_flight) >= WINDOW:
-            self._flush_request()  # the host may be holding them for a full batch
-            self._receive(wait=True, until=len(self.in_flight) - WINDOW + 1)
-        self._put(piece, positions, False)
+    def _make_room(self) -> None:
+        """Wait for the oldest reply; where the requests in flight hold less than a batch, ask
+        the host first to run what it holds (``flush``): it may be waiting for more records to
+        fill a batch. A flush also empties the host's device pipeline, so a window of whole
+        batches is never flushed."""
+        if sum(n for _, _, n in self.in_flight) < self.size:
+            self._flush_request()
+        self._receive(wait=True, until=len(self.in_flight) - WINDOW + 1)
 
     def _flush_request(self) -> None:
         if not self.flushed:
@@ -174,7 +223,7 @@ class ResidentOp(Operator):
             self.shared.send(self.conn, ResidentRequest(self.seq, len(piece), flush, shared, self.read), piece)
         except OSError:
             raise self._host_gone() from None
-        self.in_flight.append((self.seq, positions))
+        self.in_flight.append((self.seq, positions, len(piece)))
         self.flushed = flush
         self.poll_s, self.next_poll = _POLL_FIRST_S, time.monotonic() + _POLL_FIRST_S
 
@@ -192,7 +241,7 @@ class ResidentOp(Operator):
             if isinstance(reply, HostFailed):  # it cannot serve this subtask; the message says why
                 raise decode_error(reply.error, context=f"operator {self.node.name!r}")
             assert isinstance(reply, ResidentReply)
-            seq, positions = self.in_flight.popleft()
+            seq, positions, _ = self.in_flight.popleft()
             if reply.seq != seq:
                 raise self._out_of_order(reply.seq, seq)
             self.shared.release(seq)  # the host is done with its records
@@ -217,6 +266,10 @@ class ResidentOp(Operator):
         return join_chunks(outputs) if outputs else []
 
     def finish(self) -> Any:
+        while self.pending_len:
+            if len(self.in_flight) >= WINDOW:
+                self._make_room()
+            self._send_chunk(self._take(min(self.pending_len, self.size)))
         if self.in_flight:
             self._flush_request()
             self._receive(wait=True)
@@ -226,7 +279,8 @@ class ResidentOp(Operator):
 
     def reset(self) -> None:
         """Take the replies of the requests in flight and drop them (the resident instance
-        stays: a rollback in place does not attach again)."""
+        stays: a rollback in place does not attach again), and the records held back."""
+        self.pending, self.pending_len = [], 0
         self.finish()
 
     def deadline(self) -> float | None:
@@ -236,6 +290,7 @@ class ResidentOp(Operator):
         got = self._receive(wait=False)
         self.poll_s = _POLL_FIRST_S if got else min(2 * self.poll_s, _POLL_MAX_S)
         self.next_poll = time.monotonic() + self.poll_s
+        self._pump()
         return self._received()
 
     def close(self) -> None:
