@@ -28,6 +28,9 @@ JOB = textwrap.dedent("""
     data = np.arange(rows, dtype=np.float64)
     if sys.argv[2] == "memoryview":  # an array whose memory a memoryview owns
         data = np.frombuffer(memoryview(data.tobytes()))
+    if sys.argv[2] == "memmap":  # sent by its file, mapped by the cluster
+        np.save(sys.argv[0] + ".npy", data)
+        data = np.load(sys.argv[0] + ".npy", mmap_mode="r")
     out = Environment().from_collection(data).map_batches(lambda b: b * 2).execute_and_collect_batch()
     print("sum", float(out.sum()), len(out))
 """)
@@ -58,7 +61,7 @@ def _run(session: Session, rows: int, kind: str) -> subprocess.CompletedProcess[
         env=session.env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("kind", ["arange", "memoryview"])
+@pytest.mark.parametrize("kind", ["arange", "memoryview", "memmap"])
 def test_a_numpy_source_runs_on_a_session_cluster(session: Session, kind: str) -> None:
     done = _run(session, 1000, kind)
     assert done.returncode == 0, done.stderr

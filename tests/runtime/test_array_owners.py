@@ -104,3 +104,38 @@ def test_an_array_that_cannot_be_shared_fails_the_job_with_one_line_naming_the_s
     assert done.stderr.strip().splitlines() == [
         "accelflow: error: source 'collection': cannot share its NumPy array with the subtasks "
         "(pipeline.array-sharing: copy): OSError: [Errno 27] File too large"]
+
+
+def test_a_job_sent_to_a_session_carries_a_memmapped_array_by_its_file(tmp_path: Path) -> None:
+    """A session cluster runs on the client's machine: an array mapped from a file reaches it
+    as the file's name, offset, type and shape (a 784 MB array of images took 4 s to send
+    pickled), and loads there mapped read-only from the same bytes."""
+    from accelflow.runtime.client._remote import _Pickler
+    from accelflow.runtime import dumps
+
+    np.save(tmp_path / "a.npy", np.arange(2_000_000, dtype=np.float64))  # 16 MB
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    source = ArraySource([mapped[1000:], np.arange(5.0)])  # a slice of it, and a plain array
+    blob = dumps(source, _Pickler)
+    assert len(blob) < 64 << 10
+    loaded = pickle.loads(blob)
+    assert isinstance(loaded.arrays[0], np.memmap) and not loaded.arrays[0].flags.writeable
+    assert np.array_equal(loaded.arrays[0], np.arange(1000, 2_000_000, dtype=np.float64))
+    assert np.array_equal(loaded.arrays[1], np.arange(5.0))
+    assert len(dumps(source)) > 16_000_000 - 8000  # the runtime's own pickling: by value
+
+
+def test_a_copy_on_write_memmap_goes_by_value_with_what_was_written_into_it(tmp_path: Path) -> None:
+    """``mode="c"``: the caller's writes are in its memory only, not in the file."""
+    from accelflow.runtime.client._remote import _Pickler
+    from accelflow.runtime import dumps
+
+    np.save(tmp_path / "a.npy", np.zeros(1000))
+    private = np.load(tmp_path / "a.npy", mmap_mode="c")
+    private[0] = 7.0
+    loaded = pickle.loads(dumps(ArraySource([private]), _Pickler))
+    assert loaded.arrays[0][0] == 7.0
+    source = ArraySource([private])
+    shared = share_arrays(source, tmp_path).arrays[0]
+    assert not isinstance(shared, SharedArray)  # read from the caller's memory, not the file
+    release_arrays(source)

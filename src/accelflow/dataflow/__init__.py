@@ -135,7 +135,7 @@ if TYPE_CHECKING:
         SourceSpec, UserSinkSpec,
     )
     from accelflow.dataflow._resident import ResidentFunction
-    from accelflow.dataflow._pickling import dumps
+    from accelflow.dataflow._pickling import Pickler, dumps
     from accelflow.dataflow._join import CoGroupWindow, JoinCoGroup, TaggedKey, Tagger
     from accelflow.dataflow._broadcast import (
         BroadcastProcessSpec, KeyedBroadcastProcessSpec, check_broadcast_descriptors,
@@ -217,7 +217,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "ResidentFunction",
     ),
     "._pickling": (
-        "dumps",
+        "Pickler", "dumps",
     ),
     "._sources": (
         "SharedRows", "even_ranges",
@@ -291,6 +291,7 @@ __all__ = [
     "OutputTag",
     "Partitioner",
     "Partitioning",
+    "Pickler",
     "Positioned",
     "Positions",
     "PrintSinkSpec",

@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     )
     from accelflow.runtime._array_sharing import object_handles, release_arrays, share_arrays, shared_view
     from accelflow.runtime._arrays import (
-        NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
+        ByFile, NpyFile, ObjectArray, ProcessArray, SharedArray, copy_to_memfd, register_arrays,
     )
     from accelflow.runtime._clock import SYSTEM_CLOCK, Clock, ManualClock
     from accelflow.runtime._pickle import ByValue, dumps, send_pickled
@@ -145,7 +145,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "object_handles", "release_arrays", "share_arrays", "shared_view",
     ),
     "._arrays": (
-        "NpyFile", "ObjectArray", "ProcessArray", "SharedArray", "copy_to_memfd", "register_arrays",
+        "ByFile", "NpyFile", "ObjectArray", "ProcessArray", "SharedArray", "copy_to_memfd", "register_arrays",
     ),
     "._clock": (
         "SYSTEM_CLOCK", "Clock", "ManualClock",
@@ -169,6 +169,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
 __all__ = [
     "Attach",
     "Attached",
+    "ByFile",
     "Barrier",
     "ByValue",
     "CONNECT_TIMEOUT_S",

@@ -158,9 +158,12 @@ def copy_to_memfd(array: np.ndarray[Any, Any], name: str) -> tuple[SharedArray, 
 
 def mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     """The file and offset of a C-contiguous array that is a view of an ``np.memmap``'s
-    mapping (slices included, also through a ``memoryview``), or None."""
+    mapping (slices included, also through a ``memoryview``), or None. Not of a copy-on-write
+    mapping (``mode="c"``, ``np.load(mmap_mode="c")``): what the caller wrote into it is not
+    in the file."""
     base = _memmap_below(array)
-    if base is None or not array.flags.c_contiguous or getattr(base, "filename", None) is None:
+    if base is None or not array.flags.c_contiguous or getattr(base, "filename", None) is None \
+            or getattr(base, "mode", None) == "c":
         return None
     region = getattr(base, "_mmap", None)
     if region is None:
@@ -170,6 +173,24 @@ def mapped_file(array: np.ndarray[Any, Any]) -> SharedArray | None:
     region_address = np.frombuffer(region, dtype=np.uint8, count=1).ctypes.data
     offset = start + array.ctypes.data - region_address
     return SharedArray(str(base.filename), offset, array.dtype, array.shape)
+
+
+def open_mapped(path: str, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    """An array mapped read-only from ``path``: what a memory-mapped array that a client sent
+    by its file (:class:`ByFile`) is in the process that loads it."""
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+class ByFile:
+    """A pickler's ``reducer_override`` for processes on one machine: an array mapped from a
+    file (:func:`mapped_file`) travels as the file's name, offset, type and shape, and the
+    loading process maps the file itself (:func:`open_mapped`), instead of every byte going
+    through the pickle (a job of 784 MB of images took 4 s to reach a session cluster)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray) and (ref := mapped_file(obj)) is not None:
+            return open_mapped, (ref.path, ref.offset, ref.dtype, ref.shape)
+        return super().reducer_override(obj)  # type: ignore[misc]
 
 
 def _memmap_below(array: np.ndarray[Any, Any]) -> np.memmap[Any, Any] | None:

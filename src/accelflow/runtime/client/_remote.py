@@ -1,7 +1,8 @@
 """Submitting a job to a running session cluster (``accelflow run --cluster URL job.py``).
 
 The job graph travels with cloudpickle over the session's authenticated submission channel
-(never through the REST API). Modules next to the job script travel by value, so the cluster
+(never through the REST API); a memory-mapped array in it (``np.load(path, mmap_mode="r")``)
+goes by its file, which the cluster, on the same machine, maps itself. Modules next to the job script travel by value, so the cluster
 need not import them; other modules the job imports by name must be importable there.
 
 The client says on stderr what its user cannot see otherwise: the job was submitted, it waits
@@ -26,12 +27,18 @@ from accelflow._errors import AccelflowError, JobCancelledError, JobError, Trans
 from accelflow._warn import warn
 from accelflow.config import Configuration
 from accelflow.dataflow import JobGraph
+from accelflow.dataflow import Pickler
 from accelflow.runtime import (
-    CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob, dumps,
+    ByFile, CancelJob, JobAccepted, JobFailed, JobProgress, JobSucceeded, SubmitJob, dumps,
 )
 from accelflow.runtime.client._waitable import Waitable
 from accelflow.runtime.client._context import ExecutionContext
 from accelflow.runtime.jobmanager import JOB_KEYS, JobResult
+
+
+class _Pickler(ByFile, Pickler):
+    """The job graph's pickler: memory-mapped arrays (``np.load(path, mmap_mode="r")``) go
+    by their file, which the session cluster, on this machine, maps itself."""
 
 
 class RemoteJobClient(Waitable):
@@ -49,7 +56,7 @@ class RemoteJobClient(Waitable):
         session = find_session(context.cluster_url)
         _pickle_by_value(context.script_dir)
         try:
-            blob = dumps(self.graph)
+            blob = dumps(self.graph, _Pickler)
         except Exception as exc:
             raise JobError(f"the job cannot be sent to the session cluster: {type(exc).__name__}: {exc}") from exc
         self.url = session.url
