@@ -129,10 +129,12 @@ def test_a_second_job_finds_a_warm_process_ready_for_each_subtask_sharing_its_gp
     default (1): the pool keeps a process per subtask the device ran at once, so the second
     job's two subtasks both start in processes that were ready before it began (each imported
     ``warm.preload`` ahead, none during the job); with one ready, the other forked or waited
-    for a fresh one's imports, and the whole job with it."""
+    for a fresh one's imports, and the whole job with it. Spawned warm processes (each imports
+    the marker: the processes counted by its log); the next test forks them."""
     marker, where = tmp_path / "marker.log", tmp_path / "where.log"
     monkeypatch.setenv("WARM_MARKER_LOG", str(marker))
-    session = _session(tmp_path, **{"external-resource.gpu.warm.preload": "warm_marker"})
+    session = _session(tmp_path, **{"external-resource.gpu.warm.preload": "warm_marker",
+                                    "taskmanager.device-pool.fork": False})
     try:
         assert _run(session, WHERE, WHERE_LOG=str(where)).returncode == 0
         _refilled(session)
@@ -146,6 +148,30 @@ def test_a_second_job_finds_a_warm_process_ready_for_each_subtask_sharing_its_gp
         # 2 kept, not more: each subtask took one, and each was replaced once
         assert _refilled(session) == [(2, 2)]
         assert len(marker.read_text().splitlines()) == len(warm_before) + 2
+    finally:
+        stop_and_check(session)
+
+
+def test_back_to_back_jobs_start_in_processes_forked_by_the_warm_zygote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's refills are forked by the TaskExecutor's warm zygote, which imported the
+    device framework and ``warm.preload`` once: the third job's two sharers start in its
+    children (the marker imported before ``open()``, by their parent, not by them), so a
+    refill costs a CUDA context, not a fresh interpreter's imports (torch's 2-5 s)."""
+    marker, where = tmp_path / "marker.log", tmp_path / "where.log"
+    monkeypatch.setenv("WARM_MARKER_LOG", str(marker))
+    session = _session(tmp_path, **{"external-resource.gpu.warm.preload": "warm_marker"})
+    try:
+        for _ in range(3):
+            out = _run(session, WHERE, WHERE_LOG=str(where))
+            assert out.returncode == 0, out.stderr
+            _refilled(session)
+        importers = {int(line) for line in marker.read_text().splitlines()}
+        third = lines(where, "where")[4:]
+        assert len(third) == 2, third
+        for w in third:
+            assert "warm_marker" in w[5].split(",") and w[4].startswith("GPU-"), third  # warm, isolated
+            assert int(w[3]) in importers and int(w[0]) not in importers, (third, importers)
     finally:
         stop_and_check(session)
 

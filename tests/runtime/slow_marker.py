@@ -6,8 +6,8 @@ It ends after ``$SLOW_MARKER_S`` seconds (default 1), or, with ``$SLOW_MARKER_UN
 ``FILE<TAB>REGEX[<TAB>N]``, once N lines (default 1) of FILE match REGEX (at most 60 s): a test
 keeps the process "still starting" until the TaskExecutor did what the test waits for. With
 ``$SLOW_MARKER_DIE`` set, the first process to get that far exits with code 3 instead
-(``<pid> died``): a warm process that dies while starting. With ``$SLOW_MARKER_HANG`` set to N, the N-th process to
-import it hangs there (60 s): a warm process that never gets ready.
+(``<pid> died``): a warm process that dies while starting. With ``$SLOW_MARKER_HANG`` set to N (or N,M,...), the N-th process
+to import it hangs there (60 s): a warm process that never gets ready.
 """
 
 import os
@@ -35,7 +35,7 @@ def _matched(path: str, pattern: str, times: str = "1") -> bool:
 
 if os.environ.get("SLOW_MARKER_LOG"):
     _say("start")
-    if os.environ.get("SLOW_MARKER_HANG") == str(_count(os.environ["SLOW_MARKER_LOG"], " start$")):
+    if str(_count(os.environ["SLOW_MARKER_LOG"], " start$")) in os.environ.get("SLOW_MARKER_HANG", "").split(","):
         time.sleep(60)
     until = os.environ.get("SLOW_MARKER_UNTIL")
     deadline = time.monotonic() + (60.0 if until else float(os.environ.get("SLOW_MARKER_S", "1")))

@@ -39,6 +39,7 @@ def conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "external-resource.gpu.warm.framework": "cupy",
         "external-resource.gpu.warm.preload": "slow_marker",
         "taskmanager.numberOfTaskSlots": 2,
+        "taskmanager.device-pool.fork": False,  # spawned: the marker module logs each warm process
         "restart-strategy": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": 1,
         "restart-strategy.fixed-delay.delay": "0 s",
@@ -131,10 +132,12 @@ def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_f
         conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The warm process spawned at start gets ready (attempt 0 runs in it): the bound is then
     three times its start-up, at least 5 s; its replacement hangs in its import, so attempt 1
-    waits for it until the bound, then forks; the hung one is stopped (and replaced)."""
+    waits for it until the bound, then forks; the hung one is stopped (and replaced). The
+    process spawned as attempt 1 claimed the hung one hangs too (else attempt 1 takes it, see
+    the next test)."""
     monkeypatch.delenv("SLOW_MARKER_UNTIL")
     monkeypatch.setenv("SLOW_MARKER_S", "0.2")
-    monkeypatch.setenv("SLOW_MARKER_HANG", "2")
+    monkeypatch.setenv("SLOW_MARKER_HANG", "2,3")
     log = tmp_path / "where.log"
     env = Environment(conf)
     env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", ahead=2), resources={"gpu": 1},
@@ -147,6 +150,28 @@ def test_a_warm_process_not_ready_within_its_bound_is_given_up_and_the_subtask_f
     assert int(attempts["1"][0]) not in marker["start"] and attempts["1"][5] == "-"  # forked
     assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask forked"]
     assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped, never ready
+
+
+def test_a_subtask_waiting_for_a_hung_warm_process_takes_the_next_one_ready(
+        conf: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, but only the second warm process hangs: the one spawned as attempt 1 began to
+    wait (a process a subtask waits for is replaced at once, not once it is ready) gets ready
+    0.2 s later, and attempt 1 starts in it, long before the wait's bound (5 s)."""
+    monkeypatch.delenv("SLOW_MARKER_UNTIL")
+    monkeypatch.setenv("SLOW_MARKER_S", "0.2")
+    monkeypatch.setenv("SLOW_MARKER_HANG", "2")
+    log = tmp_path / "where.log"
+    env = Environment(conf)
+    env.from_sequence(1, 20).map(WhereAmI(str(log), marker="SLOW_MARKER_LOG", ahead=2), resources={"gpu": 1},
+                                 name="where").add_sink(lambda x: None)
+    env.execute()
+    marker = _marker(tmp_path)
+    first_warm, hung, third = marker["start"][:3]
+    attempts = {w[2]: w for w in lines(log, "where")}
+    assert int(attempts["0"][0]) == first_warm
+    assert int(attempts["1"][0]) == third and attempts["1"][5] == "slow_marker,cupy"
+    assert _trace(tmp_path, 1) == ["subtask waits for warm", "subtask warm"]
+    assert hung not in marker["done"] and not psutil.pid_exists(hung)  # stopped with its TaskExecutor
 
 
 def test_a_device_whose_warm_processes_import_nothing_ahead_forks_at_once(conf: dict[str, Any],

@@ -151,6 +151,13 @@ DEVICE_POOL_SIZE = _key(
     "at once (e.g. 2 for two subtasks at gpu 0.5), up to 16; a subtask holding one device starts "
     "in one. 0: none (every subtask is forked).",
 )
+DEVICE_POOL_FORK = _key(
+    "taskmanager.device-pool.fork", p.boolean, True,
+    "Fork the warm subtask processes from a warm zygote: one process per device framework and "
+    "warm.preload that imported them once (never a CUDA context), so a refill costs the child's "
+    "CUDA context (0.1-0.4 s) instead of a fresh interpreter's imports (torch: 2-5 s), and "
+    "back-to-back jobs of a session cluster all start warm. false: spawn each one.",
+)
 RESIDENT_MAX_INSTANCES = _key(
     "taskmanager.resident.max-instances", p.int_in_range(1, 1024, "each holds a model in device memory"), 8,
     "Resident operator instances (resident=True) a device host keeps per device; beyond it, the "

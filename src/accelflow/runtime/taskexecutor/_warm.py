@@ -37,10 +37,11 @@ _log = logging.getLogger("accelflow.runtime")
 
 @dataclass(frozen=True)
 class WarmSettings:
-    """``taskmanager.device-pool.size`` and ``taskmanager.resident.max-instances``."""
+    """``taskmanager.device-pool.size``, ``.fork`` and ``taskmanager.resident.max-instances``."""
 
     pool_size: int = 1
     max_instances: int = 8
+    fork: bool = True
 
     @classmethod
     def from_config(cls, config: Configuration) -> WarmSettings:
@@ -58,7 +59,7 @@ class WarmSettings:
         ]
         if problems:
             raise ConfigError(problems)
-        return cls(config.get(k.DEVICE_POOL_SIZE), config.get(k.RESIDENT_MAX_INSTANCES))
+        return cls(config.get(k.DEVICE_POOL_SIZE), config.get(k.RESIDENT_MAX_INSTANCES), config.get(k.DEVICE_POOL_FORK))
 
 
 def _findable(module: str) -> bool:
@@ -126,7 +127,8 @@ class WarmDevices:
         self.running = running  # the subtasks that run now (started: forked or warm)
         self.spawner = Spawner()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.pool = WarmPool(settings.pool_size, self.spawner.submit, self._warm_command, self._env, self._wake)
+        self.pool = WarmPool(settings.pool_size, self.spawner.submit, self._warm_command, self._env, self._wake,
+                             fork=settings.fork)
         self.hosts = DeviceHosts(taskexecutor_id, self.spawner.call, self._env, self._host_spec, self._wake)
         self.max_instances = settings.max_instances
         self.subtask_env = self.hosts.subtask_env
@@ -255,16 +257,19 @@ class WarmDevices:
 
     def due(self) -> list[Waiting]:
         """The waiting subtasks to start now (``start_subtask`` with their ``process`` as
-        ``claimed``): their process is ready, or it exited while starting (they fork), or it
-        was not ready by the deadline (they fork; it is stopped and replaced)."""
+        ``claimed``): their process is ready, or another of their device is (they take that
+        one; theirs stays for the next), or it exited while starting (they fork), or it was not
+        ready by the deadline (they fork; it is stopped and replaced)."""
         now, due = time.monotonic(), []
         for key, waiting in list(self.waiting.items()):
             process = waiting.process
-            if process.ready is None and process.is_alive() and now < waiting.deadline:
+            starting = process.ready is None and process.is_alive()
+            other = starting and self.pool.ready_for(process.device)  # it takes that one instead
+            if starting and now < waiting.deadline and not other:
                 continue
-            if process.ready is None and process.is_alive():
+            if starting and not other:
                 self.pool.give_up(process)
-            elif process.ready is None:
+            elif process.ready is None and not other:
                 _log.info("subtask %s forks: the warm process it waited for exited while starting", key)
             due.append(self.waiting.pop(key))
         return due

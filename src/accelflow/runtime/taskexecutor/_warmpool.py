@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from accelflow.runtime import DevicePool, StartSubtask, WarmReady, parent_env, python_command, work_dir_env
+from accelflow.runtime.taskexecutor._warmzygote import ZygoteChild, Zygotes
 
 _log = logging.getLogger("accelflow.runtime")
 #: the subtask runtime, named, not imported (a TaskExecutor never imports it)
@@ -60,9 +61,11 @@ MAX_PER_DEVICE = 16
 class WarmProcess:
     """One spawned warm subtask process and its socket."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], conn: Connection, device: Device) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes] | ZygoteChild, conn: Connection, device: Device) -> None:
         self.popen, self.conn, self.device = popen, conn, device
-        self.sentinel = os.pidfd_open(popen.pid)  # readable once it exited; closed with this object
+        # readable once it exited; closed with this object
+        self.sentinel = os.dup(popen.pidfd) if isinstance(popen, ZygoteChild) and popen.pidfd is not None \
+            else os.pidfd_open(popen.pid)
         weakref.finalize(self, os.close, self.sentinel)
         self.ready: WarmReady | None = None
         self.spawned = time.monotonic()
@@ -125,12 +128,14 @@ class WarmPool:
         command: the warm process's arguments after the socket's descriptor, per device.
         env: the environment of a warm process of a device (the device's isolation).
         changed: called (from any thread) when a process was added.
+        fork: fork the processes from a warm zygote (``taskmanager.device-pool.fork``).
     """
 
     def __init__(self, size: int, spawn_in: Callable[[Callable[[], None]], Any],
                  command: Callable[[Device], list[str]], env: Callable[[Device], dict[str, str]],
-                 changed: Callable[[], None]) -> None:
+                 changed: Callable[[], None], fork: bool = True) -> None:
         self.size, self.spawn_in, self.command, self.env, self.changed = size, spawn_in, command, env, changed
+        self.zygotes = Zygotes(SUBTASK_MODULE) if fork else None
         self.pools: dict[Device, list[WarmProcess]] = {}
         self.slowest: dict[Device, float] = {}  # the longest start-up seen per device (``bound``)
         self.peak: dict[Device, int] = {}  # the most subtasks seen at once per device (``target``)
@@ -170,6 +175,8 @@ class WarmPool:
             if ready is not None:
                 pool.remove(ready)
                 self._measured(ready)
+            if claimed is not None and ready is not claimed:
+                claimed.claimed = False  # still starting: the next subtask of the device may take it
         self._refill(device)
         if ready is None:
             _log.debug("no warm process ready for %s %s: forking the subtask", *device)
@@ -180,6 +187,11 @@ class WarmPool:
             ready.stop()
             return None
         return ready
+
+    def ready_for(self, device: Device) -> bool:
+        """Whether a process of ``device`` that no subtask waits for is ready."""
+        with self.lock:
+            return any(not p.claimed and p.poll_ready() for p in self.pools.get(device, []))
 
     def claim(self, device: Device) -> WarmProcess | None:
         """The oldest process of ``device`` still starting that no other subtask waits for and
@@ -196,6 +208,8 @@ class WarmPool:
                           and p.spawned > deadline), None)
             if found is not None:
                 found.claimed = True
+        if found is not None:  # it is as good as taken: its replacement starts now, not once it is
+            self._refill(device)
         return found
 
     def unclaim(self, process: WarmProcess) -> None:
@@ -229,14 +243,16 @@ class WarmPool:
             self.slowest[process.device] = max(self.slowest.get(process.device, 0.0), process.ready_after)
 
     def _refill(self, device: Device) -> None:
-        """Spawn, in the background, what ``device`` lacks of :meth:`target` (counting the
-        spawns asked for and not done yet: two takes in a row do not spawn twice)."""
+        """Spawn, in the background, what ``device`` lacks of :meth:`target` processes no
+        subtask waits for (counting the spawns asked for and not done yet: two takes in a row
+        do not spawn twice)."""
         with self.lock:
             pool = self.pools[device]
             for dead in [p for p in pool if not p.is_alive()]:
                 pool.remove(dead)
                 dead.join()
-            missing = self.target(device) - len(pool) - self.spawning.get(device, 0)
+            unclaimed = sum(1 for p in pool if not p.claimed)
+            missing = self.target(device) - unclaimed - self.spawning.get(device, 0)
             self.spawning[device] = self.spawning.get(device, 0) + max(0, missing)
         for _ in range(missing):
             self.spawn_in(lambda: self._spawn(device))
@@ -257,8 +273,13 @@ class WarmPool:
 
     def _start(self, device: Device) -> WarmProcess | None:
         mine, theirs = socket.socketpair()
+        forked = None if self.zygotes is None else self.zygotes.fork(
+            self.command(device), dict(os.environ, **self.env(device), **work_dir_env()), theirs.fileno())
+        if forked is not None and forked.pidfd is not None:  # (None: it died at once; spawn one)
+            theirs.close()
+            return WarmProcess(forked, Connection(mine.detach()), device)
         try:
-            popen = subprocess.Popen(
+            popen: subprocess.Popen[bytes] = subprocess.Popen(
                 python_command("-m", SUBTASK_MODULE, str(theirs.fileno()), *self.command(device)),
                 env=dict(os.environ, **self.env(device), **parent_env(), **work_dir_env()), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL)
@@ -308,3 +329,5 @@ class WarmPool:
             process.terminate()
         for process in processes:
             process.stop()
+        if self.zygotes is not None:
+            self.zygotes.close()
