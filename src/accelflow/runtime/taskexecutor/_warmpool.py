@@ -1,9 +1,11 @@
 """Warm subtask processes: a small pool per device a TaskExecutor has had work for.
 
-A subtask that holds exactly one device (all of it or a share) starts in a process spawned
-ahead for that device (``python -m accelflow.runtime.subtask``, ``runtime/subtask/_warm.py``):
-started with the device's isolation environment, its device framework imported and its CUDA
-context made, the subtask runtime and NumPy imported, and ``warm.preload`` too. Taking one
+A subtask that holds exactly one device (all of it or a share) starts in a process started
+ahead for that device (``runtime/subtask/_warm.py``): forked by the TaskExecutor's warm zygote
+of the device's framework and ``warm.preload`` (``_warmzygote.py``: they are imported there
+once), or spawned (``python -m accelflow.runtime.subtask``) while the zygote imports, where
+it cannot fork, or with ``taskmanager.device-pool.fork: false``; with the device's isolation
+environment, its CUDA context made, the subtask runtime, NumPy and ``warm.preload`` imported. Taking one
 starts a replacement in the background, so the next subtask on the device (a restart, or the
 next job of a session cluster) finds one ready. Without one ready but with one still starting
 (importing, making its CUDA context) the subtask waits for that one (:meth:`WarmPool.claim`:
