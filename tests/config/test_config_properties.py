@@ -71,8 +71,9 @@ def check(raw: dict[str, Any], definitions: list[str] | None = None) -> Configur
         assert exc.problems, "a ConfigError must carry at least one problem"
         merged = dict(raw)
         for d in definitions or []:
-            key, _, value = d.partition("=")
-            merged[key.strip()] = value.strip()
+            key, equals, value = d.partition("=")
+            if equals:  # one without '=' is refused, and what was defined before stands
+                merged[key.strip()] = value.strip()
         allowed = allowed_keys(merged)
         allowed |= {f"-D {d}" for d in definitions or []} | {f"-D {d!r}" for d in definitions or []}
         allowed |= {repr(key) for key in allowed}  # odd keys are shown quoted
