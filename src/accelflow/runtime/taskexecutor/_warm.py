@@ -264,7 +264,7 @@ class WarmDevices:
         for key, waiting in list(self.waiting.items()):
             process = waiting.process
             starting = process.ready is None and process.is_alive()
-            other = starting and self.pool.ready_for(process.device)  # it takes that one instead
+            other = process.ready is None and self.pool.ready_for(process.device)  # it takes that one
             if starting and now < waiting.deadline and not other:
                 continue
             if starting and not other:
