@@ -261,10 +261,14 @@ class WarmDevices:
         one; theirs stays for the next), or it exited while starting (they fork), or it was not
         ready by the deadline (they fork; it is stopped and replaced)."""
         now, due = time.monotonic(), []
+        spare: dict[Device, int] = {}  # ready processes no subtask waits for, not yet handed out
         for key, waiting in list(self.waiting.items()):
             process = waiting.process
             starting = process.ready is None and process.is_alive()
-            other = process.ready is None and self.pool.ready_for(process.device)  # it takes that one
+            other = False  # another of its device is ready: it takes that one (one each)
+            if process.ready is None:
+                left = spare.setdefault(process.device, self.pool.ready_count(process.device))
+                other, spare[process.device] = left > 0, max(0, left - 1)
             if starting and now < waiting.deadline and not other:
                 continue
             if starting and not other:

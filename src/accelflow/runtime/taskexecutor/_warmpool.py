@@ -190,10 +190,10 @@ class WarmPool:
             return None
         return ready
 
-    def ready_for(self, device: Device) -> bool:
-        """Whether a process of ``device`` that no subtask waits for is ready."""
+    def ready_count(self, device: Device) -> int:
+        """How many processes of ``device`` that no subtask waits for are ready."""
         with self.lock:
-            return any(not p.claimed and p.poll_ready() for p in self.pools.get(device, []))
+            return sum(1 for p in self.pools.get(device, []) if not p.claimed and p.poll_ready())
 
     def claim(self, device: Device) -> WarmProcess | None:
         """The oldest process of ``device`` still starting that no other subtask waits for and
